@@ -1,0 +1,56 @@
+# sluice task runner. `make run` and `make test` are the two commands of the quick start.
+GO        ?= go
+DIST      := dist
+WASM      := $(DIST)/sluice.wasm
+WASMREDIS := $(DIST)/sluice-redis.wasm
+BIN       := $(DIST)/sluice
+LISTEN    ?= 127.0.0.1:8080
+ADMIN     ?= 127.0.0.1:9901
+
+.PHONY: all build wasm test bench check run e2e-envoy fuzz clean
+
+all: build
+
+build: $(BIN) wasm
+
+wasm:
+	@mkdir -p $(DIST)
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./cmd/sluice-wasm
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -tags redis -o $(WASMREDIS) ./cmd/sluice-wasm
+
+$(BIN): FORCE
+	@mkdir -p $(DIST)
+	$(GO) build -trimpath -o $(BIN) ./cmd/sluice
+FORCE:
+
+# The whole test suite. Tests that need the compiled module build it themselves.
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 40m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Short fuzzing pass over every fuzz target (FUZZTIME per target).
+FUZZTIME ?= 10s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+check:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) mod tidy
+	git diff --exit-code go.mod go.sum
+
+run: build
+	$(BIN) run --wasm $(WASM) --listen $(LISTEN) --admin $(ADMIN)
+
+e2e-envoy:
+	./e2e/envoy/run.sh
+
+clean:
+	rm -rf $(DIST)

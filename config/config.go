@@ -1,0 +1,124 @@
+// Package config parses, validates and compiles the sluice plugin
+// configuration (the JSON contract in DESIGN.md / README.md).
+//
+// Parsing is pure and strict: unknown fields, wrong types and out-of-range
+// values are errors naming their JSON path. This package imports nothing from
+// the filter or the host; it runs inside the Wasm guest.
+package config
+
+import (
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+)
+
+// Config is a parsed, validated and compiled plugin configuration.
+// It is immutable after Parse returns.
+type Config struct {
+	Rules       []*Rule
+	Response    Response
+	FailureMode FailureMode
+	ClientIP    ClientIP
+	Redis       *Redis // nil when absent
+}
+
+// Rule is one compiled rule.
+type Rule struct {
+	Index     int    // position in "rules"
+	Name      string // unique
+	Match     Match
+	Key       []KeyPart // at least one part
+	Algorithm algorithms.Kind
+	Limit     int64
+	Window    time.Duration
+	Burst     int64 // defaulted to Limit when omitted (token/leaky bucket)
+	Backend   Backend
+	Mode      Mode
+	// MaxKeys bounds the live keys this rule keeps in shared data (extension;
+	// default DefaultMaxKeys).
+	MaxKeys int
+	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
+	Limiter algorithms.Limiter
+}
+
+// DefaultMaxKeys is the default bound on live keys per rule.
+const DefaultMaxKeys = 10000
+
+// Backend selects where a rule's counters live.
+type Backend uint8
+
+const (
+	BackendLocal Backend = iota // Proxy-Wasm shared data (one Envoy process)
+	BackendRedis                // Redis Cluster through Higress's host calls
+)
+
+// Mode is enforce or shadow.
+type Mode uint8
+
+const (
+	ModeEnforce Mode = iota
+	ModeShadow       // decide, emit headers and metrics, never reject
+)
+
+// FailureMode says what happens when the store cannot decide.
+type FailureMode uint8
+
+const (
+	FailOpen   FailureMode = iota // let the request through
+	FailClosed                    // reject (503)
+	FailLocal                     // fall back to the local store (Redis rules)
+)
+
+// HeaderStyle selects the rate-limit response headers.
+type HeaderStyle uint8
+
+const (
+	HeadersBoth HeaderStyle = iota
+	HeadersDraft
+	HeadersLegacy
+	HeadersNone
+)
+
+// Response is the rejection response.
+type Response struct {
+	Status  int    // default 429
+	Body    string // default "rate limited\n"
+	Headers HeaderStyle
+}
+
+// ClientIP says how the client address is derived.
+type ClientIP struct {
+	XFFTrustedHops int
+}
+
+// Redis is the optional Redis Cluster configuration.
+type Redis struct {
+	Cluster   string
+	TimeoutMS int
+}
+
+// KeyPart is one element of a rule's key. Exactly one of the fields selects
+// the source.
+type KeyPart struct {
+	RemoteIP   bool
+	IPv6Prefix int // with RemoteIP; 0 = full address
+	Header     string
+	Query      string
+	Cookie     string
+	Path       bool
+	Method     bool
+}
+
+// Match selects the requests a rule applies to. The zero Match matches every
+// request.
+type Match struct {
+	PathPrefix string
+	Methods    []string
+	Headers    []HeaderMatch
+}
+
+// HeaderMatch matches one request header.
+type HeaderMatch struct {
+	Name  string // lower-cased
+	Exact string
+}
