@@ -98,7 +98,7 @@ var bucketSteps = []step{
 	{300 * ms, 2, false, 0, 300 * ms, 900 * ms}, // 0.5 tokens: 1.5 missing
 	{600 * ms, 2, true, 0, 0, time.Second},
 	{5 * time.Second, 1, true, 4, 0, 200 * ms},
-	{5*time.Second + 50*ms, 4, true, 0, 0, 950 * ms}, // 4.25 - 4
+	{5*time.Second + 50*ms, 4, true, 0, 0, 950 * ms},            // 4.25 - 4
 	{5*time.Second + 50*ms, 6, false, 0, time.Second, 950 * ms}, // above burst: never
 }
 
@@ -145,7 +145,7 @@ func TestSlidingWindowSteps(t *testing.T) {
 		// 5×0.7 + 1 + 1 = 5.5 > 5; fits once 5×(1−e) <= 3: e = 400 ms.
 		{1300 * ms, 1, false, 0, 100 * ms, 1700 * ms},
 		{1400 * ms, 1, true, 0, 0, 1600 * ms},
-		{1900 * ms, 2, true, 0, 0, 1100 * ms}, // 5×0.1 + 2 + 2 = 4.5
+		{1900 * ms, 2, true, 0, 0, 1100 * ms},         // 5×0.1 + 2 + 2 = 4.5
 		{1900 * ms, 1, false, 0, 100 * ms, 1100 * ms}, // 0.5+4+1 > 5; next window: 4×(1−e) <= 4
 		{4 * time.Second, 5, true, 0, 0, 2 * time.Second},
 		{4 * time.Second, 6, false, 0, time.Second, 2 * time.Second},

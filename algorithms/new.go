@@ -102,7 +102,7 @@ func New(k Kind, p Params) (Limiter, error) {
 
 // common holds the validated parameters shared by every limiter.
 type common struct {
-	p                     Params
+	p                    Params
 	limit, window, burst uint64
 }
 
