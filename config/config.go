@@ -93,8 +93,16 @@ type ClientIP struct {
 
 // Redis is the optional Redis Cluster configuration.
 type Redis struct {
-	Cluster   string
-	TimeoutMS int
+	Cluster   string // the Envoy cluster of the Redis service (required)
+	TimeoutMS int    // bound on one Redis round trip; default DefaultRedisTimeoutMS
+	// Instances is the number of proxy instances sharing the Redis limits
+	// (extension, default 1). With failure_mode "local" each instance
+	// enforces Limit/Instances (at least 1) while Redis is unavailable.
+	Instances int
+	// Username and Password are passed to the Redis init host call
+	// (extension; both optional).
+	Username string
+	Password string
 }
 
 // KeyPart is one element of a rule's key. Exactly one of the fields selects

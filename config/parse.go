@@ -1,0 +1,804 @@
+package config
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+)
+
+// Bounds and defaults of the configuration. They are part of the documented
+// contract (README "Configuration reference").
+const (
+	MaxConfigSize         = 1 << 20 // bytes of JSON
+	MaxRuleNameLen        = 64
+	MaxLimit              = algorithms.MaxLimit  // limit and burst
+	MaxWindow             = algorithms.MaxWindow // 366d
+	MaxMaxKeys            = 1_000_000
+	MaxKeyParts           = 8
+	MaxNameLen            = 256 // header, query and cookie names
+	MaxBodyLen            = 64 << 10
+	MaxXFFTrustedHops     = 64
+	DefaultRedisTimeoutMS = 50
+	MaxRedisTimeoutMS     = 60_000
+	MaxRedisInstances     = 10_000
+	DefaultStatus         = 429
+	DefaultBody           = "rate limited\n"
+	minStatus, maxStatus  = 200, 599
+	maxShownValue         = 40 // bytes of a bad value quoted in a message
+	defaultRedisInstances = 1
+)
+
+// Parse parses, validates and compiles a plugin configuration.
+//
+// It is strict: unknown or repeated fields, wrong types, out-of-range values,
+// duplicate rule names, empty or ambiguous keys are all errors. On failure it
+// returns Errors listing every problem found (up to MaxErrors), each naming
+// its JSON path, e.g. `rules[2].window: "10x" is not a duration`. On success
+// every Rule has its Limiter built and its Match compiled (methods
+// upper-cased, header names lower-cased).
+func Parse(data []byte) (*Config, error) {
+	p := &parser{}
+	c := p.parse(data)
+	if len(p.errs) > 0 {
+		if p.dropped > 0 {
+			p.errs = append(p.errs, &Error{Msg: "and " + strconv.Itoa(p.dropped) + " more errors"})
+		}
+		return nil, p.errs
+	}
+	return c, nil
+}
+
+type parser struct {
+	errs    Errors
+	dropped int
+}
+
+func (p *parser) fail(path, msg string) {
+	if len(p.errs) >= MaxErrors {
+		p.dropped++
+		return
+	}
+	p.errs = append(p.errs, &Error{Path: path, Msg: msg})
+}
+
+func (p *parser) parse(data []byte) *Config {
+	switch {
+	case len(bytesTrimSpace(data)) == 0:
+		p.fail("", "is empty")
+		return nil
+	case len(data) > MaxConfigSize:
+		p.fail("", strconv.Itoa(len(data))+" bytes is more than the limit of "+strconv.Itoa(MaxConfigSize))
+		return nil
+	case !gjson.ValidBytes(data):
+		p.fail("", "is not valid JSON")
+		return nil
+	case !utf8.Valid(data):
+		p.fail("", "is not valid UTF-8")
+		return nil
+	}
+	root := gjson.ParseBytes(data)
+	fields, ok := p.object("", root, topFields)
+	if !ok {
+		return nil
+	}
+	c := &Config{
+		Response: Response{Status: DefaultStatus, Body: DefaultBody, Headers: HeadersBoth},
+	}
+
+	// Top-level objects first: rules refer to "redis".
+	redisOK := true
+	if v, ok := fields["redis"]; ok {
+		c.Redis, redisOK = p.redis("redis", v)
+	}
+	if v, ok := fields["response"]; ok {
+		p.response("response", v, &c.Response)
+	}
+	if v, ok := fields["client_ip"]; ok {
+		p.clientIP("client_ip", v, &c.ClientIP)
+	}
+	failureLocal := false
+	if v, ok := fields["failure_mode"]; ok {
+		if i, ok := p.enum("failure_mode", v, failureModeNames[:]); ok {
+			c.FailureMode = FailureMode(i)
+			failureLocal = c.FailureMode == FailLocal
+		}
+	}
+
+	v, ok := fields["rules"]
+	if !ok {
+		p.fail("rules", "is required")
+		return c
+	}
+	items, ok := p.array("rules", v)
+	if !ok {
+		return c
+	}
+	if len(items) == 0 {
+		p.fail("rules", "must contain at least one rule")
+		return c
+	}
+	names := make(map[string]int, len(items))
+	for i, item := range items {
+		path := "rules[" + strconv.Itoa(i) + "]"
+		r := p.rule(path, item)
+		if r == nil {
+			continue
+		}
+		r.Index = i
+		if r.Name != "" {
+			if j, dup := names[r.Name]; dup {
+				p.fail(path+".name", "duplicate rule name "+strconv.Quote(r.Name)+" (also rules["+strconv.Itoa(j)+"])")
+			} else {
+				names[r.Name] = i
+			}
+		}
+		if r.Backend == BackendRedis && c.Redis == nil && redisOK {
+			p.fail(path+".backend", `"redis" needs a top-level "redis" object`)
+		}
+		c.Rules = append(c.Rules, r)
+	}
+	if failureLocal && !c.HasRedisRules() && len(c.Rules) == len(items) {
+		p.fail("failure_mode", `"local" needs at least one rule with backend "redis"`)
+	}
+	return c
+}
+
+// HasRedisRules reports whether any rule uses the Redis backend.
+func (c *Config) HasRedisRules() bool {
+	for _, r := range c.Rules {
+		if r.Backend == BackendRedis {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis"}
+	ruleFields     = []string{"name", "match", "key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys"}
+	matchFields    = []string{"path_prefix", "methods", "headers"}
+	headerFields   = []string{"name", "exact"}
+	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
+	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method"}
+	responseFields = []string{"status", "body", "headers"}
+	clientIPFields = []string{"xff_trusted_hops"}
+	redisFields    = []string{"cluster", "timeout_ms", "instances", "username", "password"}
+
+	backendNames     = [...]string{BackendLocal: "local", BackendRedis: "redis"}
+	modeNames        = [...]string{ModeEnforce: "enforce", ModeShadow: "shadow"}
+	failureModeNames = [...]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local"}
+	headerStyleNames = [...]string{HeadersBoth: "both", HeadersDraft: "draft", HeadersLegacy: "legacy", HeadersNone: "none"}
+)
+
+func (p *parser) rule(path string, v gjson.Result) *Rule {
+	f, ok := p.object(path, v, ruleFields)
+	if !ok {
+		return nil
+	}
+	r := &Rule{MaxKeys: DefaultMaxKeys}
+	valid := true // false once a field the limiter needs is bad
+	if x, ok := f["name"]; ok {
+		if s, ok := p.str(path+".name", x); ok {
+			if msg := checkRuleName(s); msg != "" {
+				p.fail(path+".name", show(x)+" "+msg)
+			} else {
+				r.Name = s
+			}
+		}
+	} else {
+		p.fail(path+".name", "is required")
+	}
+	if x, ok := f["match"]; ok {
+		p.match(path+".match", x, &r.Match)
+	}
+	if x, ok := f["key"]; ok {
+		r.Key = p.key(path+".key", x)
+	} else {
+		p.fail(path+".key", "is required")
+	}
+	if x, ok := f["algorithm"]; ok {
+		names := make([]string, len(algorithms.Kinds))
+		for i, k := range algorithms.Kinds {
+			names[i] = k.String()
+		}
+		if i, ok := p.enum(path+".algorithm", x, names); ok {
+			r.Algorithm = algorithms.Kinds[i]
+		} else {
+			valid = false
+		}
+	} else {
+		p.fail(path+".algorithm", "is required")
+		valid = false
+	}
+	if x, ok := f["limit"]; ok {
+		if n, ok := p.integer(path+".limit", x, 1, MaxLimit); ok {
+			r.Limit = n
+		} else {
+			valid = false
+		}
+	} else {
+		p.fail(path+".limit", "is required")
+		valid = false
+	}
+	if x, ok := f["window"]; ok {
+		if d, ok := p.duration(path+".window", x); ok {
+			r.Window = d
+		} else {
+			valid = false
+		}
+	} else {
+		p.fail(path+".window", "is required")
+		valid = false
+	}
+	if x, ok := f["burst"]; ok {
+		if r.Algorithm != 0 && r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.LeakyBucket {
+			p.fail(path+".burst", "applies only to token_bucket and leaky_bucket, not "+r.Algorithm.String())
+			valid = false
+		} else if n, ok := p.integer(path+".burst", x, 1, MaxLimit); ok {
+			r.Burst = n
+		} else {
+			valid = false
+		}
+	}
+	if r.Burst == 0 {
+		r.Burst = r.Limit
+	}
+	if x, ok := f["backend"]; ok {
+		if i, ok := p.enum(path+".backend", x, backendNames[:]); ok {
+			r.Backend = Backend(i)
+		}
+	}
+	if x, ok := f["mode"]; ok {
+		if i, ok := p.enum(path+".mode", x, modeNames[:]); ok {
+			r.Mode = Mode(i)
+		}
+	}
+	if x, ok := f["max_keys"]; ok {
+		if n, ok := p.integer(path+".max_keys", x, 1, MaxMaxKeys); ok {
+			r.MaxKeys = int(n)
+		}
+	}
+	if valid {
+		l, err := algorithms.New(r.Algorithm, algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst})
+		var pe *algorithms.ParamError
+		switch {
+		case errors.As(err, &pe):
+			p.fail(path+"."+pe.Field, pe.Reason)
+		case err != nil:
+			p.fail(path, err.Error())
+		default:
+			r.Limiter = l
+		}
+	}
+	return r
+}
+
+func checkRuleName(s string) string {
+	if s == "" {
+		return "is empty"
+	}
+	if len(s) > MaxRuleNameLen {
+		return "is longer than " + strconv.Itoa(MaxRuleNameLen) + " bytes"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return "may contain only letters, digits, '-', '_' and '.'"
+		}
+	}
+	return ""
+}
+
+func (p *parser) match(path string, v gjson.Result, m *Match) {
+	f, ok := p.object(path, v, matchFields)
+	if !ok {
+		return
+	}
+	if x, ok := f["path_prefix"]; ok {
+		if s, ok := p.str(path+".path_prefix", x); ok {
+			if !strings.HasPrefix(s, "/") {
+				p.fail(path+".path_prefix", show(x)+` must start with "/"`)
+			} else if hasSpaceOrControl(s) {
+				p.fail(path+".path_prefix", show(x)+" must not contain spaces or control characters")
+			} else if strings.ContainsAny(s, "?#") {
+				p.fail(path+".path_prefix", show(x)+` must not contain "?" or "#" (the query string is not matched)`)
+			} else {
+				m.PathPrefix = s
+			}
+		}
+	}
+	if x, ok := f["methods"]; ok {
+		if items, ok := p.array(path+".methods", x); ok {
+			if len(items) == 0 {
+				p.fail(path+".methods", "must not be empty (omit it to match every method)")
+			}
+			for i, it := range items {
+				ip := path + ".methods[" + strconv.Itoa(i) + "]"
+				s, ok := p.str(ip, it)
+				if !ok {
+					continue
+				}
+				if !isToken(s) {
+					p.fail(ip, show(it)+" is not an HTTP method")
+					continue
+				}
+				s = strings.ToUpper(s)
+				if containsString(m.Methods, s) {
+					p.fail(ip, "duplicate method "+strconv.Quote(s))
+					continue
+				}
+				m.Methods = append(m.Methods, s)
+			}
+		}
+	}
+	if x, ok := f["headers"]; ok {
+		if items, ok := p.array(path+".headers", x); ok {
+			if len(items) == 0 {
+				p.fail(path+".headers", "must not be empty (omit it to match any headers)")
+			}
+			for i, it := range items {
+				ip := path + ".headers[" + strconv.Itoa(i) + "]"
+				hf, ok := p.object(ip, it, headerFields)
+				if !ok {
+					continue
+				}
+				var h HeaderMatch
+				good := true
+				if n, ok := hf["name"]; ok {
+					if s, ok := p.headerName(ip+".name", n); ok {
+						h.Name = s
+					} else {
+						good = false
+					}
+				} else {
+					p.fail(ip+".name", "is required")
+					good = false
+				}
+				if e, ok := hf["exact"]; ok {
+					if s, ok := p.str(ip+".exact", e); ok {
+						h.Exact = s
+					} else {
+						good = false
+					}
+				} else {
+					p.fail(ip+".exact", "is required")
+					good = false
+				}
+				if good {
+					m.Headers = append(m.Headers, h)
+				}
+			}
+		}
+	}
+}
+
+func (p *parser) key(path string, v gjson.Result) []KeyPart {
+	items, ok := p.array(path, v)
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 {
+		p.fail(path, "must not be empty")
+		return nil
+	}
+	if len(items) > MaxKeyParts {
+		p.fail(path, "has "+strconv.Itoa(len(items))+" parts, more than the limit of "+strconv.Itoa(MaxKeyParts))
+		return nil
+	}
+	parts := make([]KeyPart, 0, len(items))
+	for i, it := range items {
+		ip := path + "[" + strconv.Itoa(i) + "]"
+		f, ok := p.object(ip, it, keyFields)
+		if !ok {
+			continue
+		}
+		var given []string
+		for _, s := range keySources {
+			if _, ok := f[s]; ok {
+				given = append(given, `"`+s+`"`)
+			}
+		}
+		if len(given) == 0 {
+			p.fail(ip, `needs one of "remote_ip", "header", "query", "cookie", "path", "method"`)
+			continue
+		}
+		if len(given) > 1 {
+			p.fail(ip, "has several sources ("+strings.Join(given, ", ")+"); use one per key part")
+			continue
+		}
+		var k KeyPart
+		good := true
+		trueFlag := func(name string) bool {
+			x := f[name]
+			b, ok := p.boolean(ip+"."+name, x)
+			if ok && !b {
+				p.fail(ip+"."+name, "must be true (remove the key part instead)")
+				ok = false
+			}
+			good = good && ok
+			return ok
+		}
+		switch {
+		case f["remote_ip"].Exists():
+			k.RemoteIP = trueFlag("remote_ip")
+		case f["header"].Exists():
+			k.Header, good = p.headerName(ip+".header", f["header"])
+		case f["query"].Exists():
+			x := f["query"]
+			if s, ok := p.str(ip+".query", x); ok {
+				if s == "" || len(s) > MaxNameLen || hasSpaceOrControl(s) || strings.ContainsAny(s, "&=#?") {
+					p.fail(ip+".query", show(x)+" is not a query parameter name")
+					good = false
+				} else {
+					k.Query = s
+				}
+			} else {
+				good = false
+			}
+		case f["cookie"].Exists():
+			x := f["cookie"]
+			if s, ok := p.str(ip+".cookie", x); ok {
+				if !isToken(s) || len(s) > MaxNameLen {
+					p.fail(ip+".cookie", show(x)+" is not a cookie name")
+					good = false
+				} else {
+					k.Cookie = s
+				}
+			} else {
+				good = false
+			}
+		case f["path"].Exists():
+			k.Path = trueFlag("path")
+		case f["method"].Exists():
+			k.Method = trueFlag("method")
+		}
+		if x, ok := f["ipv6_prefix"]; ok {
+			if !k.RemoteIP && !f["remote_ip"].Exists() {
+				p.fail(ip+".ipv6_prefix", `is valid only with "remote_ip"`)
+				good = false
+			} else if n, ok := p.integer(ip+".ipv6_prefix", x, 1, 128); ok {
+				k.IPv6Prefix = int(n)
+			} else {
+				good = false
+			}
+		}
+		if good {
+			parts = append(parts, k)
+		}
+	}
+	return parts
+}
+
+func (p *parser) response(path string, v gjson.Result, r *Response) {
+	f, ok := p.object(path, v, responseFields)
+	if !ok {
+		return
+	}
+	if x, ok := f["status"]; ok {
+		if n, ok := p.integer(path+".status", x, minStatus, maxStatus); ok {
+			r.Status = int(n)
+		}
+	}
+	if x, ok := f["body"]; ok {
+		if s, ok := p.str(path+".body", x); ok {
+			if len(s) > MaxBodyLen {
+				p.fail(path+".body", "is "+strconv.Itoa(len(s))+" bytes, more than the limit of "+strconv.Itoa(MaxBodyLen))
+			} else {
+				r.Body = s
+			}
+		}
+	}
+	if x, ok := f["headers"]; ok {
+		if i, ok := p.enum(path+".headers", x, headerStyleNames[:]); ok {
+			r.Headers = HeaderStyle(i)
+		}
+	}
+}
+
+func (p *parser) clientIP(path string, v gjson.Result, c *ClientIP) {
+	f, ok := p.object(path, v, clientIPFields)
+	if !ok {
+		return
+	}
+	if x, ok := f["xff_trusted_hops"]; ok {
+		if n, ok := p.integer(path+".xff_trusted_hops", x, 0, MaxXFFTrustedHops); ok {
+			c.XFFTrustedHops = int(n)
+		}
+	}
+}
+
+// redis parses the "redis" object. ok is false when the object was given but
+// is not an object (so rules are not also blamed for its absence).
+func (p *parser) redis(path string, v gjson.Result) (*Redis, bool) {
+	f, ok := p.object(path, v, redisFields)
+	if !ok {
+		return nil, false
+	}
+	r := &Redis{TimeoutMS: DefaultRedisTimeoutMS, Instances: defaultRedisInstances}
+	if x, ok := f["cluster"]; ok {
+		if s, ok := p.str(path+".cluster", x); ok {
+			if s == "" {
+				p.fail(path+".cluster", "must not be empty")
+			}
+			r.Cluster = s
+		}
+	} else {
+		p.fail(path+".cluster", "is required")
+	}
+	if x, ok := f["timeout_ms"]; ok {
+		if n, ok := p.integer(path+".timeout_ms", x, 1, MaxRedisTimeoutMS); ok {
+			r.TimeoutMS = int(n)
+		}
+	}
+	if x, ok := f["instances"]; ok {
+		if n, ok := p.integer(path+".instances", x, 1, MaxRedisInstances); ok {
+			r.Instances = int(n)
+		}
+	}
+	if x, ok := f["username"]; ok {
+		r.Username, _ = p.str(path+".username", x)
+	}
+	if x, ok := f["password"]; ok {
+		r.Password, _ = p.str(path+".password", x)
+	}
+	return r, true
+}
+
+// object checks that v is a JSON object whose field names are all in known
+// and unique, and returns its fields by name.
+func (p *parser) object(path string, v gjson.Result, known []string) (map[string]gjson.Result, bool) {
+	if !v.IsObject() {
+		p.fail(path, show(v)+" is not an object")
+		return nil, false
+	}
+	f := make(map[string]gjson.Result, len(known))
+	v.ForEach(func(k, x gjson.Result) bool {
+		name := k.String()
+		fp := name
+		if path != "" {
+			fp = path + "." + name
+		}
+		if !containsString(known, name) {
+			msg := "unknown field"
+			if s := suggest(name, known); s != "" {
+				msg += ` (did you mean "` + s + `"?)`
+			}
+			p.fail(fp, msg)
+			return true
+		}
+		if _, dup := f[name]; dup {
+			p.fail(fp, "duplicate field")
+			return true
+		}
+		f[name] = x
+		return true
+	})
+	return f, true
+}
+
+func (p *parser) array(path string, v gjson.Result) ([]gjson.Result, bool) {
+	if !v.IsArray() {
+		p.fail(path, show(v)+" is not a list")
+		return nil, false
+	}
+	return v.Array(), true
+}
+
+func (p *parser) str(path string, v gjson.Result) (string, bool) {
+	if v.Type != gjson.String {
+		p.fail(path, show(v)+" is not a string")
+		return "", false
+	}
+	return v.Str, true
+}
+
+func (p *parser) boolean(path string, v gjson.Result) (bool, bool) {
+	if v.Type != gjson.True && v.Type != gjson.False {
+		p.fail(path, show(v)+" is not a boolean")
+		return false, false
+	}
+	return v.Type == gjson.True, true
+}
+
+// integer accepts a JSON number written as an integer literal (no fraction,
+// no exponent) in [lo, hi].
+func (p *parser) integer(path string, v gjson.Result, lo, hi int64) (int64, bool) {
+	if v.Type != gjson.Number || !isIntLiteral(v.Raw) {
+		p.fail(path, show(v)+" is not an integer")
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v.Raw, 10, 64)
+	if err != nil || n < lo || n > hi {
+		p.fail(path, show(v)+" is out of range "+strconv.FormatInt(lo, 10)+".."+strconv.FormatInt(hi, 10))
+		return 0, false
+	}
+	return n, true
+}
+
+func (p *parser) duration(path string, v gjson.Result) (time.Duration, bool) {
+	s, ok := p.str(path, v)
+	if !ok {
+		return 0, false
+	}
+	d, ok := ParseDuration(s)
+	switch {
+	case !ok:
+		p.fail(path, show(v)+" is not a duration")
+	case d == 0:
+		p.fail(path, show(v)+" is not longer than zero")
+	case d > MaxWindow:
+		p.fail(path, show(v)+" is longer than the maximum "+FormatDuration(MaxWindow))
+	default:
+		return d, true
+	}
+	return 0, false
+}
+
+func (p *parser) enum(path string, v gjson.Result, names []string) (int, bool) {
+	s, ok := p.str(path, v)
+	if !ok {
+		return 0, false
+	}
+	for i, n := range names {
+		if s == n {
+			return i, true
+		}
+	}
+	p.fail(path, show(v)+" is not one of "+strings.Join(names, ", "))
+	return 0, false
+}
+
+// headerName accepts an HTTP header name (an RFC 9110 token, or a pseudo-header
+// such as ":authority") and returns it lower-cased.
+func (p *parser) headerName(path string, v gjson.Result) (string, bool) {
+	s, ok := p.str(path, v)
+	if !ok {
+		return "", false
+	}
+	t := strings.TrimPrefix(s, ":")
+	if !isToken(t) || len(s) > MaxNameLen {
+		p.fail(path, show(v)+" is not a header name")
+		return "", false
+	}
+	return strings.ToLower(s), true
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if strings.IndexByte("!#$%&'*+-.^_`|~", c) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// hasSpaceOrControl reports whether s has a byte that never appears raw in
+// a request path or query: a space, a control character or DEL.
+func hasSpaceOrControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func isIntLiteral(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// show renders a JSON value for a message: its literal text, shortened.
+func show(v gjson.Result) string {
+	s := strings.TrimSpace(v.Raw)
+	if s == "" {
+		return "nothing"
+	}
+	if len(s) > maxShownValue {
+		cut := maxShownValue - 3
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}
+
+// suggest returns the known name name is most likely a typo of, or "": one
+// within a small edit distance (1, or 2 for names of 6 bytes and more), or
+// one that name is a prefix of ("timeout" for "timeout_ms").
+func suggest(name string, known []string) string {
+	name = strings.ToLower(name)
+	limit := 1
+	if len(name) >= 6 {
+		limit = 2
+	}
+	best, bestD := "", limit+1
+	for _, k := range known {
+		if d := editDistance(name, k, bestD); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" && len(name) >= 4 {
+		for _, k := range known {
+			if strings.HasPrefix(k, name) {
+				return k
+			}
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, or max when it is
+// at least max.
+func editDistance(a, b string, max int) int {
+	if len(a) > 64 || len(b) > 64 {
+		return max
+	}
+	d := max
+	if diff := len(a) - len(b); diff >= max || -diff >= max {
+		return max
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	if prev[len(b)] < d {
+		return prev[len(b)]
+	}
+	return max
+}
+
+func bytesTrimSpace(b []byte) []byte {
+	i, j := 0, len(b)
+	for i < j && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	for j > i && (b[j-1] == ' ' || b[j-1] == '\t' || b[j-1] == '\n' || b[j-1] == '\r') {
+		j--
+	}
+	return b[i:j]
+}

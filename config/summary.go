@@ -1,0 +1,108 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+)
+
+// String returns the configuration name ("local", "redis").
+func (b Backend) String() string { return enumName(backendNames[:], int(b)) }
+
+// String returns the configuration name ("enforce", "shadow").
+func (m Mode) String() string { return enumName(modeNames[:], int(m)) }
+
+// String returns the configuration name ("open", "closed", "local").
+func (f FailureMode) String() string { return enumName(failureModeNames[:], int(f)) }
+
+// String returns the configuration name ("both", "draft", "legacy", "none").
+func (h HeaderStyle) String() string { return enumName(headerStyleNames[:], int(h)) }
+
+func enumName(names []string, i int) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return "unknown(" + strconv.Itoa(i) + ")"
+}
+
+// String describes the key part as in a Summary: "remote_ip",
+// "remote_ip/64", "header:x-api-key", "query:k", "cookie:session", "path",
+// "method".
+func (k KeyPart) String() string {
+	switch {
+	case k.RemoteIP && k.IPv6Prefix > 0:
+		return "remote_ip/" + strconv.Itoa(k.IPv6Prefix)
+	case k.RemoteIP:
+		return "remote_ip"
+	case k.Header != "":
+		return "header:" + k.Header
+	case k.Query != "":
+		return "query:" + k.Query
+	case k.Cookie != "":
+		return "cookie:" + k.Cookie
+	case k.Path:
+		return "path"
+	case k.Method:
+		return "method"
+	}
+	return "none"
+}
+
+// String describes the match as in a Summary: "all", or space-separated
+// "path_prefix:/api/", "methods:GET,POST", "header:x-tenant=acme".
+func (m *Match) String() string {
+	if m.IsZero() {
+		return "all"
+	}
+	var parts []string
+	if m.PathPrefix != "" {
+		parts = append(parts, "path_prefix:"+m.PathPrefix)
+	}
+	if len(m.Methods) > 0 {
+		parts = append(parts, "methods:"+strings.Join(m.Methods, ","))
+	}
+	for _, h := range m.Headers {
+		parts = append(parts, "header:"+h.Name+"="+strconv.Quote(h.Exact))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Summary describes the rule on one line, e.g.
+//
+//	api-per-key: token_bucket 100/1m burst 20 key=header:x-api-key match=path_prefix:/api/ methods:GET,POST local enforce
+//
+// "burst N" appears for token_bucket and leaky_bucket only, "max_keys=N" only
+// when it is not DefaultMaxKeys.
+func (r *Rule) Summary() string {
+	var b strings.Builder
+	b.WriteString(r.Name)
+	b.WriteString(": ")
+	b.WriteString(r.Algorithm.String())
+	b.WriteByte(' ')
+	b.WriteString(strconv.FormatInt(r.Limit, 10))
+	b.WriteByte('/')
+	b.WriteString(FormatDuration(r.Window))
+	if r.Algorithm == algorithms.TokenBucket || r.Algorithm == algorithms.LeakyBucket {
+		b.WriteString(" burst ")
+		b.WriteString(strconv.FormatInt(r.Burst, 10))
+	}
+	b.WriteString(" key=")
+	for i, k := range r.Key {
+		if i > 0 {
+			b.WriteByte('+')
+		}
+		b.WriteString(k.String())
+	}
+	b.WriteString(" match=")
+	b.WriteString(r.Match.String())
+	b.WriteByte(' ')
+	b.WriteString(r.Backend.String())
+	b.WriteByte(' ')
+	b.WriteString(r.Mode.String())
+	if r.MaxKeys != DefaultMaxKeys {
+		b.WriteString(" max_keys=")
+		b.WriteString(strconv.Itoa(r.MaxKeys))
+	}
+	return b.String()
+}
