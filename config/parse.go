@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -45,41 +46,66 @@ const (
 func Parse(data []byte) (*Config, error) {
 	p := &parser{}
 	c := p.parse(data)
-	if len(p.errs) > 0 {
-		if p.dropped > 0 {
-			p.errs = append(p.errs, &Error{Msg: "and " + strconv.Itoa(p.dropped) + " more errors"})
-		}
-		return nil, p.errs
+	if len(p.errs) == 0 {
+		return c, nil
 	}
-	return c, nil
+	// Report in document order: top-level objects are checked before the
+	// rules that depend on them, whatever their place in the file.
+	sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].at < p.errs[j].at })
+	errs := make(Errors, 0, min(len(p.errs), MaxErrors+1))
+	for i, e := range p.errs {
+		if i == MaxErrors {
+			errs = append(errs, &Error{Msg: "and " + strconv.Itoa(len(p.errs)-MaxErrors) + " more errors"})
+			break
+		}
+		errs = append(errs, &Error{Path: e.path, Msg: e.msg})
+	}
+	return nil, errs
 }
 
 type parser struct {
-	errs    Errors
-	dropped int
+	errs []located
 }
 
-func (p *parser) fail(path, msg string) {
-	if len(p.errs) >= MaxErrors {
-		p.dropped++
-		return
+// located is an error with the offset in the document it is about.
+type located struct {
+	at        int
+	path, msg string
+}
+
+// fail records an error about the value v.
+func (p *parser) fail(v gjson.Result, path, msg string) {
+	p.errs = append(p.errs, located{v.Index, path, msg})
+}
+
+// failEnd records an error about the object obj as a whole (a missing
+// field): it sorts after the errors inside obj.
+func (p *parser) failEnd(obj gjson.Result, path, msg string) {
+	p.errs = append(p.errs, located{obj.Index + len(obj.Raw), path, msg})
+}
+
+// paramAt returns the value a limiter parameter error is about: the field
+// when the rule gives it, else the end of the rule.
+func paramAt(rule gjson.Result, f map[string]gjson.Result, field string) gjson.Result {
+	if x, ok := f[field]; ok {
+		return x
 	}
-	p.errs = append(p.errs, &Error{Path: path, Msg: msg})
+	return gjson.Result{Index: rule.Index + len(rule.Raw)}
 }
 
 func (p *parser) parse(data []byte) *Config {
 	switch {
-	case len(bytesTrimSpace(data)) == 0:
-		p.fail("", "is empty")
-		return nil
 	case len(data) > MaxConfigSize:
-		p.fail("", strconv.Itoa(len(data))+" bytes is more than the limit of "+strconv.Itoa(MaxConfigSize))
+		p.fail(gjson.Result{}, "", strconv.Itoa(len(data))+" bytes is more than the limit of "+strconv.Itoa(MaxConfigSize))
+		return nil
+	case len(bytesTrimSpace(data)) == 0:
+		p.fail(gjson.Result{}, "", "is empty")
 		return nil
 	case !gjson.ValidBytes(data):
-		p.fail("", "is not valid JSON")
+		p.fail(gjson.Result{}, "", "is not valid JSON")
 		return nil
 	case !utf8.Valid(data):
-		p.fail("", "is not valid UTF-8")
+		p.fail(gjson.Result{}, "", "is not valid UTF-8")
 		return nil
 	}
 	root := gjson.ParseBytes(data)
@@ -112,7 +138,7 @@ func (p *parser) parse(data []byte) *Config {
 
 	v, ok := fields["rules"]
 	if !ok {
-		p.fail("rules", "is required")
+		p.failEnd(root, "rules", "is required")
 		return c
 	}
 	items, ok := p.array("rules", v)
@@ -120,7 +146,7 @@ func (p *parser) parse(data []byte) *Config {
 		return c
 	}
 	if len(items) == 0 {
-		p.fail("rules", "must contain at least one rule")
+		p.fail(v, "rules", "must contain at least one rule")
 		return c
 	}
 	names := make(map[string]int, len(items))
@@ -133,18 +159,18 @@ func (p *parser) parse(data []byte) *Config {
 		r.Index = i
 		if r.Name != "" {
 			if j, dup := names[r.Name]; dup {
-				p.fail(path+".name", "duplicate rule name "+strconv.Quote(r.Name)+" (also rules["+strconv.Itoa(j)+"])")
+				p.fail(item.Get("name"), path+".name", "duplicate rule name "+strconv.Quote(r.Name)+" (also rules["+strconv.Itoa(j)+"])")
 			} else {
 				names[r.Name] = i
 			}
 		}
 		if r.Backend == BackendRedis && c.Redis == nil && redisOK {
-			p.fail(path+".backend", `"redis" needs a top-level "redis" object`)
+			p.fail(item.Get("backend"), path+".backend", `"redis" needs a top-level "redis" object`)
 		}
 		c.Rules = append(c.Rules, r)
 	}
 	if failureLocal && !c.HasRedisRules() && len(c.Rules) == len(items) {
-		p.fail("failure_mode", `"local" needs at least one rule with backend "redis"`)
+		p.fail(fields["failure_mode"], "failure_mode", `"local" needs at least one rule with backend "redis"`)
 	}
 	return c
 }
@@ -186,13 +212,13 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 	if x, ok := f["name"]; ok {
 		if s, ok := p.str(path+".name", x); ok {
 			if msg := checkRuleName(s); msg != "" {
-				p.fail(path+".name", show(x)+" "+msg)
+				p.fail(x, path+".name", show(x)+" "+msg)
 			} else {
 				r.Name = s
 			}
 		}
 	} else {
-		p.fail(path+".name", "is required")
+		p.failEnd(v, path+".name", "is required")
 	}
 	if x, ok := f["match"]; ok {
 		p.match(path+".match", x, &r.Match)
@@ -200,7 +226,7 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 	if x, ok := f["key"]; ok {
 		r.Key = p.key(path+".key", x)
 	} else {
-		p.fail(path+".key", "is required")
+		p.failEnd(v, path+".key", "is required")
 	}
 	if x, ok := f["algorithm"]; ok {
 		names := make([]string, len(algorithms.Kinds))
@@ -213,7 +239,7 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 			valid = false
 		}
 	} else {
-		p.fail(path+".algorithm", "is required")
+		p.failEnd(v, path+".algorithm", "is required")
 		valid = false
 	}
 	if x, ok := f["limit"]; ok {
@@ -223,7 +249,7 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 			valid = false
 		}
 	} else {
-		p.fail(path+".limit", "is required")
+		p.failEnd(v, path+".limit", "is required")
 		valid = false
 	}
 	if x, ok := f["window"]; ok {
@@ -233,12 +259,12 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 			valid = false
 		}
 	} else {
-		p.fail(path+".window", "is required")
+		p.failEnd(v, path+".window", "is required")
 		valid = false
 	}
 	if x, ok := f["burst"]; ok {
 		if r.Algorithm != 0 && r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.LeakyBucket {
-			p.fail(path+".burst", "applies only to token_bucket and leaky_bucket, not "+r.Algorithm.String())
+			p.fail(x, path+".burst", "applies only to token_bucket and leaky_bucket, not "+r.Algorithm.String())
 			valid = false
 		} else if n, ok := p.integer(path+".burst", x, 1, MaxLimit); ok {
 			r.Burst = n
@@ -269,9 +295,9 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 		var pe *algorithms.ParamError
 		switch {
 		case errors.As(err, &pe):
-			p.fail(path+"."+pe.Field, pe.Reason)
+			p.fail(paramAt(v, f, pe.Field), path+"."+pe.Field, pe.Reason)
 		case err != nil:
-			p.fail(path, err.Error())
+			p.failEnd(v, path, err.Error())
 		default:
 			r.Limiter = l
 		}
@@ -303,11 +329,11 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 	if x, ok := f["path_prefix"]; ok {
 		if s, ok := p.str(path+".path_prefix", x); ok {
 			if !strings.HasPrefix(s, "/") {
-				p.fail(path+".path_prefix", show(x)+` must start with "/"`)
+				p.fail(x, path+".path_prefix", show(x)+` must start with "/"`)
 			} else if hasSpaceOrControl(s) {
-				p.fail(path+".path_prefix", show(x)+" must not contain spaces or control characters")
+				p.fail(x, path+".path_prefix", show(x)+" must not contain spaces or control characters")
 			} else if strings.ContainsAny(s, "?#") {
-				p.fail(path+".path_prefix", show(x)+` must not contain "?" or "#" (the query string is not matched)`)
+				p.fail(x, path+".path_prefix", show(x)+` must not contain "?" or "#" (the query string is not matched)`)
 			} else {
 				m.PathPrefix = s
 			}
@@ -316,7 +342,7 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 	if x, ok := f["methods"]; ok {
 		if items, ok := p.array(path+".methods", x); ok {
 			if len(items) == 0 {
-				p.fail(path+".methods", "must not be empty (omit it to match every method)")
+				p.fail(x, path+".methods", "must not be empty (omit it to match every method)")
 			}
 			for i, it := range items {
 				ip := path + ".methods[" + strconv.Itoa(i) + "]"
@@ -325,12 +351,12 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 					continue
 				}
 				if !isToken(s) {
-					p.fail(ip, show(it)+" is not an HTTP method")
+					p.fail(it, ip, show(it)+" is not an HTTP method")
 					continue
 				}
 				s = strings.ToUpper(s)
 				if containsString(m.Methods, s) {
-					p.fail(ip, "duplicate method "+strconv.Quote(s))
+					p.fail(it, ip, "duplicate method "+strconv.Quote(s))
 					continue
 				}
 				m.Methods = append(m.Methods, s)
@@ -340,7 +366,7 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 	if x, ok := f["headers"]; ok {
 		if items, ok := p.array(path+".headers", x); ok {
 			if len(items) == 0 {
-				p.fail(path+".headers", "must not be empty (omit it to match any headers)")
+				p.fail(x, path+".headers", "must not be empty (omit it to match any headers)")
 			}
 			for i, it := range items {
 				ip := path + ".headers[" + strconv.Itoa(i) + "]"
@@ -357,7 +383,7 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 						good = false
 					}
 				} else {
-					p.fail(ip+".name", "is required")
+					p.failEnd(it, ip+".name", "is required")
 					good = false
 				}
 				if e, ok := hf["exact"]; ok {
@@ -367,7 +393,7 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 						good = false
 					}
 				} else {
-					p.fail(ip+".exact", "is required")
+					p.failEnd(it, ip+".exact", "is required")
 					good = false
 				}
 				if good {
@@ -384,11 +410,11 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 		return nil
 	}
 	if len(items) == 0 {
-		p.fail(path, "must not be empty")
+		p.fail(v, path, "must not be empty")
 		return nil
 	}
 	if len(items) > MaxKeyParts {
-		p.fail(path, "has "+strconv.Itoa(len(items))+" parts, more than the limit of "+strconv.Itoa(MaxKeyParts))
+		p.fail(v, path, "has "+strconv.Itoa(len(items))+" parts, more than the limit of "+strconv.Itoa(MaxKeyParts))
 		return nil
 	}
 	parts := make([]KeyPart, 0, len(items))
@@ -405,11 +431,11 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 			}
 		}
 		if len(given) == 0 {
-			p.fail(ip, `needs one of "remote_ip", "header", "query", "cookie", "path", "method"`)
+			p.failEnd(it, ip, `needs one of "remote_ip", "header", "query", "cookie", "path", "method"`)
 			continue
 		}
 		if len(given) > 1 {
-			p.fail(ip, "has several sources ("+strings.Join(given, ", ")+"); use one per key part")
+			p.failEnd(it, ip, "has several sources ("+strings.Join(given, ", ")+"); use one per key part")
 			continue
 		}
 		var k KeyPart
@@ -418,7 +444,7 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 			x := f[name]
 			b, ok := p.boolean(ip+"."+name, x)
 			if ok && !b {
-				p.fail(ip+"."+name, "must be true (remove the key part instead)")
+				p.fail(x, ip+"."+name, "must be true (remove the key part instead)")
 				ok = false
 			}
 			good = good && ok
@@ -433,7 +459,7 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 			x := f["query"]
 			if s, ok := p.str(ip+".query", x); ok {
 				if s == "" || len(s) > MaxNameLen || hasSpaceOrControl(s) || strings.ContainsAny(s, "&=#?") {
-					p.fail(ip+".query", show(x)+" is not a query parameter name")
+					p.fail(x, ip+".query", show(x)+" is not a query parameter name")
 					good = false
 				} else {
 					k.Query = s
@@ -445,7 +471,7 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 			x := f["cookie"]
 			if s, ok := p.str(ip+".cookie", x); ok {
 				if !isToken(s) || len(s) > MaxNameLen {
-					p.fail(ip+".cookie", show(x)+" is not a cookie name")
+					p.fail(x, ip+".cookie", show(x)+" is not a cookie name")
 					good = false
 				} else {
 					k.Cookie = s
@@ -460,7 +486,7 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 		}
 		if x, ok := f["ipv6_prefix"]; ok {
 			if !k.RemoteIP && !f["remote_ip"].Exists() {
-				p.fail(ip+".ipv6_prefix", `is valid only with "remote_ip"`)
+				p.fail(x, ip+".ipv6_prefix", `is valid only with "remote_ip"`)
 				good = false
 			} else if n, ok := p.integer(ip+".ipv6_prefix", x, 1, 128); ok {
 				k.IPv6Prefix = int(n)
@@ -488,7 +514,7 @@ func (p *parser) response(path string, v gjson.Result, r *Response) {
 	if x, ok := f["body"]; ok {
 		if s, ok := p.str(path+".body", x); ok {
 			if len(s) > MaxBodyLen {
-				p.fail(path+".body", "is "+strconv.Itoa(len(s))+" bytes, more than the limit of "+strconv.Itoa(MaxBodyLen))
+				p.fail(x, path+".body", "is "+strconv.Itoa(len(s))+" bytes, more than the limit of "+strconv.Itoa(MaxBodyLen))
 			} else {
 				r.Body = s
 			}
@@ -524,12 +550,12 @@ func (p *parser) redis(path string, v gjson.Result) (*Redis, bool) {
 	if x, ok := f["cluster"]; ok {
 		if s, ok := p.str(path+".cluster", x); ok {
 			if s == "" {
-				p.fail(path+".cluster", "must not be empty")
+				p.fail(x, path+".cluster", "must not be empty")
 			}
 			r.Cluster = s
 		}
 	} else {
-		p.fail(path+".cluster", "is required")
+		p.failEnd(v, path+".cluster", "is required")
 	}
 	if x, ok := f["timeout_ms"]; ok {
 		if n, ok := p.integer(path+".timeout_ms", x, 1, MaxRedisTimeoutMS); ok {
@@ -554,7 +580,7 @@ func (p *parser) redis(path string, v gjson.Result) (*Redis, bool) {
 // and unique, and returns its fields by name.
 func (p *parser) object(path string, v gjson.Result, known []string) (map[string]gjson.Result, bool) {
 	if !v.IsObject() {
-		p.fail(path, show(v)+" is not an object")
+		p.fail(v, path, show(v)+" is not an object")
 		return nil, false
 	}
 	f := make(map[string]gjson.Result, len(known))
@@ -569,11 +595,11 @@ func (p *parser) object(path string, v gjson.Result, known []string) (map[string
 			if s := suggest(name, known); s != "" {
 				msg += ` (did you mean "` + s + `"?)`
 			}
-			p.fail(fp, msg)
+			p.fail(k, fp, msg)
 			return true
 		}
 		if _, dup := f[name]; dup {
-			p.fail(fp, "duplicate field")
+			p.fail(k, fp, "duplicate field")
 			return true
 		}
 		f[name] = x
@@ -584,7 +610,7 @@ func (p *parser) object(path string, v gjson.Result, known []string) (map[string
 
 func (p *parser) array(path string, v gjson.Result) ([]gjson.Result, bool) {
 	if !v.IsArray() {
-		p.fail(path, show(v)+" is not a list")
+		p.fail(v, path, show(v)+" is not a list")
 		return nil, false
 	}
 	return v.Array(), true
@@ -592,7 +618,7 @@ func (p *parser) array(path string, v gjson.Result) ([]gjson.Result, bool) {
 
 func (p *parser) str(path string, v gjson.Result) (string, bool) {
 	if v.Type != gjson.String {
-		p.fail(path, show(v)+" is not a string")
+		p.fail(v, path, show(v)+" is not a string")
 		return "", false
 	}
 	return v.Str, true
@@ -600,7 +626,7 @@ func (p *parser) str(path string, v gjson.Result) (string, bool) {
 
 func (p *parser) boolean(path string, v gjson.Result) (bool, bool) {
 	if v.Type != gjson.True && v.Type != gjson.False {
-		p.fail(path, show(v)+" is not a boolean")
+		p.fail(v, path, show(v)+" is not a boolean")
 		return false, false
 	}
 	return v.Type == gjson.True, true
@@ -610,12 +636,12 @@ func (p *parser) boolean(path string, v gjson.Result) (bool, bool) {
 // no exponent) in [lo, hi].
 func (p *parser) integer(path string, v gjson.Result, lo, hi int64) (int64, bool) {
 	if v.Type != gjson.Number || !isIntLiteral(v.Raw) {
-		p.fail(path, show(v)+" is not an integer")
+		p.fail(v, path, show(v)+" is not an integer")
 		return 0, false
 	}
 	n, err := strconv.ParseInt(v.Raw, 10, 64)
 	if err != nil || n < lo || n > hi {
-		p.fail(path, show(v)+" is out of range "+strconv.FormatInt(lo, 10)+".."+strconv.FormatInt(hi, 10))
+		p.fail(v, path, show(v)+" is out of range "+strconv.FormatInt(lo, 10)+".."+strconv.FormatInt(hi, 10))
 		return 0, false
 	}
 	return n, true
@@ -629,11 +655,11 @@ func (p *parser) duration(path string, v gjson.Result) (time.Duration, bool) {
 	d, ok := ParseDuration(s)
 	switch {
 	case !ok:
-		p.fail(path, show(v)+" is not a duration")
+		p.fail(v, path, show(v)+" is not a duration")
 	case d == 0:
-		p.fail(path, show(v)+" is not longer than zero")
+		p.fail(v, path, show(v)+" is not longer than zero")
 	case d > MaxWindow:
-		p.fail(path, show(v)+" is longer than the maximum "+FormatDuration(MaxWindow))
+		p.fail(v, path, show(v)+" is longer than the maximum "+FormatDuration(MaxWindow))
 	default:
 		return d, true
 	}
@@ -650,7 +676,7 @@ func (p *parser) enum(path string, v gjson.Result, names []string) (int, bool) {
 			return i, true
 		}
 	}
-	p.fail(path, show(v)+" is not one of "+strings.Join(names, ", "))
+	p.fail(v, path, show(v)+" is not one of "+strings.Join(names, ", "))
 	return 0, false
 }
 
@@ -663,7 +689,7 @@ func (p *parser) headerName(path string, v gjson.Result) (string, bool) {
 	}
 	t := strings.TrimPrefix(s, ":")
 	if !isToken(t) || len(s) > MaxNameLen {
-		p.fail(path, show(v)+" is not a header name")
+		p.fail(v, path, show(v)+" is not a header name")
 		return "", false
 	}
 	return strings.ToLower(s), true

@@ -217,12 +217,12 @@ var errorCases = []struct {
 		rule("name", `"a"`, "window", `"10x"`),
 		rule("name", `"b"`, "limit", `0`, "key", `[]`),
 		rule("name", `"a"`, "algorithm", `"x"`)),
-		"response.status: 1000 is out of range 200..599\n" +
-			"rules[0].window: \"10x\" is not a duration\n" +
+		"rules[0].window: \"10x\" is not a duration\n" +
 			"rules[1].key: must not be empty\n" +
 			"rules[1].limit: 0 is out of range 1..1000000000\n" +
+			"rules[2].name: duplicate rule name \"a\" (also rules[0])\n" +
 			"rules[2].algorithm: \"x\" is not one of token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window\n" +
-			"rules[2].name: duplicate rule name \"a\" (also rules[0])"},
+			"response.status: 1000 is out of range 200..599"},
 }
 
 func TestParseErrors(t *testing.T) {
