@@ -109,6 +109,6 @@ func (l *leakyBucket) Decide(dst, state []byte, now, cost int64) ([]byte, Decisi
 }
 
 func (l *leakyBucket) Idle(state []byte, now int64) bool {
-	_, _, _, level, err := l.load(state, now)
-	return err == nil && level.isZero()
+	_, _, eff, level, err := l.load(state, now)
+	return err == nil && level.isZero() && eff == clampNow(now)
 }

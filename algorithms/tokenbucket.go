@@ -97,6 +97,6 @@ func (l *tokenBucket) Decide(dst, state []byte, now, cost int64) ([]byte, Decisi
 }
 
 func (l *tokenBucket) Idle(state []byte, now int64) bool {
-	n, _, _, err := l.load(state, now)
-	return err == nil && n == l.burst
+	n, _, eff, err := l.load(state, now)
+	return err == nil && n == l.burst && eff == clampNow(now)
 }
