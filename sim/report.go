@@ -1,0 +1,241 @@
+package sim
+
+import (
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/svgchart"
+)
+
+// Report is the content of one HTML report.
+type Report struct {
+	// Title heads the page; default "sluice simulate".
+	Title string
+	// Command is the command line that produced the report (shown as is).
+	Command string
+	Traffic *Traffic
+	Results []*Result
+}
+
+// Explanations are one-line descriptions of each algorithm's trade-off,
+// shown under its chart.
+var Explanations = map[algorithms.Kind]string{
+	algorithms.TokenBucket:   "Starts full at burst and refills continuously: a client idle for a while may send a whole burst at once, then is held to the refill rate.",
+	algorithms.LeakyBucket:   "A meter draining at limit/window: admissions are spaced out smoothly; bursts beyond its capacity are denied immediately.",
+	algorithms.FixedWindow:   "One counter per calendar window: cheap and simple, but a client can send limit just before a boundary and limit just after — up to 2× limit in one window length.",
+	algorithms.SlidingLog:    "Remembers every admitted request of the last window: exact (never more than limit in any window length), at the cost of state that grows with the limit.",
+	algorithms.SlidingWindow: "Weights the previous window's count by how much of it still overlaps: nearly as smooth as the log with two counters of state; approximate at the boundary.",
+}
+
+// WriteReport writes r as one self-contained HTML page: inline CSS and
+// SVG, no scripts, no external resources. Elements carry stable classes and
+// data attributes for tools and tests: every result is a
+// <section class="algo" data-algorithm=... data-max-in-window=...>, its
+// numbers are <dd data-metric="admitted|denied|max-in-window|state-bytes">
+// holding a bare integer, and its charts are <svg class="svgchart"> with
+// ids "chart-N-traffic" and "chart-N-remaining".
+func WriteReport(w io.Writer, r *Report) error {
+	if r.Traffic == nil || len(r.Results) == 0 {
+		return fmt.Errorf("sim: report has no traffic or no results")
+	}
+	page := pageData{Title: r.Title, Command: r.Command, Traffic: r.Traffic}
+	if page.Title == "" {
+		page.Title = "sluice simulate"
+	}
+	tr := r.Traffic
+	page.SpanNS = tr.End - tr.Start
+	page.Span = fmtDuration(time.Duration(tr.End - tr.Start))
+	page.StartTime = time.Unix(0, tr.Start).UTC().Format(time.RFC3339Nano)
+	for _, req := range tr.Requests {
+		page.OfferedCost += req.Cost
+	}
+	for i, res := range r.Results {
+		sd, err := newSection(i+1, res)
+		if err != nil {
+			return err
+		}
+		page.Sections = append(page.Sections, sd)
+	}
+	return reportTemplate.Execute(w, page)
+}
+
+type pageData struct {
+	Title, Command      string
+	Traffic             *Traffic
+	Span, StartTime     string
+	OfferedCost, SpanNS int64
+	Sections            []sectionData
+}
+
+type sectionData struct {
+	N                        int
+	R                        *Result
+	Algorithm, Window        string
+	Burst                    int64
+	HasBurst                 bool
+	Ratio                    string // MaxInWindow / limit
+	Over                     bool   // MaxInWindow > Params.Limit
+	Where                    string
+	TrafficSVG, RemainingSVG template.HTML
+	Explain                  string
+	DeniedPct                string
+}
+
+func newSection(n int, res *Result) (sectionData, error) {
+	p := res.Params
+	sd := sectionData{
+		N: n, R: res, Algorithm: res.Kind.String(), Window: fmtDuration(p.Window),
+		Burst:    p.Burst,
+		HasBurst: res.Kind == algorithms.TokenBucket || res.Kind == algorithms.LeakyBucket,
+		Over:     res.MaxInWindow > p.Limit,
+		Explain:  Explanations[res.Kind],
+	}
+	if p.Limit > 0 {
+		sd.Ratio = strconv.FormatFloat(float64(res.MaxInWindow)/float64(p.Limit), 'f', 2, 64)
+	}
+	if res.Offered > 0 {
+		sd.DeniedPct = strconv.FormatFloat(100*float64(res.Denied)/float64(res.Offered), 'f', 1, 64)
+	}
+	if res.MaxInWindow > 0 {
+		sd.Where = fmt.Sprintf("key %q, admitted between +%s and +%s", res.MaxInWindowKey,
+			fmtDuration(time.Duration(res.MaxInWindowFrom-res.Start)), fmtDuration(time.Duration(res.MaxInWindowTo-res.Start)))
+	}
+
+	// X in seconds since the start; one point per bucket.
+	nb := len(res.Buckets)
+	sec := func(i int) float64 { return float64(int64(i)*res.BucketWidth) / 1e9 }
+	xMax := sec(nb)
+	offered := make([]svgchart.Point, nb)
+	admitted := make([]svgchart.Point, nb)
+	remMin := make([]svgchart.Point, nb)
+	remLast := make([]svgchart.Point, nb)
+	for i, b := range res.Buckets {
+		x := sec(i)
+		offered[i] = svgchart.Point{X: x, Y: float64(b.Offered)}
+		admitted[i] = svgchart.Point{X: x, Y: float64(b.Admitted)}
+		remMin[i] = svgchart.Point{X: x, Y: math.NaN()}
+		remLast[i] = svgchart.Point{X: x, Y: math.NaN()}
+		if b.RemainingMin >= 0 {
+			remMin[i].Y = float64(b.RemainingMin)
+			remLast[i].Y = float64(b.RemainingLast)
+		}
+	}
+	ticks := svgchart.DurationTicks(0, xMax, 6)
+	bw := fmtDuration(time.Duration(res.BucketWidth))
+	traffic := &svgchart.Chart{
+		ID:    fmt.Sprintf("chart-%d-traffic", n),
+		Title: "Offered vs admitted requests", Width: 560, Height: 220,
+		XLabel: "time since start", YLabel: "requests per " + bw,
+		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
+		Series: []svgchart.Series{
+			{Name: "offered", Class: "offered", Color: "#bbbbbb", Kind: svgchart.StepArea, Points: offered},
+			{Name: "admitted", Class: "admitted", Color: "#2f7ed8", Kind: svgchart.StepArea, Points: admitted},
+		},
+	}
+	remaining := &svgchart.Chart{
+		ID:    fmt.Sprintf("chart-%d-remaining", n),
+		Title: "Remaining quota after each decision", Width: 560, Height: 180,
+		XLabel: "time since start", YLabel: "remaining",
+		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
+		Series: []svgchart.Series{
+			{Name: "lowest in " + bw, Class: "remaining-min", Color: "#e45756", Kind: svgchart.Step, Points: remMin},
+			{Name: "last in " + bw, Class: "remaining-last", Color: "#54a24b", Kind: svgchart.Step, Points: remLast},
+		},
+		Rules: []svgchart.Rule{{Y: float64(res.Limit), Label: "limit " + strconv.FormatInt(res.Limit, 10), Class: "limit"}},
+	}
+	for _, c := range []struct {
+		chart *svgchart.Chart
+		dst   *template.HTML
+	}{{traffic, &sd.TrafficSVG}, {remaining, &sd.RemainingSVG}} {
+		s, err := c.chart.SVG()
+		if err != nil {
+			return sd, fmt.Errorf("sim: chart of %s: %w", res.Name, err)
+		}
+		// The chart package escapes every text it writes.
+		*c.dst = template.HTML(s)
+	}
+	return sd, nil
+}
+
+// fmtDuration prints d without Go's trailing zero units ("1m" not "1m0s").
+func fmtDuration(d time.Duration) string {
+	return svgchart.FormatDuration(d.Seconds())
+}
+
+var reportTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="sluice simulate">
+<title>{{.Title}}</title>
+<style>
+:root { color-scheme: light; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0; color: #222; background: #f6f7f9; }
+header { padding: 16px 24px; background: #fff; border-bottom: 1px solid #ddd; }
+h1 { margin: 0 0 4px; font-size: 20px; }
+header p { margin: 2px 0; color: #444; }
+code { font: 12px ui-monospace, Menlo, Consolas, monospace; background: #f0f0f0; padding: 1px 4px; border-radius: 3px; }
+table#summary { border-collapse: collapse; margin: 16px 24px; background: #fff; }
+#summary th, #summary td { border: 1px solid #ddd; padding: 4px 10px; text-align: right; }
+#summary th:first-child, #summary td:first-child { text-align: left; }
+#summary td.over { color: #b00020; font-weight: bold; }
+main { display: grid; grid-template-columns: repeat(auto-fill, minmax(820px, 1fr)); gap: 16px; padding: 0 24px 24px; }
+section.algo { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: 12px 16px; }
+section.algo h2 { margin: 0 0 6px; font-size: 16px; }
+section.algo h2 small { font-weight: normal; color: #666; }
+.body { display: flex; gap: 16px; align-items: flex-start; flex-wrap: wrap; }
+.charts { display: flex; flex-direction: column; gap: 4px; }
+figure { margin: 0; }
+dl.numbers { display: grid; grid-template-columns: auto auto; gap: 2px 10px; margin: 0; min-width: 200px; }
+dl.numbers dt { color: #555; }
+dl.numbers dd { margin: 0; font-weight: bold; font-variant-numeric: tabular-nums; text-align: right; }
+dl.numbers dd.note { grid-column: 1 / span 2; font-weight: normal; color: #666; font-size: 12px; text-align: left; }
+dd.over { color: #b00020; }
+p.explain { margin: 6px 0 0; color: #444; font-size: 13px; }
+svg.svgchart { font-family: system-ui, sans-serif; }
+</style>
+</head>
+<body>
+<header>
+<h1>{{.Title}}</h1>
+<p class="traffic" data-requests="{{len .Traffic.Requests}}" data-keys="{{len .Traffic.Keys}}" data-span-ns="{{.SpanNS}}">Traffic: {{.Traffic.Description}}</p>
+<p>{{len .Traffic.Requests}} requests ({{.OfferedCost}} cost units) from {{len .Traffic.Keys}} key(s) over {{.Span}}, starting {{.StartTime}}. Simulated in virtual time with sluice's own algorithms.</p>
+{{with .Command}}<p>Command: <code>{{.}}</code></p>{{end}}
+</header>
+<table id="summary">
+<thead><tr><th>rule</th><th>algorithm</th><th>limit / window</th><th>admitted</th><th>denied</th><th>max in any window</th><th>state bytes / key</th></tr></thead>
+<tbody>
+{{range .Sections}}<tr data-algorithm="{{.Algorithm}}"><td>{{.R.Name}}</td><td>{{.Algorithm}}</td><td>{{.R.Params.Limit}} / {{.Window}}</td><td>{{.R.Admitted}}</td><td>{{.R.Denied}}</td><td{{if .Over}} class="over"{{end}}>{{.R.MaxInWindow}}</td><td>{{.R.StateBytesMax}}</td></tr>
+{{end}}</tbody>
+</table>
+<main>
+{{range .Sections}}<section class="algo" id="result-{{.N}}" data-name="{{.R.Name}}" data-algorithm="{{.Algorithm}}" data-limit="{{.R.Params.Limit}}" data-window="{{.Window}}" data-window-ns="{{.R.Params.Window.Nanoseconds}}" data-burst="{{.Burst}}" data-offered="{{.R.Offered}}" data-admitted="{{.R.Admitted}}" data-denied="{{.R.Denied}}" data-max-in-window="{{.R.MaxInWindow}}" data-state-bytes="{{.R.StateBytesMax}}" data-max-state-size="{{.R.MaxStateSize}}">
+<h2>{{.R.Name}} <small>{{.Algorithm}}, {{.R.Params.Limit}} per {{.Window}}{{if .HasBurst}}, burst {{.Burst}}{{end}}</small></h2>
+<div class="body">
+<div class="charts">
+<figure class="chart traffic-chart">{{.TrafficSVG}}</figure>
+<figure class="chart remaining-chart">{{.RemainingSVG}}</figure>
+</div>
+<dl class="numbers">
+<dt>Offered</dt><dd data-metric="offered">{{.R.Offered}}</dd>
+<dt>Admitted</dt><dd data-metric="admitted">{{.R.Admitted}}</dd>
+<dt>Denied</dt><dd data-metric="denied">{{.R.Denied}}</dd>
+<dd class="note">{{.DeniedPct}}% of requests denied</dd>
+<dt>Max admitted in any {{.Window}}</dt><dd data-metric="max-in-window"{{if .Over}} class="over"{{end}}>{{.R.MaxInWindow}}</dd>
+<dd class="note">{{.Ratio}}× the limit{{with .Where}}; {{.}}{{end}}</dd>
+<dt>State per key (bytes)</dt><dd data-metric="state-bytes">{{.R.StateBytesMax}}</dd>
+<dd class="note">largest encoded state seen; at most {{.R.MaxStateSize}} bytes for this rule; {{.R.StateBytesEnd}} bytes for all {{.R.Keys}} key(s) at the end</dd>
+</dl>
+</div>
+<p class="explain">{{.Explain}}</p>
+</section>
+{{end}}</main>
+</body>
+</html>
+`))

@@ -1,0 +1,168 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+)
+
+// DefaultBuckets is the number of chart buckets when Options.Buckets is 0.
+const DefaultBuckets = 120
+
+// Options tune a run.
+type Options struct {
+	// Buckets is the number of time buckets the span is divided into for
+	// the charts; 0 means DefaultBuckets.
+	Buckets int
+}
+
+// Bucket aggregates the decisions of one time bucket, over every key.
+type Bucket struct {
+	// Offered and Admitted count requests (not cost units).
+	Offered, Admitted int64
+	// RemainingMin and RemainingLast are the smallest and the last
+	// Decision.Remaining of the bucket; -1 when the bucket has no request.
+	RemainingMin, RemainingLast int64
+}
+
+// Result is what one limiter did with one traffic.
+type Result struct {
+	// Name is the rule name (or the algorithm name in a comparison).
+	Name   string
+	Kind   algorithms.Kind
+	Params algorithms.Params
+	// Limit is Decision.Limit as the limiter reports it (the burst for the
+	// token and leaky bucket).
+	Limit int64
+
+	// Offered, Admitted and Denied count requests.
+	Offered, Admitted, Denied int64
+	// OfferedCost and AdmittedCost count cost units.
+	OfferedCost, AdmittedCost int64
+
+	// MaxInWindow is the largest number of cost units admitted for one key
+	// in any interval (t−Window, t] — computed exactly over the admitted
+	// timestamps, so the 2× burst of a fixed window across its boundary
+	// shows as a number. It equals a request count when every cost is 1.
+	MaxInWindow int64
+	// MaxInWindowKey, MaxInWindowFrom and MaxInWindowTo say where it
+	// happened: the key and the first and last admitted request (Unix ns)
+	// of that interval.
+	MaxInWindowKey                 string
+	MaxInWindowFrom, MaxInWindowTo int64
+
+	// Keys is the number of distinct keys seen.
+	Keys int
+	// StateBytesMax is the largest encoded state any key had; StateBytesEnd
+	// is the total size of every key's state after the last request.
+	StateBytesMax, StateBytesEnd int
+	// MaxStateSize is the limiter's bound on one key's state.
+	MaxStateSize int
+
+	// Start and BucketWidth place the buckets: bucket i covers
+	// [Start+i·BucketWidth, Start+(i+1)·BucketWidth).
+	Start, BucketWidth int64
+	Buckets            []Bucket
+}
+
+// window tracks one key's admitted requests inside the last Window, to
+// compute MaxInWindow in one pass.
+type window struct {
+	at, cost []int64
+	head     int
+	sum      int64
+}
+
+func (w *window) push(at, cost, width int64) int64 {
+	w.at = append(w.at, at)
+	w.cost = append(w.cost, cost)
+	w.sum += cost
+	for w.at[w.head] <= at-width {
+		w.sum -= w.cost[w.head]
+		w.head++
+	}
+	if w.head > 64 && w.head > len(w.at)/2 { // drop the expired prefix
+		n := copy(w.at, w.at[w.head:])
+		copy(w.cost, w.cost[w.head:])
+		w.at, w.cost, w.head = w.at[:n], w.cost[:n], 0
+	}
+	return w.sum
+}
+
+// Run feeds every request of tr, in order, through lim, keeping each key's
+// encoded state between requests as the filter does, and returns the
+// totals and the bucketed series. name labels the result.
+func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result, error) {
+	if tr == nil || len(tr.Requests) == 0 {
+		return nil, errors.New("sim: no traffic")
+	}
+	if lim == nil {
+		return nil, errors.New("sim: no limiter")
+	}
+	nb := opt.Buckets
+	if nb == 0 {
+		nb = DefaultBuckets
+	}
+	if nb < 1 || nb > 100_000 {
+		return nil, fmt.Errorf("sim: %d buckets, want 1..100000", nb)
+	}
+	span := tr.End - tr.Start
+	if span <= 0 {
+		return nil, errors.New("sim: traffic span is empty")
+	}
+	p := lim.Params()
+	res := &Result{
+		Name: name, Kind: lim.Kind(), Params: p,
+		Keys: len(tr.Keys), MaxStateSize: lim.MaxStateSize(),
+		Start: tr.Start, BucketWidth: (span + int64(nb) - 1) / int64(nb),
+		Buckets: make([]Bucket, nb),
+	}
+	for i := range res.Buckets {
+		res.Buckets[i].RemainingMin, res.Buckets[i].RemainingLast = -1, -1
+	}
+	width := int64(p.Window)
+	states := make([][]byte, len(tr.Keys))
+	wins := make([]window, len(tr.Keys))
+	scratch := make([]byte, 0, lim.MaxStateSize())
+	for i, rq := range tr.Requests {
+		if rq.At < tr.Start || rq.At >= tr.End || int(rq.Key) >= len(tr.Keys) || rq.Key < 0 {
+			return nil, fmt.Errorf("sim: request %d lies outside the traffic's span or keys", i)
+		}
+		ns, d, err := lim.Decide(scratch[:0], states[rq.Key], rq.At, rq.Cost)
+		if err != nil {
+			return nil, fmt.Errorf("sim: request %d (key %q, cost %d): %w", i, tr.Keys[rq.Key], rq.Cost, err)
+		}
+		if d.Allowed || len(ns) > 0 {
+			states[rq.Key] = append(states[rq.Key][:0], ns...)
+		}
+		res.StateBytesMax = max(res.StateBytesMax, len(states[rq.Key]))
+		res.Limit = d.Limit
+
+		b := &res.Buckets[(rq.At-tr.Start)/res.BucketWidth]
+		b.Offered++
+		res.Offered++
+		res.OfferedCost += rq.Cost
+		if b.RemainingMin < 0 || d.Remaining < b.RemainingMin {
+			b.RemainingMin = d.Remaining
+		}
+		b.RemainingLast = d.Remaining
+		if !d.Allowed {
+			res.Denied++
+			continue
+		}
+		b.Admitted++
+		res.Admitted++
+		res.AdmittedCost += rq.Cost
+		w := &wins[rq.Key]
+		if sum := w.push(rq.At, rq.Cost, width); sum > res.MaxInWindow {
+			res.MaxInWindow = sum
+			res.MaxInWindowKey = tr.Keys[rq.Key]
+			res.MaxInWindowFrom, res.MaxInWindowTo = w.at[w.head], rq.At
+		}
+	}
+	for _, s := range states {
+		res.StateBytesEnd += len(s)
+	}
+	return res, nil
+}

@@ -1,0 +1,416 @@
+package sim
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+)
+
+func mustLimiter(t testing.TB, k algorithms.Kind, limit int64, window time.Duration) algorithms.Limiter {
+	t.Helper()
+	l, err := algorithms.New(k, algorithms.Params{Limit: limit, Window: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustGenerate(t testing.TB, p Pattern) *Traffic {
+	t.Helper()
+	tr, err := Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// compare runs tr through every algorithm with limit per window.
+func compare(t testing.TB, tr *Traffic, limit int64, window time.Duration) map[algorithms.Kind]*Result {
+	t.Helper()
+	out := map[algorithms.Kind]*Result{}
+	for _, k := range algorithms.Kinds {
+		r, err := Run(tr, k.String(), mustLimiter(t, k, limit, window), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[k] = r
+	}
+	return out
+}
+
+// The check of issue 6: the boundary burst lets fixed_window admit twice
+// its limit within one window length; sliding_log never more than limit.
+func TestBoundaryBurstCompare(t *testing.T) {
+	tr := mustGenerate(t, DefaultPattern(BoundaryBurst, 100, time.Minute))
+	// Ten minutes: boundaries at 1m..9m (the 10m one has no "after" side).
+	if got, want := len(tr.Requests), 9*200; got != want {
+		t.Fatalf("offered %d requests, want %d", got, want)
+	}
+	res := compare(t, tr, 100, time.Minute)
+	fw, sl := res[algorithms.FixedWindow], res[algorithms.SlidingLog]
+	if fw.MaxInWindow != 200 {
+		t.Errorf("fixed_window max in window = %d, want 200", fw.MaxInWindow)
+	}
+	// Each of the ten calendar windows admits exactly its limit.
+	if fw.Admitted != 1000 {
+		t.Errorf("fixed_window admitted %d, want 10 windows × 100", fw.Admitted)
+	}
+	// The 200 happen within 2 × spread (6 s) around a boundary.
+	if span := fw.MaxInWindowTo - fw.MaxInWindowFrom; span >= int64(12*time.Second) || span <= 0 {
+		t.Errorf("fixed_window max interval spans %v", time.Duration(span))
+	}
+	if sl.MaxInWindow > 100 || sl.MaxInWindow < 1 {
+		t.Errorf("sliding_log max in window = %d, want 1..100", sl.MaxInWindow)
+	}
+	for k, r := range res {
+		if r.Admitted+r.Denied != r.Offered || r.Offered != int64(len(tr.Requests)) {
+			t.Errorf("%s: admitted %d + denied %d != offered %d", k, r.Admitted, r.Denied, r.Offered)
+		}
+		if r.StateBytesMax <= 0 || r.StateBytesMax > r.MaxStateSize {
+			t.Errorf("%s: state %d bytes, bound %d", k, r.StateBytesMax, r.MaxStateSize)
+		}
+		var off, adm int64
+		for _, b := range r.Buckets {
+			off += b.Offered
+			adm += b.Admitted
+		}
+		if off != r.Offered || adm != r.Admitted {
+			t.Errorf("%s: buckets sum to %d/%d, totals %d/%d", k, off, adm, r.Offered, r.Admitted)
+		}
+	}
+	for _, r := range res {
+		t.Logf("%-14s admitted %4d denied %4d max-in-window %3d state %d/%d bytes",
+			r.Kind, r.Admitted, r.Denied, r.MaxInWindow, r.StateBytesMax, r.MaxStateSize)
+	}
+}
+
+// MaxInWindow is checked against a brute-force count over the admitted
+// times for the interval (t−window, t].
+func TestMaxInWindowBruteForce(t *testing.T) {
+	p := DefaultPattern(Poisson, 20, 10*time.Second)
+	p.Rate = 5
+	p.Keys = 3
+	tr := mustGenerate(t, p)
+	for _, k := range algorithms.Kinds {
+		lim := mustLimiter(t, k, 20, 10*time.Second)
+		res, err := Run(tr, "x", lim, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Replay to collect the admitted times per key.
+		states := make([][]byte, len(tr.Keys))
+		admitted := make([][]int64, len(tr.Keys))
+		for _, rq := range tr.Requests {
+			ns, d, err := lim.Decide(nil, states[rq.Key], rq.At, rq.Cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				states[rq.Key] = ns
+				admitted[rq.Key] = append(admitted[rq.Key], rq.At)
+			}
+		}
+		var want int64
+		for _, ts := range admitted {
+			for _, end := range ts {
+				var n int64
+				for _, x := range ts {
+					if x > end-int64(10*time.Second) && x <= end {
+						n++
+					}
+				}
+				want = max(want, n)
+			}
+		}
+		if res.MaxInWindow != want {
+			t.Errorf("%s: MaxInWindow = %d, brute force %d", k, res.MaxInWindow, want)
+		}
+	}
+}
+
+func TestPatterns(t *testing.T) {
+	w := time.Minute
+	t.Run("steady", func(t *testing.T) {
+		p := DefaultPattern(Steady, 60, w) // 2 per second
+		tr := mustGenerate(t, p)
+		if len(tr.Requests) != 1200 {
+			t.Fatalf("%d requests, want 1200", len(tr.Requests))
+		}
+		if gap := tr.Requests[1].At - tr.Requests[0].At; gap != int64(500*time.Millisecond) {
+			t.Fatalf("gap %v", time.Duration(gap))
+		}
+		// Admits exactly the limit per window in steady state (fixed window).
+		r, err := Run(tr, "x", mustLimiter(t, algorithms.FixedWindow, 60, w), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Admitted != 600 || r.MaxInWindow != 60 {
+			t.Fatalf("admitted %d max %d, want 600 and 60", r.Admitted, r.MaxInWindow)
+		}
+	})
+	t.Run("boundary-burst", func(t *testing.T) {
+		p := DefaultPattern(BoundaryBurst, 3, w)
+		tr := mustGenerate(t, p)
+		b := Epoch.Add(w).UnixNano()
+		want := []int64{b - 6e9, b - 4e9, b - 2e9, b, b + 2e9, b + 4e9}
+		for i, x := range want {
+			if tr.Requests[i].At != x {
+				t.Fatalf("request %d at %d, want %d", i, tr.Requests[i].At-b, x-b)
+			}
+		}
+	})
+	t.Run("poisson deterministic", func(t *testing.T) {
+		p := DefaultPattern(Poisson, 100, w)
+		a, b := mustGenerate(t, p), mustGenerate(t, p)
+		if len(a.Requests) != len(b.Requests) || a.Requests[17] != b.Requests[17] {
+			t.Fatal("same seed, different traffic")
+		}
+		// Mean rate 2/s over 600 s: 1200 expected; 5 sigma is ±175.
+		if n := len(a.Requests); n < 1025 || n > 1375 {
+			t.Fatalf("%d arrivals, want about 1200", n)
+		}
+		p.Seed = 2
+		if c := mustGenerate(t, p); len(c.Requests) == len(a.Requests) && c.Requests[0] == a.Requests[0] {
+			t.Fatal("different seed, same traffic")
+		}
+	})
+	t.Run("idle-burst", func(t *testing.T) {
+		p := DefaultPattern(IdleBurst, 10, w) // idle 3m, 20 requests in 6s
+		tr := mustGenerate(t, p)
+		if tr.Requests[0].At != Epoch.Add(3*w).UnixNano() {
+			t.Fatalf("first request at +%v", time.Duration(tr.Requests[0].At-tr.Start))
+		}
+		// Bursts start at 3m, 6m6s, 9m12s: 60 requests.
+		if len(tr.Requests) != 60 {
+			t.Fatalf("%d requests, want 60", len(tr.Requests))
+		}
+		r, err := Run(tr, "x", mustLimiter(t, algorithms.TokenBucket, 10, w), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A full bucket of 10 per burst; the refill during the burst's
+		// 5.7 s (0.95 token) is not a whole token.
+		if r.Admitted != 30 {
+			t.Fatalf("token bucket admitted %d, want 30", r.Admitted)
+		}
+	})
+	t.Run("keys", func(t *testing.T) {
+		p := DefaultPattern(Poisson, 10, w)
+		p.Keys = 4
+		tr := mustGenerate(t, p)
+		if len(tr.Keys) != 4 || tr.Keys[3] != "client-4" {
+			t.Fatalf("keys %v", tr.Keys)
+		}
+		for i := 1; i < len(tr.Requests); i++ {
+			if tr.Requests[i].At < tr.Requests[i-1].At {
+				t.Fatal("not sorted")
+			}
+		}
+	})
+}
+
+func TestPatternErrors(t *testing.T) {
+	base := DefaultPattern(Steady, 10, time.Second)
+	for _, tc := range []struct {
+		mod  func(*Pattern)
+		want string
+	}{
+		{func(p *Pattern) { p.Name = "zigzag" }, `unknown pattern "zigzag"`},
+		{func(p *Pattern) { p.Duration = 0 }, "duration 0s must be positive"},
+		{func(p *Pattern) { p.Rate = -1 }, "rate -1 must be"},
+		{func(p *Pattern) { p.Keys = 0 }, "keys 0 must be"},
+		{func(p *Pattern) { p.Cost = 0 }, "cost 0 must be"},
+		{func(p *Pattern) { p.Rate = 1e9; p.Duration = time.Hour }, "would offer about"},
+		{func(p *Pattern) { p.Name = BoundaryBurst; p.Burst = 0 }, "burst 0 must be"},
+		{func(p *Pattern) { p.Name = IdleBurst; p.Burst = 1; p.Idle = 0 }, "idle 0s must be"},
+		{func(p *Pattern) { p.Name = BoundaryBurst; p.Burst = 1; p.Window = 10 * time.Second }, "offers no request"},
+	} {
+		p := base
+		tc.mod(&p)
+		_, err := Generate(p)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err = %v, want it to contain %q", err, tc.want)
+		}
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	lim := mustLimiter(t, algorithms.FixedWindow, 1, time.Second)
+	if _, err := Run(&Traffic{}, "x", lim, Options{}); err == nil {
+		t.Error("empty traffic accepted")
+	}
+	tr := &Traffic{Start: 0, End: 10, Keys: []string{"a"}, Requests: []Request{{At: 5, Key: 1, Cost: 1}}}
+	if _, err := Run(tr, "x", lim, Options{}); err == nil {
+		t.Error("bad key index accepted")
+	}
+	tr.Requests[0].Key, tr.Requests[0].Cost = 0, 0
+	if _, err := Run(tr, "x", lim, Options{}); err == nil || !strings.Contains(err.Error(), "request 0") {
+		t.Errorf("cost 0: err = %v", err)
+	}
+	tr.Requests[0].Cost = 1
+	if _, err := Run(tr, "x", lim, Options{Buckets: -3}); err == nil {
+		t.Error("negative buckets accepted")
+	}
+}
+
+// findAll returns the elements under n for which ok is true.
+func findAll(n *html.Node, ok func(*html.Node) bool) []*html.Node {
+	var out []*html.Node
+	for c := range n.Descendants() {
+		if c.Type == html.ElementNode && ok(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func attr(n *html.Node, name string) string {
+	for _, a := range n.Attr {
+		if a.Key == name {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+func text(n *html.Node) string {
+	var b strings.Builder
+	for c := range n.Descendants() {
+		if c.Type == html.TextNode {
+			b.WriteString(c.Data)
+		}
+	}
+	return b.String()
+}
+
+// ReportNumbers parses a report and returns, per algorithm, the metrics of
+// its section as shown in the page (the <dd data-metric> text) after
+// checking they agree with the section's data attributes.
+func reportNumbers(t *testing.T, page []byte) map[string]map[string]int64 {
+	t.Helper()
+	doc, err := html.Parse(bytes.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]int64{}
+	for _, sec := range findAll(doc, func(n *html.Node) bool { return n.Data == "section" && attr(n, "class") == "algo" }) {
+		alg := attr(sec, "data-algorithm")
+		m := map[string]int64{}
+		for _, dd := range findAll(sec, func(n *html.Node) bool { return n.Data == "dd" && attr(n, "data-metric") != "" }) {
+			v, err := strconv.ParseInt(strings.TrimSpace(text(dd)), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: metric %s = %q", alg, attr(dd, "data-metric"), text(dd))
+			}
+			m[attr(dd, "data-metric")] = v
+			if a := attr(sec, "data-"+attr(dd, "data-metric")); a != strconv.FormatInt(v, 10) {
+				t.Errorf("%s: data-%s=%q but the page shows %d", alg, attr(dd, "data-metric"), a, v)
+			}
+		}
+		if n := len(findAll(sec, func(n *html.Node) bool { return n.Data == "svg" })); n != 2 {
+			t.Errorf("%s: %d charts, want 2", alg, n)
+		}
+		out[alg] = m
+	}
+	return out
+}
+
+func TestReportBoundaryBurst(t *testing.T) {
+	tr := mustGenerate(t, DefaultPattern(BoundaryBurst, 100, time.Minute))
+	res := compare(t, tr, 100, time.Minute)
+	rep := &Report{Command: `sluice simulate --compare <x>`, Traffic: tr}
+	for _, k := range algorithms.Kinds {
+		rep.Results = append(rep.Results, res[k])
+	}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.Bytes()
+	for _, banned := range []string{"<script", "http://", "https://", "@import", "url(", "<link"} {
+		// The SVG namespace URI is the one allowed URL.
+		s := strings.ReplaceAll(string(page), `xmlns="http://www.w3.org/2000/svg"`, "")
+		if strings.Contains(s, banned) {
+			t.Errorf("report contains %q: not self-contained", banned)
+		}
+	}
+	if !strings.Contains(string(page), "&lt;x&gt;") {
+		t.Error("command not escaped")
+	}
+	nums := reportNumbers(t, page)
+	if len(nums) != 5 {
+		t.Fatalf("%d algorithm sections, want 5", len(nums))
+	}
+	if got := nums["fixed_window"]["max-in-window"]; got != 200 {
+		t.Errorf("report: fixed_window max-in-window %d, want 200", got)
+	}
+	if got := nums["sliding_log"]["max-in-window"]; got > 100 {
+		t.Errorf("report: sliding_log max-in-window %d, want <= 100", got)
+	}
+	for _, k := range algorithms.Kinds {
+		m, r := nums[k.String()], res[k]
+		if m["admitted"] != r.Admitted || m["denied"] != r.Denied || m["state-bytes"] != int64(r.StateBytesMax) {
+			t.Errorf("%s: page %v, result admitted %d denied %d state %d", k, m, r.Admitted, r.Denied, r.StateBytesMax)
+		}
+	}
+	// Deterministic: a second rendering is identical.
+	var again bytes.Buffer
+	if err := WriteReport(&again, rep); err != nil || !bytes.Equal(again.Bytes(), page) {
+		t.Error("two renderings differ")
+	}
+}
+
+func TestWriteReportErrors(t *testing.T) {
+	if err := WriteReport(&bytes.Buffer{}, &Report{}); err == nil {
+		t.Error("empty report accepted")
+	}
+}
+
+// A day of steady traffic at 10 requests per second (864,000 requests)
+// through one rule.
+func BenchmarkDay(b *testing.B) {
+	p := DefaultPattern(Steady, 100, time.Minute)
+	p.Duration = 24 * time.Hour
+	p.Rate = 10
+	tr := mustGenerate(b, p)
+	for _, k := range algorithms.Kinds {
+		lim := mustLimiter(b, k, 100, time.Minute)
+		b.Run(k.String(), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Run(tr, "x", lim, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(tr.Requests)), "requests/op")
+		})
+	}
+}
+
+// TestDayIsFast guards the "a day of traffic in well under a second"
+// promise for the engine, with a bound generous enough for a busy CI
+// machine (BenchmarkDay gives the real numbers per algorithm).
+func TestDayIsFast(t *testing.T) {
+	p := DefaultPattern(Poisson, 100, time.Minute)
+	p.Duration = 24 * time.Hour
+	p.Rate = 10
+	start := time.Now()
+	tr := mustGenerate(t, p)
+	gen := time.Since(start)
+	res, err := Run(tr, "x", mustLimiter(t, algorithms.TokenBucket, 100, time.Minute), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(start)
+	t.Logf("a day of Poisson traffic (%d requests) generated in %v, through token_bucket in %v", len(tr.Requests), gen, el-gen)
+	if res.Offered != int64(len(tr.Requests)) || res.Admitted < 100*24*60 {
+		t.Errorf("offered %d admitted %d", res.Offered, res.Admitted)
+	}
+	if el > 20*time.Second {
+		t.Errorf("took %v", el)
+	}
+}

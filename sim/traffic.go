@@ -1,0 +1,268 @@
+// Package sim replays traffic through the rate-limiting algorithms of sluice
+// in virtual time and reports what each one admitted.
+//
+// Nothing here sleeps or reads a clock: a request's time is a number (Unix
+// nanoseconds) handed to algorithms.Limiter.Decide, so a day of traffic runs
+// in a fraction of a second and every run is reproducible. Traffic comes
+// from built-in patterns (Generate) or a CSV file (ReadCSV); Run feeds it
+// through one limiter, keeping each key's encoded state exactly as the filter
+// would; WriteReport renders results as one self-contained HTML page.
+package sim
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Epoch is where generated traffic starts, and time zero of a CSV file that
+// uses offsets. It is a multiple of every window up to a day, so window
+// boundaries of fixed_window fall on round offsets from the start.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// MaxRequests bounds the size of one traffic (about 24 bytes a request).
+const MaxRequests = 10_000_000
+
+// MaxKeys bounds the number of distinct keys of one traffic.
+const MaxKeys = 1_000_000
+
+// Request is one offered request.
+type Request struct {
+	// At is the arrival time in Unix nanoseconds.
+	At int64
+	// Key indexes Traffic.Keys.
+	Key int32
+	// Cost is the number of units the request consumes (>= 1).
+	Cost int64
+}
+
+// Traffic is a sequence of requests sorted by time.
+type Traffic struct {
+	// Description says where the traffic came from, for the report.
+	Description string
+	// Start and End bound the simulated span [Start, End) in Unix
+	// nanoseconds; every request lies inside it.
+	Start, End int64
+	// Keys are the distinct keys, indexed by Request.Key.
+	Keys []string
+	// Requests in non-decreasing At order.
+	Requests []Request
+}
+
+// The names of the built-in patterns.
+const (
+	Steady        = "steady"
+	BoundaryBurst = "boundary-burst"
+	Poisson       = "poisson"
+	IdleBurst     = "idle-burst"
+)
+
+// PatternNames lists the built-in patterns.
+var PatternNames = []string{Steady, BoundaryBurst, Poisson, IdleBurst}
+
+// Pattern describes generated traffic. Every key gets the same pattern
+// (Poisson: an independent stream per key); requests are merged in time
+// order.
+//
+//   - steady: one request every 1/Rate seconds.
+//   - boundary-burst: around every boundary b of Window (a multiple of
+//     Window since the Unix epoch, as fixed_window aligns them), Burst
+//     requests evenly spaced in [b−Spread, b) and Burst more in [b, b+Spread).
+//   - poisson: arrivals with exponential gaps of mean 1/Rate seconds, from a
+//     generator seeded with Seed (the same Seed gives the same traffic).
+//   - idle-burst: silence for Idle, then Burst requests evenly spaced over
+//     Spread, repeated until Duration.
+type Pattern struct {
+	Name     string
+	Duration time.Duration
+	// Rate is requests per second per key (steady, poisson).
+	Rate float64
+	// Burst is the number of requests on each side of a boundary
+	// (boundary-burst) or in each burst (idle-burst).
+	Burst int
+	// Spread is how long one side of a burst lasts.
+	Spread time.Duration
+	// Idle is the quiet time before each burst (idle-burst).
+	Idle time.Duration
+	// Window is the period whose boundaries boundary-burst targets.
+	Window time.Duration
+	// Keys is the number of clients, named "client-1", "client-2", ...
+	Keys int
+	// Seed seeds the Poisson generator.
+	Seed uint64
+	// Cost of every request.
+	Cost int64
+}
+
+// DefaultPattern returns the pattern name with parameters chosen to show a
+// rule of limit per window at work: ten windows of traffic at twice the
+// limit (steady), 1.2 times the limit (poisson), limit requests on each side
+// of every boundary within a tenth of a window, or twice the limit after
+// three idle windows. It does not check its arguments; Generate does.
+func DefaultPattern(name string, limit int64, window time.Duration) Pattern {
+	p := Pattern{Name: name, Duration: 10 * window, Window: window, Keys: 1, Seed: 1, Cost: 1,
+		Spread: window / 10, Idle: 3 * window}
+	perSecond := float64(limit) / window.Seconds()
+	switch name {
+	case Steady:
+		p.Rate = 2 * perSecond
+	case Poisson:
+		p.Rate = 1.2 * perSecond
+	case BoundaryBurst:
+		p.Burst = int(min(limit, math.MaxInt32))
+	case IdleBurst:
+		p.Burst = int(min(2*limit, math.MaxInt32))
+	}
+	if p.Spread <= 0 {
+		p.Spread = 1
+	}
+	return p
+}
+
+// String describes the pattern with its parameters.
+func (p Pattern) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s for %s", p.Name, p.Duration)
+	switch p.Name {
+	case Steady, Poisson:
+		fmt.Fprintf(&b, ", %g requests/s", p.Rate)
+		if p.Name == Poisson {
+			fmt.Fprintf(&b, ", seed %d", p.Seed)
+		}
+	case BoundaryBurst:
+		fmt.Fprintf(&b, ", %d requests in the %s before and %d in the %s after every %s boundary", p.Burst, p.Spread, p.Burst, p.Spread, p.Window)
+	case IdleBurst:
+		fmt.Fprintf(&b, ", idle %s then %d requests in %s, repeated", p.Idle, p.Burst, p.Spread)
+	}
+	if p.Keys > 1 {
+		fmt.Fprintf(&b, ", per key, %d keys", p.Keys)
+	}
+	if p.Cost != 1 {
+		fmt.Fprintf(&b, ", cost %d", p.Cost)
+	}
+	return b.String()
+}
+
+// ErrPattern is wrapped by every error about a pattern's parameters.
+var ErrPattern = errors.New("bad traffic pattern")
+
+// Generate produces the traffic of p, starting at Epoch.
+func Generate(p Pattern) (*Traffic, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w %s: %s", ErrPattern, p.Name, fmt.Sprintf(format, args...))
+	}
+	if !slices.Contains(PatternNames, p.Name) {
+		return nil, fmt.Errorf("%w: unknown pattern %q (want one of %s)", ErrPattern, p.Name, strings.Join(PatternNames, ", "))
+	}
+	if p.Duration <= 0 {
+		return nil, bad("duration %s must be positive", p.Duration)
+	}
+	if p.Keys < 1 || p.Keys > MaxKeys {
+		return nil, bad("keys %d must be between 1 and %d", p.Keys, MaxKeys)
+	}
+	if p.Cost < 1 {
+		return nil, bad("cost %d must be at least 1", p.Cost)
+	}
+	// Expected requests per key, to refuse a pattern too big to hold
+	// before allocating it.
+	var perKey float64
+	switch p.Name {
+	case Steady, Poisson:
+		if !(p.Rate > 0) || math.IsInf(p.Rate, 0) {
+			return nil, bad("rate %g must be a positive number of requests per second", p.Rate)
+		}
+		perKey = p.Rate * p.Duration.Seconds()
+	case BoundaryBurst, IdleBurst:
+		if p.Burst < 1 {
+			return nil, bad("burst %d must be at least 1", p.Burst)
+		}
+		if p.Spread <= 0 {
+			return nil, bad("spread %s must be positive", p.Spread)
+		}
+		if p.Name == BoundaryBurst {
+			if p.Window <= 0 {
+				return nil, bad("window %s must be positive", p.Window)
+			}
+			perKey = 2 * float64(p.Burst) * (float64(p.Duration)/float64(p.Window) + 1)
+		} else {
+			if p.Idle <= 0 {
+				return nil, bad("idle %s must be positive", p.Idle)
+			}
+			perKey = float64(p.Burst) * (float64(p.Duration)/float64(p.Idle+p.Spread) + 1)
+		}
+	}
+	if total := perKey * float64(p.Keys); total > MaxRequests*1.1 {
+		return nil, bad("would offer about %.0f requests; the simulator holds at most %d (lower the rate, duration or keys)", total, MaxRequests)
+	}
+
+	start := Epoch.UnixNano()
+	end := start + int64(p.Duration)
+	tr := &Traffic{Description: p.String(), Start: start, End: end}
+	var times []int64 // one key's arrival times
+	switch p.Name {
+	case Steady:
+		gap := 1e9 / p.Rate
+		for i := 0; ; i++ {
+			t := start + int64(float64(i)*gap)
+			if t >= end {
+				break
+			}
+			times = append(times, t)
+		}
+	case BoundaryBurst:
+		w, s := int64(p.Window), int64(p.Spread)
+		for b := (start/w + 1) * w; b < end; b += w {
+			if b-s < start || b+s > end {
+				continue
+			}
+			for i := range int64(p.Burst) {
+				times = append(times, b-s+i*s/int64(p.Burst))
+			}
+			for i := range int64(p.Burst) {
+				times = append(times, b+i*s/int64(p.Burst))
+			}
+		}
+	case IdleBurst:
+		s := int64(p.Spread)
+		for t0 := start + int64(p.Idle); t0 < end; t0 += int64(p.Idle) + s {
+			for i := range int64(p.Burst) {
+				if t := t0 + i*s/int64(p.Burst); t < end {
+					times = append(times, t)
+				}
+			}
+		}
+	}
+	for k := range p.Keys {
+		tr.Keys = append(tr.Keys, fmt.Sprintf("client-%d", k+1))
+		if p.Name == Poisson {
+			rng := rand.New(rand.NewPCG(p.Seed, uint64(k)))
+			t := float64(start)
+			for {
+				t += rng.ExpFloat64() / p.Rate * 1e9
+				if t >= float64(end) {
+					break
+				}
+				tr.Requests = append(tr.Requests, Request{At: int64(t), Key: int32(k), Cost: p.Cost})
+			}
+			continue
+		}
+		for _, t := range times {
+			tr.Requests = append(tr.Requests, Request{At: t, Key: int32(k), Cost: p.Cost})
+		}
+	}
+	if len(tr.Requests) > MaxRequests {
+		return nil, bad("offers %d requests; the simulator holds at most %d", len(tr.Requests), MaxRequests)
+	}
+	if p.Keys > 1 {
+		slices.SortStableFunc(tr.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
+	}
+	if len(tr.Requests) == 0 {
+		return nil, bad("offers no request in %s (is the duration shorter than one window or idle period?)", p.Duration)
+	}
+	return tr, nil
+}
