@@ -31,7 +31,7 @@ type Rule struct {
 	Algorithm algorithms.Kind
 	Limit     int64
 	Window    time.Duration
-	Burst     int64 // defaulted to Limit when omitted (token/leaky bucket)
+	Burst     int64 // defaulted to Limit when omitted; always Limit for the window algorithms
 	Backend   Backend
 	Mode      Mode
 	// MaxKeys bounds the live keys this rule keeps in shared data (extension;

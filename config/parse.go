@@ -43,6 +43,14 @@ const (
 // its JSON path, e.g. `rules[2].window: "10x" is not a duration`. On success
 // every Rule has its Limiter built and its Match compiled (methods
 // upper-cased, header names lower-cased).
+//
+// Decisions the contract leaves open: "rules" must hold at least one rule (a
+// rate limiter with none is a mistake); "algorithm", "limit", "window",
+// "name" and "key" are required in every rule; "burst" is accepted only for
+// token_bucket and leaky_bucket (1..MaxLimit, default limit); failure_mode
+// "local" requires at least one rule with backend "redis"; a "redis" object
+// without Redis rules is accepted and unused. Errors are reported in
+// document order.
 func Parse(data []byte) (*Config, error) {
 	p := &parser{}
 	c := p.parse(data)
@@ -379,6 +387,12 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 				if n, ok := hf["name"]; ok {
 					if s, ok := p.headerName(ip+".name", n); ok {
 						h.Name = s
+						for _, o := range m.Headers {
+							if o.Name == s {
+								p.fail(n, ip+".name", "duplicate header "+strconv.Quote(s))
+								good = false
+							}
+						}
 					} else {
 						good = false
 					}
