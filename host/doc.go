@@ -1,0 +1,97 @@
+// Package host is an embedded Proxy-Wasm host (ABI 0.2.1, 0.2.0 accepted) on wazero.
+//
+// It serves a Proxy-Wasm HTTP filter — in this project the standard-Go module built with
+// GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared — without Envoy: for `sluice run`, for
+// end-to-end tests, and for benchmarks of one full request cycle. Production is Envoy, Istio
+// or Higress; this host reproduces the parts of their behaviour the filter depends on,
+// Envoy's shared-data semantics above all.
+//
+// # Model
+//
+// New compiles the module once and starts Options.Workers workers (default runtime.NumCPU()).
+// Each worker owns one VM (module instance) and one event-loop goroutine; every call into that
+// VM — request callbacks, proxy_on_tick, proxy_on_http_call_response, extension callbacks —
+// happens on that goroutine, so a VM is single-threaded exactly as in Envoy. Shared data
+// (proxy_get_shared_data / proxy_set_shared_data) is one map for the Host's vm_id, shared by
+// all workers. Metrics are process-wide (defining the same name from every worker gives one
+// metric).
+//
+// Start-up of each VM: instantiate (WASI preview1 with real wall and monotonic clocks and
+// crypto randomness, memory capped at Options.MemoryLimitPages), require an exported
+// proxy_abi_version_0_2_1 or proxy_abi_version_0_2_0 function, call _initialize (or _start if
+// that is what the module has), then proxy_on_context_create(root, 0),
+// proxy_on_vm_start(root, len(VMConfig)) and proxy_on_configure(root, len(PluginConfig)).
+// A false return from either is an error from New that says which one.
+//
+// Per request (stream): proxy_on_context_create(ctx, root), proxy_on_request_headers,
+// proxy_on_request_body (only when the request has a body and the module exports it),
+// then the upstream, proxy_on_response_headers, proxy_on_response_body (when exported),
+// proxy_on_log, proxy_on_done, proxy_on_delete. A callback that returns Pause (1) from
+// proxy_on_request_headers holds the request until the guest calls proxy_continue_stream(0)
+// (or proxy_continue_request) or proxy_send_local_response from a later callback (tick, http
+// call response, extension callback), or until the caller's context ends. A local response
+// ends the request phase; the guest's proxy_on_response_headers is then called with the local
+// response's headers (as Envoy runs encoder filters on local replies), then log/done/delete.
+//
+// # Traps
+//
+// A guest call that fails (unreachable, Go panic → proc_exit, out of memory at the memory cap,
+// a panic inside a host call) kills that VM. The request in progress gets a 500 response
+// (Response.Failed is true), or, with Options.FailOpen, goes on to the upstream unfiltered;
+// the other in-flight streams of that VM are treated the same way. The worker then
+// instantiates and configures a fresh VM before it serves anything else; Stats counts
+// restarts. The Host itself never panics because of a guest.
+//
+// # Host calls
+//
+// Implemented with Envoy's semantics: proxy_log, proxy_get_log_level, header maps (types 0–3
+// and 6–7: get/add/replace/remove/get_pairs/set_pairs/get_size; keys are stored lower-case;
+// serialization: u32 count, then u32 key size and u32 value size per pair, then each key and
+// value followed by NUL, little-endian), proxy_get_buffer_bytes / proxy_set_buffer_bytes /
+// proxy_get_buffer_status (request/response body, http call response body, VM and plugin
+// configuration), proxy_send_local_response, proxy_get_property (path segments separated by
+// NUL; see Properties below), proxy_continue_stream / proxy_continue_request /
+// proxy_continue_response, proxy_set_effective_context, proxy_set_tick_period_milliseconds,
+// proxy_define_metric / proxy_increment_metric / proxy_record_metric / proxy_get_metric,
+// proxy_http_call, proxy_get_current_time_nanoseconds, proxy_get_shared_data /
+// proxy_set_shared_data. Buffers returned to the guest are allocated with its exported
+// proxy_on_memory_allocate; an empty result is returned as pointer 0, size 0 without calling it.
+// Every other function the module imports from "env" is linked to a stub that logs once per
+// name and returns UNIMPLEMENTED (12); Options.Extensions can add more host calls (see
+// Extension) — that is where the Redis calls of Higress go.
+//
+// Shared data: get on a missing key → NOT_FOUND; get returns (value, cas); set with cas 0 is
+// unconditional; set with a nonzero cas on an existing key whose cas differs → CAS_MISMATCH;
+// the cas is ignored when the key does not exist (two workers creating a key both succeed,
+// last write wins). Every successful set gives the key a new cas (a process-wide counter,
+// never 0). No delete, no TTL, no listing — like Envoy.
+//
+// Properties: source.address ("ip:port" of the TCP peer), source.port (int64 LE),
+// destination.address, destination.port, request.path (with query), request.url_path,
+// request.method, request.host, request.scheme, request.protocol, request.id,
+// request.headers (serialized like a header map), response.code (int64 LE, response phase),
+// plugin_name, plugin_root_id, plugin_vm_id. Anything else → NOT_FOUND.
+//
+// HTTP calls: proxy_http_call(cluster, headers, body, trailers, timeout) sends the request to
+// Options.Clusters[cluster] (a base URL; :path is appended); :method, :path and :authority
+// are required (BAD_ARGUMENT otherwise, and for an unknown cluster). The reply is delivered
+// on the calling VM's worker as proxy_on_http_call_response(ctx, id, headers, body size, 0);
+// a failure or timeout is delivered with 0 headers and an empty body, like Envoy.
+//
+// # Go API
+//
+//	h, err := host.New(ctx, host.Options{Wasm: wasmBytes, PluginConfig: cfg})
+//	defer h.Close(ctx)
+//	http.ListenAndServe(addr, h.Handler(upstream))      // net/http path (streams bodies)
+//	resp, err := h.Exchange(ctx, &host.Request{...}, up) // plain-struct path, for tests/benchmarks
+//	h.SharedData().Get(key) / Len() / Bytes() / Set(key, value, cas)
+//	h.Stats()                     // per-worker memory, restarts, requests
+//	h.WritePrometheus(w)          // guest + host metrics, Prometheus text format
+//	h.AdminHandler()              // /metrics, /status (JSON), /healthz
+//	h.Tick(ctx)                   // run proxy_on_tick now on every worker that has a period set
+//
+// Exchange sends the request through one worker: the request phase, then upstream(req) on the
+// caller's goroutine with the request as the filter left it (nil upstream: an empty 200),
+// then the response phase with the returned response, then log/done/delete, all before it
+// returns. A Host is safe for concurrent use by many goroutines.
+package host

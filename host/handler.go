@@ -1,0 +1,377 @@
+package host
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Handler returns an http.Handler that runs every request through the filter and forwards
+// the ones it lets through to upstream. The request the upstream sees carries the headers,
+// method, path and authority as the filter left them; the response headers pass
+// proxy_on_response_headers before they are written; bodies stream (a body callback that
+// returns Pause buffers until Continue or the end of the body). source.address is
+// r.RemoteAddr, destination.address the local address of the connection.
+func (h *Host) Handler(upstream http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		h.serveHTTP(rw, r, upstream)
+	})
+}
+
+func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, upstream http.Handler) {
+	select {
+	case <-h.closed:
+		http.Error(rw, "host closed", http.StatusServiceUnavailable)
+		return
+	default:
+	}
+	ctx := r.Context()
+	s := h.newStream()
+	s.remoteAddr = r.RemoteAddr
+	if la, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr); ok {
+		s.localAddr = la.String()
+	}
+	s.protocol = r.Proto
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	kv := make([][2]string, 0, len(r.Header)+4)
+	kv = append(kv, [2]string{":authority", r.Host}, [2]string{":path", r.URL.RequestURI()},
+		[2]string{":method", r.Method}, [2]string{":scheme", scheme})
+	for k, vs := range r.Header {
+		lk := lower(k)
+		for _, v := range vs {
+			kv = append(kv, [2]string{lk, v})
+		}
+	}
+	s.reqHeaders.kv = kv
+	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+	s.reqHeadersEOS = !hasBody
+	if err := s.run(ctx, stepReqHeaders); err != nil {
+		return // client gone or host closed
+	}
+	if s.failed {
+		s.w.failed.Add(1)
+		if !h.opts.FailOpen {
+			writeFailed(rw)
+			return
+		}
+	}
+	iw := &interceptor{rw: rw, s: s, h: h, ctx: r}
+	if s.local != nil {
+		lr := s.local
+		s.local = nil
+		iw.writeLocal(lr)
+		return
+	}
+	out := r.Clone(ctx)
+	if !s.failed {
+		applyRequest(out, &s.reqHeaders)
+		if hasBody && s.vm != nil && s.vm.onRequestBody != nil {
+			out.Body = &bodyFilter{src: r.Body, s: s, h: h, r: r}
+		}
+	}
+	upstream.ServeHTTP(iw, out)
+	iw.end()
+}
+
+// applyRequest rewrites out from the filtered request header map.
+func applyRequest(out *http.Request, m *headerMap) {
+	hdr := make(http.Header, len(m.kv))
+	for _, p := range m.kv {
+		switch p[0] {
+		case ":method":
+			out.Method = p[1]
+		case ":authority":
+			out.Host = p[1]
+		case ":path":
+			if u, err := url.ParseRequestURI(p[1]); err == nil {
+				out.URL.Path, out.URL.RawPath, out.URL.RawQuery = u.Path, u.RawPath, u.RawQuery
+				out.RequestURI = p[1]
+			}
+		case ":scheme":
+		default:
+			if !strings.HasPrefix(p[0], ":") {
+				hdr[http.CanonicalHeaderKey(p[0])] = append(hdr[http.CanonicalHeaderKey(p[0])], p[1])
+			}
+		}
+	}
+	out.Header = hdr
+}
+
+func writeFailed(rw http.ResponseWriter) {
+	rw.Header().Set("Content-Type", "text/plain")
+	rw.WriteHeader(http.StatusInternalServerError)
+	io.WriteString(rw, "filter failed\n")
+}
+
+// bodyFilter passes the request body through proxy_on_request_body, chunk by chunk.
+type bodyFilter struct {
+	src     io.ReadCloser
+	s       *stream
+	h       *Host
+	r       *http.Request
+	out     []byte // filtered bytes not yet returned
+	eof     bool
+	srcDone bool
+	buf     []byte
+}
+
+func (b *bodyFilter) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		if b.eof {
+			return 0, io.EOF
+		}
+		if b.buf == nil {
+			b.buf = make([]byte, 32<<10)
+		}
+		n, err := b.src.Read(b.buf)
+		if err != nil && err != io.EOF {
+			return 0, err
+		}
+		eos := err == io.EOF
+		s := b.s
+		s.reqBody = append(s.reqBody, b.buf[:n]...)
+		if n == 0 && !eos {
+			continue
+		}
+		s.reqBodyEOS = eos
+		if s.failed {
+			b.out, s.reqBody = s.reqBody, nil
+		} else {
+			if err := s.run(b.r.Context(), stepReqBody); err != nil {
+				return 0, err
+			}
+			if s.failed && !b.h.opts.FailOpen {
+				return 0, errFilterFailed
+			}
+			if s.bodyAction == actionContinue || eos || s.failed {
+				b.out, s.reqBody = s.reqBody, nil
+			}
+		}
+		b.eof = eos
+	}
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
+}
+
+func (b *bodyFilter) Close() error { return b.src.Close() }
+
+type filterError struct{}
+
+func (filterError) Error() string { return "host: the filter failed while reading the request body" }
+
+var errFilterFailed error = filterError{}
+
+// interceptor runs the response phase around the upstream's ResponseWriter.
+type interceptor struct {
+	rw      http.ResponseWriter
+	s       *stream
+	h       *Host
+	ctx     *http.Request
+	wrote   bool // headers written to rw
+	discard bool // the upstream's body is dropped (local response or failure)
+	direct  bool // body bypasses the filter
+	ended   bool
+}
+
+func (iw *interceptor) Header() http.Header { return iw.rw.Header() }
+
+func (iw *interceptor) WriteHeader(code int) {
+	if iw.wrote {
+		return
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		iw.rw.WriteHeader(code)
+		return
+	}
+	iw.wrote = true
+	s := iw.s
+	if s.failed {
+		// Fail-open after a trap in the request phase: pass the response through.
+		iw.direct = true
+		iw.rw.WriteHeader(code)
+		return
+	}
+	hdr := iw.rw.Header()
+	kv := make([][2]string, 0, len(hdr)+1)
+	kv = append(kv, [2]string{":status", strconv.Itoa(code)})
+	for k, vs := range hdr {
+		lk := lower(k)
+		for _, v := range vs {
+			kv = append(kv, [2]string{lk, v})
+		}
+	}
+	s.respHeaders.kv = kv
+	s.respHeadersEOS = false
+	if err := s.run(iw.ctx.Context(), stepRespHeaders); err != nil {
+		iw.discard = true
+		return
+	}
+	if s.failed {
+		s.w.failed.Add(1)
+		if !iw.h.opts.FailOpen {
+			iw.discard = true
+			clear(hdr)
+			writeFailed(iw.rw)
+			return
+		}
+		iw.direct = true
+		iw.rw.WriteHeader(code)
+		return
+	}
+	if s.local != nil {
+		lr := s.local
+		iw.discard = true
+		clear(hdr)
+		iw.writeLocalHeaders(lr)
+		iw.rw.Write(lr.body)
+		return
+	}
+	clear(hdr)
+	status := code
+	for _, p := range s.respHeaders.kv {
+		if p[0] == ":status" {
+			if n, err := strconv.Atoi(p[1]); err == nil {
+				status = n
+			}
+			continue
+		}
+		if strings.HasPrefix(p[0], ":") {
+			continue
+		}
+		k := http.CanonicalHeaderKey(p[0])
+		hdr[k] = append(hdr[k], p[1])
+	}
+	iw.direct = s.vm == nil || s.vm.onRespBody == nil
+	iw.rw.WriteHeader(status)
+}
+
+func (iw *interceptor) Write(p []byte) (int, error) {
+	if !iw.wrote {
+		iw.WriteHeader(http.StatusOK)
+	}
+	if iw.discard {
+		return len(p), nil
+	}
+	if iw.direct {
+		return iw.rw.Write(p)
+	}
+	s := iw.s
+	s.respBody = append(s.respBody, p...)
+	s.respBodyEOS = false
+	if err := iw.bodyStep(); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// bodyStep runs proxy_on_response_body on the buffered body and writes what it releases.
+func (iw *interceptor) bodyStep() error {
+	s := iw.s
+	if err := s.run(iw.ctx.Context(), stepRespBody); err != nil {
+		iw.discard = true
+		return err
+	}
+	if s.failed {
+		s.w.failed.Add(1)
+		iw.direct = true
+		if !iw.h.opts.FailOpen {
+			// Headers are out already: all we can do is cut the body short.
+			iw.discard = true
+			return errFilterFailed
+		}
+	}
+	if s.bodyAction == actionContinue || s.respBodyEOS || s.failed {
+		out := s.respBody
+		s.respBody = nil
+		if len(out) > 0 {
+			if _, err := iw.rw.Write(out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (iw *interceptor) Flush() {
+	if !iw.wrote {
+		iw.WriteHeader(http.StatusOK)
+	}
+	if iw.discard || (!iw.direct && len(iw.s.respBody) > 0) {
+		return
+	}
+	if f, ok := iw.rw.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (iw *interceptor) Unwrap() http.ResponseWriter { return iw.rw }
+
+// end finishes the stream after the upstream returned: end of body, then log/done/delete.
+func (iw *interceptor) end() {
+	if !iw.wrote {
+		iw.WriteHeader(http.StatusOK)
+	}
+	s := iw.s
+	if !iw.discard && !iw.direct && !s.failed {
+		s.respBodyEOS = true
+		iw.bodyStep()
+	}
+	if !s.failed {
+		s.run(iw.ctx.Context(), stepFinish)
+	}
+}
+
+// writeLocal answers with a local response sent in the request phase; the response phase of
+// the filter still runs on it, as in Envoy.
+func (iw *interceptor) writeLocal(lr *localReply) {
+	s := iw.s
+	iw.wrote = true
+	iw.discard = true
+	if !s.failed {
+		kv := make([][2]string, 0, len(lr.headers)+1)
+		kv = append(kv, [2]string{":status", strconv.Itoa(lr.status)})
+		kv = append(kv, lr.headers...)
+		s.respHeaders.kv = kv
+		s.respHeadersEOS = len(lr.body) == 0
+		if err := s.run(iw.ctx.Context(), stepRespHeaders|stepFinish); err != nil {
+			return
+		}
+		if !s.failed {
+			st := lr.status
+			hs := make([][2]string, 0, len(s.respHeaders.kv))
+			for _, p := range s.respHeaders.kv {
+				if p[0] == ":status" {
+					if n, err := strconv.Atoi(p[1]); err == nil {
+						st = n
+					}
+					continue
+				}
+				hs = append(hs, p)
+			}
+			lr = &localReply{status: st, headers: hs, body: lr.body, details: lr.details}
+		}
+	}
+	iw.writeLocalHeaders(lr)
+	iw.rw.Write(lr.body)
+}
+
+func (iw *interceptor) writeLocalHeaders(lr *localReply) {
+	hdr := iw.rw.Header()
+	for _, p := range lr.headers {
+		if strings.HasPrefix(p[0], ":") {
+			continue
+		}
+		k := http.CanonicalHeaderKey(p[0])
+		hdr[k] = append(hdr[k], p[1])
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(lr.body)))
+	iw.rw.WriteHeader(lr.status)
+}

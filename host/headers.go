@@ -1,0 +1,172 @@
+package host
+
+import (
+	"encoding/binary"
+	"strings"
+)
+
+// headerMap is an ordered multimap with lower-case keys, as Envoy's header maps.
+type headerMap struct {
+	kv [][2]string
+}
+
+func lower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}
+
+// eqFold compares an ASCII key case-insensitively with a lower-case name.
+func eqFold(key []byte, name string) bool {
+	if len(key) != len(name) {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != name[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *headerMap) getBytes(key []byte) (string, bool) {
+	for _, p := range m.kv {
+		if eqFold(key, p[0]) {
+			return p[1], true
+		}
+	}
+	return "", false
+}
+
+func (m *headerMap) get(name string) (string, bool) {
+	return m.getBytes([]byte(lower(name)))
+}
+
+func (m *headerMap) getOr(name, def string) string {
+	if v, ok := m.get(name); ok {
+		return v
+	}
+	return def
+}
+
+func (m *headerMap) add(key, value string) {
+	m.kv = append(m.kv, [2]string{lower(key), value})
+}
+
+// replace sets the first entry named key to value and removes the others; adds when absent.
+func (m *headerMap) replace(key, value string) {
+	key = lower(key)
+	found := false
+	out := m.kv[:0]
+	for _, p := range m.kv {
+		if p[0] == key {
+			if found {
+				continue
+			}
+			found = true
+			p[1] = value
+		}
+		out = append(out, p)
+	}
+	m.kv = out
+	if !found {
+		m.kv = append(m.kv, [2]string{key, value})
+	}
+}
+
+func (m *headerMap) removeBytes(key []byte) {
+	out := m.kv[:0]
+	for _, p := range m.kv {
+		if !eqFold(key, p[0]) {
+			out = append(out, p)
+		}
+	}
+	for i := len(out); i < len(m.kv); i++ {
+		m.kv[i] = [2]string{}
+	}
+	m.kv = out
+}
+
+// regular returns the entries that are not pseudo-headers, as a new slice.
+func (m *headerMap) regular() [][2]string {
+	out := make([][2]string, 0, len(m.kv))
+	for _, p := range m.kv {
+		if !strings.HasPrefix(p[0], ":") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// serializedSize is the size of the Proxy-Wasm pair serialization of kv.
+func serializedSize(kv [][2]string) int {
+	n := 4
+	for _, p := range kv {
+		n += 8 + len(p[0]) + 1 + len(p[1]) + 1
+	}
+	return n
+}
+
+// serializePairs writes kv into dst (len(dst) == serializedSize(kv)): a u32 count, then a u32
+// key size and u32 value size per pair, then each key and value followed by a NUL byte.
+func serializePairs(dst []byte, kv [][2]string) {
+	binary.LittleEndian.PutUint32(dst, uint32(len(kv)))
+	o := 4
+	for _, p := range kv {
+		binary.LittleEndian.PutUint32(dst[o:], uint32(len(p[0])))
+		binary.LittleEndian.PutUint32(dst[o+4:], uint32(len(p[1])))
+		o += 8
+	}
+	for _, p := range kv {
+		o += copy(dst[o:], p[0])
+		dst[o] = 0
+		o++
+		o += copy(dst[o:], p[1])
+		dst[o] = 0
+		o++
+	}
+}
+
+// SerializePairs encodes header pairs in the Proxy-Wasm map format (for tests and extensions).
+func SerializePairs(kv [][2]string) []byte {
+	b := make([]byte, serializedSize(kv))
+	serializePairs(b, kv)
+	return b
+}
+
+// ParsePairs decodes the Proxy-Wasm map format. It reports false on malformed input.
+func ParsePairs(b []byte) ([][2]string, bool) {
+	if len(b) == 0 {
+		return nil, true
+	}
+	if len(b) < 4 {
+		return nil, false
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n < 0 || n > (len(b)-4)/8 {
+		return nil, false
+	}
+	sizes := b[4:]
+	data := 4 + 8*n
+	out := make([][2]string, 0, n)
+	for i := 0; i < n; i++ {
+		ks := int(binary.LittleEndian.Uint32(sizes[8*i:]))
+		vs := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
+		if ks < 0 || vs < 0 || data+ks+1+vs+1 > len(b) || ks > len(b) || vs > len(b) {
+			return nil, false
+		}
+		k := string(b[data : data+ks])
+		data += ks + 1
+		v := string(b[data : data+vs])
+		data += vs + 1
+		out = append(out, [2]string{k, v})
+	}
+	return out, true
+}

@@ -1,0 +1,361 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// Options configures a Host. Wasm is required; everything else has a default.
+type Options struct {
+	// Wasm is the module: a Proxy-Wasm 0.2.x filter (exports proxy_abi_version_0_2_1 or _0_2_0).
+	Wasm []byte
+	// PluginConfig is returned to the guest as buffer type 7 (plugin configuration) and its
+	// length passed to proxy_on_configure. VMConfig likewise, buffer type 6 / proxy_on_vm_start.
+	PluginConfig, VMConfig []byte
+	// VMID names the shared-data map (default ""), RootID the root context (plugin_root_id,
+	// default ""), PluginName the plugin_name property (default "sluice").
+	VMID, RootID, PluginName string
+	// Workers is the number of workers, each with its own VM (default runtime.NumCPU()).
+	Workers int
+	// FailOpen lets a request through to the upstream, unfiltered, when the guest traps
+	// while handling it; without it such a request gets a 500.
+	FailOpen bool
+	// MemoryLimitPages caps each VM's linear memory, in 64 KiB pages (default 4096 = 256 MiB).
+	MemoryLimitPages uint32
+	// Logger receives guest logs (proxy_log, stdout/stderr) and host events. Default: slog.Default().
+	Logger *slog.Logger
+	// LogLevel is what proxy_get_log_level reports, and guest messages below it are dropped
+	// (default slog.LevelInfo). Proxy-Wasm trace/debug/info/warn/error/critical map to
+	// slog -8/-4/0/4/8/12.
+	LogLevel slog.Level
+	// Clusters maps a proxy_http_call cluster name to a base URL such as "http://127.0.0.1:8080".
+	Clusters map[string]string
+	// HTTPClient sends proxy_http_call requests (default: a client with no overall timeout;
+	// each call is bounded by its own timeout argument).
+	HTTPClient *http.Client
+	// Extensions add host calls to the "env" module (for example Higress's Redis calls).
+	Extensions []Extension
+	// CompilationCache is shared between Hosts to avoid recompiling the same module; default:
+	// one process-wide in-memory cache.
+	CompilationCache wazero.CompilationCache
+}
+
+// Host runs a Proxy-Wasm module on a pool of workers. Safe for concurrent use.
+type Host struct {
+	opts     Options
+	log      *slog.Logger
+	rt       wazero.Runtime
+	compiled wazero.CompiledModule
+	abi      string
+	workers  []*worker
+	shared   *SharedData
+	metrics  *metricRegistry
+	start    time.Time
+	rr       atomic.Uint32
+	closed   chan struct{}
+	closeMu  sync.Once
+	client   *http.Client
+	exports  map[string]bool
+
+	unimplMu   sync.Mutex
+	unimplSeen map[string]bool
+
+	extFuncs map[string]HostFunc
+	genSeq   atomic.Uint64
+}
+
+var (
+	defaultCacheOnce sync.Once
+	defaultCache     wazero.CompilationCache
+)
+
+func processCache() wazero.CompilationCache {
+	defaultCacheOnce.Do(func() { defaultCache = wazero.NewCompilationCache() })
+	return defaultCache
+}
+
+// ErrClosed is returned by Exchange after Close.
+var ErrClosed = errors.New("host: closed")
+
+// New compiles the module, starts the workers and configures a VM on each. It returns an
+// error when the module is not a Proxy-Wasm 0.2.x module, fails to instantiate, or when
+// proxy_on_vm_start or proxy_on_configure returns false.
+func New(ctx context.Context, opts Options) (*Host, error) {
+	if len(opts.Wasm) == 0 {
+		return nil, errors.New("host: Options.Wasm is empty")
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.NumCPU()
+	}
+	if opts.MemoryLimitPages == 0 {
+		opts.MemoryLimitPages = 4096
+	}
+	if opts.MemoryLimitPages > 65536 {
+		return nil, fmt.Errorf("host: MemoryLimitPages %d exceeds 65536 (4 GiB)", opts.MemoryLimitPages)
+	}
+	if opts.PluginName == "" {
+		opts.PluginName = "sluice"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.CompilationCache == nil {
+		opts.CompilationCache = processCache()
+	}
+	h := &Host{
+		opts:       opts,
+		log:        opts.Logger,
+		shared:     newSharedData(),
+		metrics:    newMetricRegistry(),
+		start:      time.Now(),
+		closed:     make(chan struct{}),
+		client:     opts.HTTPClient,
+		unimplSeen: map[string]bool{},
+		extFuncs:   map[string]HostFunc{},
+		exports:    map[string]bool{},
+	}
+	if h.client == nil {
+		h.client = &http.Client{}
+	}
+	for _, e := range opts.Extensions {
+		for _, f := range e.Funcs {
+			if _, dup := h.extFuncs[f.Name]; dup {
+				return nil, fmt.Errorf("host: extension %q: host call %s defined twice", e.Name, f.Name)
+			}
+			if _, builtin := builtinHostCalls[f.Name]; builtin {
+				return nil, fmt.Errorf("host: extension %q: host call %s is built in", e.Name, f.Name)
+			}
+			h.extFuncs[f.Name] = f
+		}
+	}
+	rc := wazero.NewRuntimeConfig().
+		WithMemoryLimitPages(opts.MemoryLimitPages).
+		WithCompilationCache(opts.CompilationCache)
+	h.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	fail := func(err error) (*Host, error) {
+		h.rt.Close(ctx)
+		return nil, err
+	}
+	compiled, err := h.rt.CompileModule(ctx, opts.Wasm)
+	if err != nil {
+		return fail(fmt.Errorf("host: compiling module: %w", err))
+	}
+	h.compiled = compiled
+	for name := range compiled.ExportedFunctions() {
+		h.exports[name] = true
+	}
+	switch {
+	case h.exports["proxy_abi_version_0_2_1"]:
+		h.abi = "0.2.1"
+	case h.exports["proxy_abi_version_0_2_0"]:
+		h.abi = "0.2.0"
+	default:
+		return fail(errors.New("host: module exports neither proxy_abi_version_0_2_1 nor proxy_abi_version_0_2_0: not a Proxy-Wasm 0.2.x module"))
+	}
+	for _, need := range []string{"proxy_on_memory_allocate", "proxy_on_context_create"} {
+		if !h.exports[need] {
+			return fail(fmt.Errorf("host: module does not export %s", need))
+		}
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.rt); err != nil {
+		return fail(fmt.Errorf("host: WASI: %w", err))
+	}
+	if err := h.instantiateEnv(ctx); err != nil {
+		return fail(err)
+	}
+	h.workers = make([]*worker, opts.Workers)
+	for i := range h.workers {
+		w := newWorker(h, i)
+		v, err := h.newVM(ctx, w)
+		if err != nil {
+			for _, w := range h.workers[:i] {
+				w.stop()
+			}
+			return fail(err)
+		}
+		w.vm = v
+		w.updateMemory()
+		h.workers[i] = w
+		go w.loop()
+	}
+	return h, nil
+}
+
+// instantiateEnv builds the "env" host module: the built-in Proxy-Wasm calls, the
+// extensions' calls, and an UNIMPLEMENTED stub for anything else the module imports from env.
+func (h *Host) instantiateEnv(ctx context.Context) error {
+	b := h.rt.NewHostModuleBuilder("env")
+	defined := map[string]bool{}
+	for name, hc := range builtinHostCalls {
+		fn := hc.fn
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+			fn(vmFrom(ctx), stack)
+		}), hc.params, hc.results).Export(name)
+		defined[name] = true
+	}
+	for name, f := range h.extFuncs {
+		f := f
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+			f.Func(&Guest{vm: vmFrom(ctx)}, stack)
+		}), f.Params, f.Results).Export(name)
+		defined[name] = true
+	}
+	for _, imp := range h.compiled.ImportedFunctions() {
+		mod, name, _ := imp.Import()
+		if mod != "env" || defined[name] {
+			continue
+		}
+		results := imp.ResultTypes()
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+			h.unimplemented(name)
+			for i := range results {
+				stack[i] = 0
+			}
+			if len(results) > 0 {
+				stack[0] = uint64(StatusUnimplemented)
+			}
+		}), imp.ParamTypes(), results).Export(name)
+		defined[name] = true
+	}
+	if _, err := b.Instantiate(ctx); err != nil {
+		return fmt.Errorf("host: env module: %w", err)
+	}
+	return nil
+}
+
+func (h *Host) unimplemented(name string) {
+	h.unimplMu.Lock()
+	seen := h.unimplSeen[name]
+	h.unimplSeen[name] = true
+	h.unimplMu.Unlock()
+	if !seen {
+		h.log.Warn("host: guest called an unimplemented host function; returning UNIMPLEMENTED", "function", name)
+	}
+}
+
+// Close stops the workers and releases the runtime. Requests in flight fail with ErrClosed.
+func (h *Host) Close(ctx context.Context) error {
+	h.closeMu.Do(func() {
+		close(h.closed)
+		for _, w := range h.workers {
+			w.stop()
+		}
+	})
+	return h.rt.Close(ctx)
+}
+
+// ABIVersion reports the Proxy-Wasm ABI the module declared ("0.2.1" or "0.2.0").
+func (h *Host) ABIVersion() string { return h.abi }
+
+// Options returns the options the Host runs with (defaults filled in).
+func (h *Host) Options() Options { return h.opts }
+
+// SharedData is the shared-data map of the Host's vm_id.
+func (h *Host) SharedData() *SharedData { return h.shared }
+
+// pick chooses a worker: round-robin, skipping to the least-loaded of two neighbours.
+func (h *Host) pick() *worker {
+	n := uint32(len(h.workers))
+	i := h.rr.Add(1) % n
+	w := h.workers[i]
+	if n > 1 {
+		o := h.workers[(i+1)%n]
+		if len(o.jobs) < len(w.jobs) {
+			w = o
+		}
+	}
+	return w
+}
+
+// Stats is a snapshot of the Host's health.
+type Stats struct {
+	Workers    []WorkerStats
+	VMRestarts uint64 // sum over workers
+	Requests   uint64 // streams started, sum over workers
+	Failed     uint64 // requests whose VM trapped
+	Uptime     time.Duration
+	ABIVersion string
+	SharedData struct{ Keys, Bytes int }
+}
+
+// WorkerStats describes one worker.
+type WorkerStats struct {
+	ID          int
+	MemoryBytes uint64 // linear memory size of the current VM
+	VMRestarts  uint64
+	Requests    uint64
+	Failed      uint64
+	Healthy     bool // has a configured VM
+}
+
+// Stats returns a snapshot; safe to call at any time.
+func (h *Host) Stats() Stats {
+	var s Stats
+	for _, w := range h.workers {
+		ws := WorkerStats{
+			ID:          w.id,
+			MemoryBytes: w.memBytes.Load(),
+			VMRestarts:  w.restarts.Load(),
+			Requests:    w.requests.Load(),
+			Failed:      w.failed.Load(),
+			Healthy:     w.healthy.Load(),
+		}
+		s.Workers = append(s.Workers, ws)
+		s.VMRestarts += ws.VMRestarts
+		s.Requests += ws.Requests
+		s.Failed += ws.Failed
+	}
+	s.Uptime = time.Since(h.start)
+	s.ABIVersion = h.abi
+	s.SharedData.Keys, s.SharedData.Bytes = h.shared.Len(), h.shared.Bytes()
+	return s
+}
+
+// Tick runs proxy_on_tick now on every worker whose root context has a tick period set, and
+// waits for them. Tests use it to drive tick-based logic without waiting for the timer.
+func (h *Host) Tick(ctx context.Context) error {
+	var wg sync.WaitGroup
+	var firstErr error
+	var mu sync.Mutex
+	for _, w := range h.workers {
+		wg.Add(1)
+		done := make(chan struct{})
+		err := w.post(ctx, job{fn: func(w *worker) {
+			w.tick(true)
+			close(done)
+		}})
+		if err != nil {
+			wg.Done()
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			mu.Unlock()
+			continue
+		}
+		go func() {
+			defer wg.Done()
+			select {
+			case <-done:
+			case <-ctx.Done():
+			case <-h.closed:
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,663 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+type hostCall struct {
+	params, results []api.ValueType
+	fn              func(v *vm, stack []uint64)
+}
+
+const (
+	i32 = api.ValueTypeI32
+	i64 = api.ValueTypeI64
+)
+
+func sig(n int) []api.ValueType {
+	p := make([]api.ValueType, n)
+	for i := range p {
+		p[i] = i32
+	}
+	return p
+}
+
+// builtinHostCalls are the Proxy-Wasm host calls this host implements.
+var builtinHostCalls map[string]hostCall
+
+func init() {
+	r := []api.ValueType{i32}
+	builtinHostCalls = map[string]hostCall{
+		"proxy_log":                          {sig(3), r, hcLog},
+		"proxy_get_log_level":                {sig(1), r, hcGetLogLevel},
+		"proxy_get_current_time_nanoseconds": {sig(1), r, hcGetTime},
+		"proxy_set_tick_period_milliseconds": {sig(1), r, hcSetTickPeriod},
+		"proxy_get_buffer_bytes":             {sig(5), r, hcGetBufferBytes},
+		"proxy_get_buffer_status":            {sig(3), r, hcGetBufferStatus},
+		"proxy_set_buffer_bytes":             {sig(5), r, hcSetBufferBytes},
+		"proxy_get_header_map_pairs":         {sig(3), r, hcGetHeaderMapPairs},
+		"proxy_set_header_map_pairs":         {sig(3), r, hcSetHeaderMapPairs},
+		"proxy_get_header_map_value":         {sig(5), r, hcGetHeaderMapValue},
+		"proxy_add_header_map_value":         {sig(5), r, hcAddHeaderMapValue},
+		"proxy_replace_header_map_value":     {sig(5), r, hcReplaceHeaderMapValue},
+		"proxy_remove_header_map_value":      {sig(3), r, hcRemoveHeaderMapValue},
+		"proxy_get_header_map_size":          {sig(2), r, hcGetHeaderMapSize},
+		"proxy_get_property":                 {sig(4), r, hcGetProperty},
+		"proxy_send_local_response":          {sig(8), r, hcSendLocalResponse},
+		"proxy_continue_stream":              {sig(1), r, hcContinueStream},
+		"proxy_continue_request":             {sig(0), r, func(v *vm, s []uint64) { s[0] = uint64(v.continueStream(streamHTTPRequest)) }},
+		"proxy_continue_response":            {sig(0), r, func(v *vm, s []uint64) { s[0] = uint64(v.continueStream(streamHTTPResponse)) }},
+		"proxy_set_effective_context":        {sig(1), r, hcSetEffectiveContext},
+		"proxy_get_shared_data":              {sig(5), r, hcGetSharedData},
+		"proxy_set_shared_data":              {sig(5), r, hcSetSharedData},
+		"proxy_define_metric":                {sig(4), r, hcDefineMetric},
+		"proxy_increment_metric":             {[]api.ValueType{i32, i64}, r, hcIncrementMetric},
+		"proxy_record_metric":                {[]api.ValueType{i32, i64}, r, hcRecordMetric},
+		"proxy_get_metric":                   {sig(2), r, hcGetMetric},
+		"proxy_http_call":                    {sig(10), r, hcHTTPCall},
+	}
+}
+
+func ret(stack []uint64, s Status) { stack[0] = uint64(s) }
+
+func u32(x uint64) uint32 { return uint32(x) }
+
+func guestLevel(l uint32) slog.Level {
+	switch l {
+	case logTrace:
+		return slog.LevelDebug - 4
+	case logDebug:
+		return slog.LevelDebug
+	case logInfo:
+		return slog.LevelInfo
+	case logWarn:
+		return slog.LevelWarn
+	case logError:
+		return slog.LevelError
+	}
+	return slog.LevelError + 4
+}
+
+func hcLog(v *vm, s []uint64) {
+	lvl := guestLevel(u32(s[0]))
+	msg, ok := v.read(u32(s[1]), u32(s[2]))
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	if lvl >= v.h.opts.LogLevel && v.log.Enabled(context.Background(), lvl) {
+		v.log.Log(context.Background(), lvl, string(msg), "context", v.curID)
+	}
+	ret(s, StatusOK)
+}
+
+func hcGetLogLevel(v *vm, s []uint64) {
+	l := v.h.opts.LogLevel
+	var p uint32
+	switch {
+	case l < slog.LevelDebug:
+		p = logTrace
+	case l < slog.LevelInfo:
+		p = logDebug
+	case l < slog.LevelWarn:
+		p = logInfo
+	case l < slog.LevelError:
+		p = logWarn
+	case l < slog.LevelError+4:
+		p = logError
+	default:
+		p = logCritical
+	}
+	if !v.writeU32(u32(s[0]), p) {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ret(s, StatusOK)
+}
+
+func hcGetTime(v *vm, s []uint64) {
+	if !v.writeU64(u32(s[0]), uint64(time.Now().UnixNano())) {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ret(s, StatusOK)
+}
+
+func hcSetTickPeriod(v *vm, s []uint64) {
+	if v.cur != nil {
+		// Ticks belong to root contexts.
+		ret(s, StatusBadArgument)
+		return
+	}
+	v.tickPeriodMS = u32(s[0])
+	ret(s, StatusOK)
+}
+
+// buffer returns the buffer of type t for the effective context; nil, false when it is not
+// available now.
+func (v *vm) buffer(t uint32) (*[]byte, bool) {
+	if b, ok := v.extBuffers[t]; ok {
+		return &b, true
+	}
+	switch t {
+	case bufferPluginConfiguration:
+		return &v.h.opts.PluginConfig, true
+	case bufferVMConfiguration:
+		return &v.h.opts.VMConfig, true
+	case bufferHTTPCallResponse:
+		if v.callResp != nil {
+			return &v.callResp.body, true
+		}
+	case bufferRequestBody:
+		if v.cur != nil {
+			return &v.cur.reqBody, true
+		}
+	case bufferResponseBody:
+		if v.cur != nil {
+			return &v.cur.respBody, true
+		}
+	}
+	return nil, false
+}
+
+func hcGetBufferBytes(v *vm, s []uint64) {
+	b, ok := v.buffer(u32(s[0]))
+	if !ok {
+		ret(s, StatusNotFound)
+		return
+	}
+	start, max := uint64(u32(s[1])), uint64(u32(s[2]))
+	data := *b
+	if start > uint64(len(data)) {
+		ret(s, StatusBadArgument)
+		return
+	}
+	end := start + max
+	if end > uint64(len(data)) {
+		end = uint64(len(data))
+	}
+	ret(s, v.returnBytes(data[start:end], u32(s[3]), u32(s[4])))
+}
+
+func hcGetBufferStatus(v *vm, s []uint64) {
+	b, ok := v.buffer(u32(s[0]))
+	if !ok {
+		ret(s, StatusNotFound)
+		return
+	}
+	var flags uint32
+	if c := v.cur; c != nil {
+		switch u32(s[0]) {
+		case bufferRequestBody:
+			flags = uint32(b2u(c.reqBodyEOS))
+		case bufferResponseBody:
+			flags = uint32(b2u(c.respBodyEOS))
+		}
+	}
+	if !v.writeU32(u32(s[1]), uint32(len(*b))) || !v.writeU32(u32(s[2]), flags) {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ret(s, StatusOK)
+}
+
+// hcSetBufferBytes follows Envoy: start 0 and size 0 prepends; start 0 and size >= length
+// replaces everything; start >= length appends; anything else is BAD_ARGUMENT.
+func hcSetBufferBytes(v *vm, s []uint64) {
+	t := u32(s[0])
+	if t != bufferRequestBody && t != bufferResponseBody {
+		if _, ok := v.extBuffers[t]; !ok {
+			ret(s, StatusBadArgument)
+			return
+		}
+	}
+	b, ok := v.buffer(t)
+	if !ok {
+		ret(s, StatusNotFound)
+		return
+	}
+	data, ok := v.read(u32(s[3]), u32(s[4]))
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	start, size := int(u32(s[1])), int(u32(s[2]))
+	cur := *b
+	var out []byte
+	switch {
+	case start == 0 && size == 0:
+		out = append(append(make([]byte, 0, len(data)+len(cur)), data...), cur...)
+	case start == 0 && size >= len(cur):
+		out = append([]byte(nil), data...)
+	case start >= len(cur):
+		out = append(cur, data...)
+	default:
+		ret(s, StatusBadArgument)
+		return
+	}
+	switch t {
+	case bufferRequestBody:
+		v.cur.reqBody = out
+	case bufferResponseBody:
+		v.cur.respBody = out
+	default:
+		v.extBuffers[t] = out
+	}
+	ret(s, StatusOK)
+}
+
+// headerMap returns the map of type t for the effective context.
+func (v *vm) headerMap(t uint32) (*headerMap, Status) {
+	switch t {
+	case mapHTTPCallResponseHeaders:
+		if v.callResp != nil {
+			return &v.callResp.headers, StatusOK
+		}
+		return nil, StatusBadArgument
+	case mapHTTPCallResponseTrailer:
+		if v.callResp != nil {
+			return &v.callResp.trailers, StatusOK
+		}
+		return nil, StatusBadArgument
+	}
+	c := v.cur
+	if c == nil {
+		return nil, StatusBadArgument
+	}
+	switch t {
+	case mapRequestHeaders:
+		return &c.reqHeaders, StatusOK
+	case mapRequestTrailers:
+		return &c.reqTrailers, StatusOK
+	case mapResponseHeaders:
+		if c.respPhase {
+			return &c.respHeaders, StatusOK
+		}
+	case mapResponseTrailers:
+		if c.respPhase {
+			return &c.respTrailers, StatusOK
+		}
+	}
+	return nil, StatusBadArgument
+}
+
+func hcGetHeaderMapPairs(v *vm, s []uint64) {
+	m, st := v.headerMap(u32(s[0]))
+	if st != StatusOK {
+		ret(s, st)
+		return
+	}
+	n := uint32(serializedSize(m.kv))
+	p := v.alloc(n)
+	if p == 0 {
+		ret(s, StatusInternalFailure)
+		return
+	}
+	dst, ok := v.read(p, n)
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	serializePairs(dst, m.kv)
+	if !v.writeU32(u32(s[1]), p) || !v.writeU32(u32(s[2]), n) {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ret(s, StatusOK)
+}
+
+func hcSetHeaderMapPairs(v *vm, s []uint64) {
+	m, st := v.headerMap(u32(s[0]))
+	if st != StatusOK {
+		ret(s, st)
+		return
+	}
+	b, ok := v.read(u32(s[1]), u32(s[2]))
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	kv, ok := ParsePairs(b)
+	if !ok {
+		ret(s, StatusBadArgument)
+		return
+	}
+	for i := range kv {
+		kv[i][0] = lower(kv[i][0])
+	}
+	m.kv = kv
+	ret(s, StatusOK)
+}
+
+func hcGetHeaderMapValue(v *vm, s []uint64) {
+	m, st := v.headerMap(u32(s[0]))
+	if st != StatusOK {
+		ret(s, st)
+		return
+	}
+	key, ok := v.read(u32(s[1]), u32(s[2]))
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	val, found := m.getBytes(key)
+	if !found {
+		ret(s, StatusNotFound)
+		return
+	}
+	ret(s, v.returnString(val, u32(s[3]), u32(s[4])))
+}
+
+func (v *vm) readKV(s []uint64) (string, string, Status) {
+	k, ok := v.read(u32(s[1]), u32(s[2]))
+	if !ok {
+		return "", "", StatusInvalidMemoryAccess
+	}
+	val, ok := v.read(u32(s[3]), u32(s[4]))
+	if !ok {
+		return "", "", StatusInvalidMemoryAccess
+	}
+	return strings.ToLower(string(k)), string(val), StatusOK
+}
+
+func hcAddHeaderMapValue(v *vm, s []uint64) {
+	m, st := v.headerMap(u32(s[0]))
+	if st != StatusOK {
+		ret(s, st)
+		return
+	}
+	k, val, st := v.readKV(s)
+	if st == StatusOK {
+		m.kv = append(m.kv, [2]string{k, val})
+	}
+	ret(s, st)
+}
+
+func hcReplaceHeaderMapValue(v *vm, s []uint64) {
+	m, st := v.headerMap(u32(s[0]))
+	if st != StatusOK {
+		ret(s, st)
+		return
+	}
+	k, val, st := v.readKV(s)
+	if st == StatusOK {
+		m.replace(k, val)
+	}
+	ret(s, st)
+}
+
+func hcRemoveHeaderMapValue(v *vm, s []uint64) {
+	m, st := v.headerMap(u32(s[0]))
+	if st != StatusOK {
+		ret(s, st)
+		return
+	}
+	key, ok := v.read(u32(s[1]), u32(s[2]))
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	m.removeBytes(key)
+	ret(s, StatusOK)
+}
+
+func hcGetHeaderMapSize(v *vm, s []uint64) {
+	m, st := v.headerMap(u32(s[0]))
+	if st != StatusOK {
+		ret(s, st)
+		return
+	}
+	if !v.writeU32(u32(s[1]), uint32(serializedSize(m.kv))) {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ret(s, StatusOK)
+}
+
+func int64LE(n int64) []byte {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(n))
+	return b[:]
+}
+
+func portOf(addr string) ([]byte, bool) {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, false
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		return nil, false
+	}
+	return int64LE(int64(n)), true
+}
+
+// property resolves a property path (segments separated by NUL) for the effective context.
+func (v *vm) property(path []byte) ([]byte, bool) {
+	if n := len(path); n > 0 && path[n-1] == 0 {
+		path = path[:n-1]
+	}
+	c := v.cur
+	str := func(s string) ([]byte, bool) { return []byte(s), true }
+	switch string(path) {
+	case "plugin_name":
+		return str(v.h.opts.PluginName)
+	case "plugin_root_id":
+		return str(v.h.opts.RootID)
+	case "plugin_vm_id":
+		return str(v.h.opts.VMID)
+	}
+	if c == nil {
+		return nil, false
+	}
+	hdr := func(name string) ([]byte, bool) {
+		val, ok := c.reqHeaders.get(name)
+		if !ok {
+			return nil, false
+		}
+		return []byte(val), true
+	}
+	switch string(path) {
+	case "source\x00address":
+		if c.remoteAddr == "" {
+			return nil, false
+		}
+		return str(c.remoteAddr)
+	case "source\x00port":
+		return portOf(c.remoteAddr)
+	case "destination\x00address":
+		if c.localAddr == "" {
+			return nil, false
+		}
+		return str(c.localAddr)
+	case "destination\x00port":
+		return portOf(c.localAddr)
+	case "request\x00path":
+		return hdr(":path")
+	case "request\x00url_path":
+		p, ok := c.reqHeaders.get(":path")
+		if !ok {
+			return nil, false
+		}
+		if i := strings.IndexByte(p, '?'); i >= 0 {
+			p = p[:i]
+		}
+		return str(p)
+	case "request\x00method":
+		return hdr(":method")
+	case "request\x00host":
+		return hdr(":authority")
+	case "request\x00scheme":
+		return hdr(":scheme")
+	case "request\x00id":
+		return hdr("x-request-id")
+	case "request\x00protocol":
+		return str(c.protocol)
+	case "request\x00headers":
+		return SerializePairs(c.reqHeaders.kv), true
+	case "response\x00code":
+		if !c.respPhase {
+			return nil, false
+		}
+		st, ok := c.respHeaders.get(":status")
+		if !ok {
+			return nil, false
+		}
+		n, err := strconv.Atoi(st)
+		if err != nil {
+			return nil, false
+		}
+		return int64LE(int64(n)), true
+	case "response\x00headers":
+		if !c.respPhase {
+			return nil, false
+		}
+		return SerializePairs(c.respHeaders.kv), true
+	}
+	return nil, false
+}
+
+func hcGetProperty(v *vm, s []uint64) {
+	path, ok := v.read(u32(s[0]), u32(s[1]))
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	val, found := v.property(path)
+	if !found {
+		ret(s, StatusNotFound)
+		return
+	}
+	ret(s, v.returnBytes(val, u32(s[2]), u32(s[3])))
+}
+
+func hcSendLocalResponse(v *vm, s []uint64) {
+	c := v.cur
+	if c == nil {
+		ret(s, StatusBadArgument)
+		return
+	}
+	details, ok1 := v.read(u32(s[1]), u32(s[2]))
+	body, ok2 := v.read(u32(s[3]), u32(s[4]))
+	hdrs, ok3 := v.read(u32(s[5]), u32(s[6]))
+	if !ok1 || !ok2 || !ok3 {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	kv, ok := ParsePairs(hdrs)
+	if !ok {
+		ret(s, StatusBadArgument)
+		return
+	}
+	status := int(u32(s[0]))
+	if status < 100 || status > 999 {
+		ret(s, StatusBadArgument)
+		return
+	}
+	m := headerMap{kv: make([][2]string, 0, len(kv)+1)}
+	for _, p := range kv {
+		m.add(p[0], p[1])
+	}
+	if _, has := m.get("content-type"); !has && len(body) > 0 {
+		m.add("content-type", "text/plain")
+	}
+	c.local = &localReply{status: status, details: string(details), body: append([]byte(nil), body...), headers: m.kv}
+	if c.paused {
+		c.paused = false
+		v.w.wake(c)
+	}
+	ret(s, StatusOK)
+}
+
+func hcContinueStream(v *vm, s []uint64) {
+	ret(s, v.continueStream(int(u32(s[0]))))
+}
+
+func (v *vm) continueStream(t int) Status {
+	c := v.cur
+	if c == nil {
+		return StatusBadArgument
+	}
+	if t != streamHTTPRequest && t != streamHTTPResponse {
+		return StatusBadArgument
+	}
+	if c.paused && c.pauseOn == t {
+		c.paused = false
+		v.w.wake(c)
+	}
+	return StatusOK
+}
+
+func hcSetEffectiveContext(v *vm, s []uint64) {
+	if !v.setCurrent(u32(s[0])) {
+		ret(s, StatusBadArgument)
+		return
+	}
+	ret(s, StatusOK)
+}
+
+func hcGetSharedData(v *vm, s []uint64) {
+	key, ok := v.read(u32(s[0]), u32(s[1]))
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	val, cas, found := v.h.shared.getInto(key, v.scratch[:0])
+	v.scratch = val[:0]
+	if !found {
+		ret(s, StatusNotFound)
+		return
+	}
+	st := v.returnBytes(val, u32(s[2]), u32(s[3]))
+	if st == StatusOK && !v.writeU32(u32(s[4]), cas) {
+		st = StatusInvalidMemoryAccess
+	}
+	ret(s, st)
+}
+
+func hcSetSharedData(v *vm, s []uint64) {
+	key, ok1 := v.read(u32(s[0]), u32(s[1]))
+	val, ok2 := v.read(u32(s[2]), u32(s[3]))
+	if !ok1 || !ok2 {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	ret(s, v.h.shared.set(key, val, u32(s[4])))
+}
+
+func hcDefineMetric(v *vm, s []uint64) {
+	name, ok := v.read(u32(s[1]), u32(s[2]))
+	if !ok {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	id, st := v.h.metrics.define(MetricType(u32(s[0])), string(name))
+	if st == StatusOK && !v.writeU32(u32(s[3]), id) {
+		st = StatusInvalidMemoryAccess
+	}
+	ret(s, st)
+}
+
+func hcIncrementMetric(v *vm, s []uint64) {
+	ret(s, v.h.metrics.increment(u32(s[0]), int64(s[1])))
+}
+
+func hcRecordMetric(v *vm, s []uint64) {
+	ret(s, v.h.metrics.record(u32(s[0]), s[1]))
+}
+
+func hcGetMetric(v *vm, s []uint64) {
+	val, st := v.h.metrics.value(u32(s[0]))
+	if st == StatusOK && !v.writeU64(u32(s[1]), val) {
+		st = StatusInvalidMemoryAccess
+	}
+	ret(s, st)
+}

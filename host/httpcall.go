@@ -1,0 +1,133 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type httpCallResult struct {
+	headers, trailers headerMap
+	body              []byte
+}
+
+// maxHTTPCallBody bounds the body of an http call response kept for the guest.
+const maxHTTPCallBody = 16 << 20
+
+func hcHTTPCall(v *vm, s []uint64) {
+	cluster, ok1 := v.read(u32(s[0]), u32(s[1]))
+	hdrs, ok2 := v.read(u32(s[2]), u32(s[3]))
+	body, ok3 := v.read(u32(s[4]), u32(s[5]))
+	if !ok1 || !ok2 || !ok3 {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	kv, ok := ParsePairs(hdrs)
+	if !ok {
+		ret(s, StatusBadArgument)
+		return
+	}
+	base, ok := v.h.opts.Clusters[string(cluster)]
+	if !ok {
+		v.log.Warn("host: proxy_http_call to an unknown cluster", "cluster", string(cluster))
+		ret(s, StatusBadArgument)
+		return
+	}
+	m := headerMap{kv: kv}
+	method, ok1 := m.get(":method")
+	path, ok2 := m.get(":path")
+	authority, ok3 := m.get(":authority")
+	if !ok1 || !ok2 || !ok3 || method == "" || path == "" {
+		ret(s, StatusBadArgument)
+		return
+	}
+	timeout := time.Duration(u32(s[8])) * time.Millisecond
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	v.nextCallout++
+	id := v.nextCallout
+	if !v.writeU32(u32(s[9]), id) {
+		ret(s, StatusInvalidMemoryAccess)
+		return
+	}
+	req, err := http.NewRequest(method, strings.TrimSuffix(base, "/")+path, bytes.NewReader(append([]byte(nil), body...)))
+	if err != nil {
+		ret(s, StatusBadArgument)
+		return
+	}
+	req.Host = authority
+	for _, p := range kv {
+		if !strings.HasPrefix(p[0], ":") {
+			req.Header.Add(p[0], p[1])
+		}
+	}
+	v.callouts[id] = v.curID
+	ctxID := v.curID
+	h, w := v.h, v.w
+	go func() {
+		res := h.doHTTPCall(req, timeout)
+		w.postAsync(job{fn: func(w *worker) { w.deliverHTTPCall(v, id, ctxID, res) }})
+	}()
+	ret(s, StatusOK)
+}
+
+func (h *Host) doHTTPCall(req *http.Request, timeout time.Duration) *httpCallResult {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-h.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	resp, err := h.client.Do(req.WithContext(ctx))
+	if err != nil {
+		h.log.Debug("host: http call failed", "url", req.URL.String(), "error", err)
+		return &httpCallResult{}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHTTPCallBody))
+	if err != nil {
+		return &httpCallResult{}
+	}
+	r := &httpCallResult{body: body}
+	r.headers.kv = append(r.headers.kv, [2]string{":status", strconv.Itoa(resp.StatusCode)})
+	for k, vs := range resp.Header {
+		for _, val := range vs {
+			r.headers.add(k, val)
+		}
+	}
+	for k, vs := range resp.Trailer {
+		for _, val := range vs {
+			r.trailers.add(k, val)
+		}
+	}
+	return r
+}
+
+// deliverHTTPCall calls proxy_on_http_call_response on the VM that made the call, if it and
+// the calling context still exist.
+func (w *worker) deliverHTTPCall(v *vm, id, ctxID uint32, res *httpCallResult) {
+	if w.vm != v || v.dead {
+		return
+	}
+	if _, ok := v.callouts[id]; !ok {
+		return
+	}
+	delete(v.callouts, id)
+	if v.onHTTPCallResponse == nil || !v.setCurrent(ctxID) {
+		return
+	}
+	v.callResp = res
+	_, err := v.call(v.onHTTPCallResponse, uint64(ctxID), uint64(id), uint64(len(res.headers.kv)), uint64(len(res.body)), uint64(len(res.trailers.kv)))
+	v.callResp = nil
+	if err != nil {
+		w.trap(v, "proxy_on_http_call_response", err)
+	}
+}

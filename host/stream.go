@@ -1,0 +1,412 @@
+package host
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Steps of a stream, run in this order by worker.advance.
+const (
+	stepReqHeaders uint8 = 1 << iota
+	stepReqBody
+	stepRespHeaders
+	stepRespBody
+	stepFinish
+
+	requestSteps = stepReqHeaders | stepReqBody
+)
+
+// localReply is what proxy_send_local_response asked for.
+type localReply struct {
+	status  int
+	details string
+	body    []byte
+	headers [][2]string
+}
+
+// stream is one HTTP request/response through the filter. Fields below "worker side" are
+// touched only on the worker goroutine, except between jobs, when the waiting caller owns
+// them (the channel operations order the accesses).
+type stream struct {
+	h    *Host
+	w    *worker
+	done chan struct{}
+
+	// worker side
+	vm      *vm
+	id      uint32
+	waiting bool
+	steps   uint8
+	paused  bool
+	pauseOn int // streamHTTPRequest or streamHTTPResponse
+	local   *localReply
+	failed  bool
+	created bool
+	ended   bool // log/done/delete ran, or the context died with its VM
+	aborted bool
+
+	remoteAddr, localAddr, protocol string
+
+	reqHeaders, reqTrailers   headerMap
+	respHeaders, respTrailers headerMap
+	reqBody, respBody         []byte
+	reqHeadersEOS             bool
+	reqBodyEOS, respBodyEOS   bool
+	respHeadersEOS            bool
+	respPhase                 bool
+	bodyAction                uint64
+}
+
+func (h *Host) newStream() *stream {
+	w := h.pick()
+	return &stream{h: h, w: w, done: make(chan struct{}, 1)}
+}
+
+// run asks the worker to execute steps and waits until they are done, failed, or paused
+// and then resumed to completion.
+func (s *stream) run(ctx context.Context, steps uint8) error {
+	s.steps = steps
+	s.waiting = true
+	if err := s.w.post(ctx, job{s: s}); err != nil {
+		s.waiting = false
+		return err
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		s.w.postAsync(job{s: s, abort: true})
+		return ctx.Err()
+	case <-s.h.closed:
+		return ErrClosed
+	}
+}
+
+// abort ends a stream whose caller went away: log/done/delete, no signal needed.
+func (w *worker) abort(s *stream) {
+	s.aborted = true
+	s.steps = 0
+	s.paused = false
+	s.waiting = false
+	w.finish(s)
+}
+
+// advance runs the stream's remaining steps until it pauses or they are done.
+func (w *worker) advance(s *stream) {
+	for s.steps != 0 && !s.paused {
+		if s.failed || s.aborted {
+			s.steps = 0
+			break
+		}
+		step := s.steps & -s.steps
+		s.steps &^= step
+		if step == stepFinish {
+			w.finish(s)
+			continue
+		}
+		v := w.vmFor(s, step)
+		if v == nil {
+			continue // s.failed is set
+		}
+		v.cur, v.curID = s, s.id
+		switch step {
+		case stepReqHeaders:
+			w.requests.Add(1)
+			r, err := v.call(v.onRequestHeaders, uint64(s.id), uint64(len(s.reqHeaders.kv)), b2u(s.reqHeadersEOS))
+			if err != nil {
+				w.trap(v, "proxy_on_request_headers", err)
+				continue
+			}
+			if r == actionPause && s.local == nil {
+				s.paused, s.pauseOn = true, streamHTTPRequest
+			}
+		case stepReqBody:
+			s.bodyAction = actionContinue
+			if v.onRequestBody != nil {
+				r, err := v.call(v.onRequestBody, uint64(s.id), uint64(len(s.reqBody)), b2u(s.reqBodyEOS))
+				if err != nil {
+					w.trap(v, "proxy_on_request_body", err)
+					continue
+				}
+				s.bodyAction = r
+			}
+		case stepRespHeaders:
+			s.respPhase = true
+			if v.onResponseHeaders != nil {
+				r, err := v.call(v.onResponseHeaders, uint64(s.id), uint64(len(s.respHeaders.kv)), b2u(s.respHeadersEOS))
+				if err != nil {
+					w.trap(v, "proxy_on_response_headers", err)
+					continue
+				}
+				if r == actionPause && s.local == nil {
+					s.paused, s.pauseOn = true, streamHTTPResponse
+				}
+			}
+		case stepRespBody:
+			s.bodyAction = actionContinue
+			if v.onRespBody != nil {
+				r, err := v.call(v.onRespBody, uint64(s.id), uint64(len(s.respBody)), b2u(s.respBodyEOS))
+				if err != nil {
+					w.trap(v, "proxy_on_response_body", err)
+					continue
+				}
+				s.bodyAction = r
+			}
+		}
+		if s.local != nil {
+			// A local response ends the phase it was sent in.
+			if step&requestSteps != 0 {
+				s.steps &^= requestSteps
+			} else {
+				s.steps &^= stepRespBody
+			}
+		}
+	}
+	if !s.paused {
+		s.signal()
+	}
+}
+
+// vmFor returns the VM the stream lives on, creating the stream's context on the first step.
+// It returns nil (and marks the stream failed) when that VM is gone.
+func (w *worker) vmFor(s *stream, step uint8) *vm {
+	if !s.created {
+		v := w.current()
+		if v == nil {
+			s.failed = true
+			return nil
+		}
+		s.vm = v
+		s.id = v.nextContext
+		v.nextContext++
+		if v.nextContext == 0 {
+			v.nextContext = rootContextID + 1
+		}
+		v.streams[s.id] = s
+		s.created = true
+		v.cur, v.curID = s, s.id
+		if _, err := v.call(v.onContextCreate, uint64(s.id), rootContextID); err != nil {
+			w.trap(v, "proxy_on_context_create", err)
+			return nil
+		}
+		return v
+	}
+	if s.vm == nil || s.vm.dead || s.vm != w.vm {
+		s.failed = true
+		return nil
+	}
+	return s.vm
+}
+
+// finish runs proxy_on_log, proxy_on_done and proxy_on_delete once.
+func (w *worker) finish(s *stream) {
+	if s.ended || !s.created {
+		s.ended = true
+		return
+	}
+	s.ended = true
+	v := s.vm
+	if v == nil || v.dead || v != w.vm {
+		return
+	}
+	v.cur, v.curID = s, s.id
+	if err := v.callOpt(v.onLog, s.id); err != nil {
+		w.trap(v, "proxy_on_log", err)
+		return
+	}
+	if err := v.callOpt(v.onDone, s.id); err != nil {
+		w.trap(v, "proxy_on_done", err)
+		return
+	}
+	if err := v.callOpt(v.onDelete, s.id); err != nil {
+		w.trap(v, "proxy_on_delete", err)
+		return
+	}
+	delete(v.streams, s.id)
+	for id, ctxID := range v.callouts {
+		if ctxID == s.id {
+			delete(v.callouts, id)
+		}
+	}
+	if v.cur == s {
+		v.cur, v.curID = nil, rootContextID
+	}
+}
+
+func (v *vm) callOpt(f api.Function, id uint32) error {
+	if f == nil {
+		return nil
+	}
+	_, err := v.call(f, uint64(id))
+	return err
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Request is one HTTP request for Exchange. Header names are matched case-insensitively and
+// passed to the guest lower-cased.
+type Request struct {
+	Method    string // default "GET"
+	Path      string // with the query, default "/"
+	Authority string // the Host header
+	Scheme    string // default "http"
+	Headers   [][2]string
+	Body      []byte
+	// RemoteAddr is the peer, "ip:port" (the source.address property); LocalAddr the
+	// listener (destination.address). Empty: the property is NOT_FOUND.
+	RemoteAddr, LocalAddr string
+}
+
+// Response is the result of Exchange.
+type Response struct {
+	Status  int
+	Headers [][2]string // lower-case names, in order
+	Body    []byte
+	// Local is true when the response is not the upstream's: the filter sent a local
+	// response, or the host answered 500 because the guest trapped (then Failed is true too).
+	Local   bool
+	Details string // status details given to proxy_send_local_response
+	// Failed is true when the guest trapped while handling this request. With FailOpen the
+	// request still went to the upstream and Local is false.
+	Failed bool
+}
+
+// Header returns the first value of the named header, or "".
+func (r *Response) Header(name string) string {
+	m := headerMap{kv: r.Headers}
+	v, _ := m.get(name)
+	return v
+}
+
+// Upstream serves a request that the filter let through. It runs on the caller's goroutine.
+type Upstream func(*Request) *Response
+
+// Exchange sends req through the filter on one worker: request headers (and body), then
+// upstream with the request as the filter left it, then the response phase, then log, done
+// and delete, all before it returns. A nil upstream answers 200 with no body. The error is
+// non-nil only when ctx ends or the Host is closed; a trapping guest gives a 500 Response
+// with Failed set (or, with FailOpen, the upstream's response with Failed set).
+func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*Response, error) {
+	select {
+	case <-h.closed:
+		return nil, ErrClosed
+	default:
+	}
+	s := h.newStream()
+	s.remoteAddr, s.localAddr, s.protocol = req.RemoteAddr, req.LocalAddr, "HTTP/1.1"
+	method, path, scheme := req.Method, req.Path, req.Scheme
+	if method == "" {
+		method = "GET"
+	}
+	if path == "" {
+		path = "/"
+	}
+	if scheme == "" {
+		scheme = "http"
+	}
+	kv := make([][2]string, 0, len(req.Headers)+4)
+	kv = append(kv, [2]string{":authority", req.Authority}, [2]string{":path", path},
+		[2]string{":method", method}, [2]string{":scheme", scheme})
+	for _, p := range req.Headers {
+		kv = append(kv, [2]string{lower(p[0]), p[1]})
+	}
+	s.reqHeaders.kv = kv
+	hasBody := len(req.Body) > 0
+	s.reqHeadersEOS = !hasBody
+	steps := stepReqHeaders
+	if hasBody {
+		s.reqBody = append([]byte(nil), req.Body...)
+		s.reqBodyEOS = true
+		steps |= stepReqBody
+	}
+	if err := s.run(ctx, steps); err != nil {
+		return nil, err
+	}
+	var resp *Response
+	switch {
+	case s.failed && !h.opts.FailOpen:
+		s.w.failed.Add(1)
+		return failedResponse(), nil
+	case s.local != nil:
+		resp = &Response{Status: s.local.status, Headers: s.local.headers, Body: s.local.body, Local: true, Details: s.local.details}
+		// The filter's own local reply passes its response phase too, as in Envoy.
+		s.local = nil
+	default:
+		fwd := &Request{
+			Method:     s.reqHeaders.getOr(":method", method),
+			Path:       s.reqHeaders.getOr(":path", path),
+			Authority:  s.reqHeaders.getOr(":authority", req.Authority),
+			Scheme:     s.reqHeaders.getOr(":scheme", scheme),
+			Headers:    s.reqHeaders.regular(),
+			Body:       s.reqBody,
+			RemoteAddr: req.RemoteAddr,
+			LocalAddr:  req.LocalAddr,
+		}
+		if upstream != nil {
+			resp = upstream(fwd)
+		}
+		if resp == nil {
+			resp = &Response{Status: 200}
+		}
+		if resp.Status == 0 {
+			resp.Status = 200
+		}
+	}
+	failedBefore := s.failed
+	if s.failed {
+		// Fail-open: the VM is gone; the upstream's answer goes back unfiltered.
+		s.w.failed.Add(1)
+		resp.Failed = true
+		return resp, nil
+	}
+	rk := make([][2]string, 0, len(resp.Headers)+1)
+	rk = append(rk, [2]string{":status", strconv.Itoa(resp.Status)})
+	for _, p := range resp.Headers {
+		rk = append(rk, [2]string{lower(p[0]), p[1]})
+	}
+	s.respHeaders.kv = rk
+	s.respHeadersEOS = len(resp.Body) == 0
+	steps = stepRespHeaders | stepFinish
+	if len(resp.Body) > 0 {
+		s.respBody = append([]byte(nil), resp.Body...)
+		s.respBodyEOS = true
+		steps |= stepRespBody
+	}
+	if err := s.run(ctx, steps); err != nil {
+		return nil, err
+	}
+	if s.failed && !failedBefore {
+		s.w.failed.Add(1)
+		if !h.opts.FailOpen {
+			return failedResponse(), nil
+		}
+		resp.Failed = true
+		return resp, nil
+	}
+	if s.local != nil {
+		return &Response{Status: s.local.status, Headers: s.local.headers, Body: s.local.body, Local: true, Details: s.local.details}, nil
+	}
+	out := &Response{Local: resp.Local, Details: resp.Details, Status: resp.Status}
+	if st, ok := s.respHeaders.get(":status"); ok {
+		if n, err := strconv.Atoi(st); err == nil {
+			out.Status = n
+		}
+	}
+	out.Headers = s.respHeaders.regular()
+	out.Body = resp.Body
+	if len(resp.Body) > 0 {
+		out.Body = s.respBody
+	}
+	return out, nil
+}
+
+func failedResponse() *Response {
+	return &Response{Status: 500, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("filter failed\n"), Local: true, Failed: true, Details: "wasm_fail"}
+}

@@ -1,0 +1,275 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+const rootContextID = 1
+
+type vmKey struct{}
+
+func vmFrom(ctx context.Context) *vm { return ctx.Value(vmKey{}).(*vm) }
+
+// vm is one module instance. Everything in it is touched only on its worker's goroutine.
+type vm struct {
+	h    *Host
+	w    *worker
+	gen  uint64
+	ctx  context.Context
+	mod  api.Module
+	dead bool
+
+	stack  [8]uint64 // for top-level guest calls
+	mstack [1]uint64 // for proxy_on_memory_allocate (called from inside host calls)
+
+	malloc, onContextCreate, onVMStart, onConfigure, onTick        api.Function
+	onRequestHeaders, onRequestBody, onResponseHeaders, onRespBody api.Function
+	onLog, onDone, onDelete, onHTTPCallResponse                    api.Function
+
+	nextContext uint32
+	streams     map[uint32]*stream
+	cur         *stream // effective context: nil = root
+	curID       uint32
+
+	tickPeriodMS uint32
+
+	callouts    map[uint32]uint32 // callout id -> context id
+	nextCallout uint32
+	callResp    *httpCallResult // during proxy_on_http_call_response
+
+	extBuffers map[uint32][]byte // buffers set by extensions for their callbacks
+
+	scratch []byte
+	log     *slog.Logger
+}
+
+// guestWriter forwards a guest's stdout/stderr to the logger, a line at a time.
+type guestWriter struct {
+	mu     sync.Mutex
+	log    *slog.Logger
+	stream string
+	buf    []byte
+}
+
+func (g *guestWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.buf = append(g.buf, p...)
+	for {
+		i := strings.IndexByte(string(g.buf), '\n')
+		if i < 0 {
+			break
+		}
+		g.log.Warn("guest "+g.stream, "line", string(g.buf[:i]))
+		g.buf = g.buf[i+1:]
+	}
+	if len(g.buf) > 4096 {
+		g.log.Warn("guest "+g.stream, "line", string(g.buf))
+		g.buf = g.buf[:0]
+	}
+	return len(p), nil
+}
+
+// newVM instantiates the module for worker w and runs the start-up sequence.
+func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
+	gen := h.genSeq.Add(1)
+	v := &vm{
+		h: h, w: w, gen: gen,
+		nextContext: rootContextID + 1,
+		streams:     map[uint32]*stream{},
+		callouts:    map[uint32]uint32{},
+		log:         h.log.With("worker", w.id),
+	}
+	v.ctx = context.WithValue(context.Background(), vmKey{}, v)
+	name := fmt.Sprintf("sluice-w%d-g%d", w.id, gen)
+	mc := wazero.NewModuleConfig().
+		WithName(name).
+		WithStartFunctions().
+		WithSysWalltime().
+		WithSysNanotime().
+		WithSysNanosleep().
+		WithRandSource(rand.Reader).
+		WithArgs(h.opts.PluginName).
+		WithStdout(&guestWriter{log: v.log, stream: "stdout"}).
+		WithStderr(&guestWriter{log: v.log, stream: "stderr"})
+	mod, err := h.rt.InstantiateModule(v.ctx, h.compiled, mc)
+	if err != nil {
+		return nil, fmt.Errorf("host: instantiating module: %w", err)
+	}
+	v.mod = mod
+	fail := func(err error) (*vm, error) {
+		mod.Close(context.Background())
+		return nil, err
+	}
+	exp := func(name string) api.Function { return mod.ExportedFunction(name) }
+	v.malloc = exp("proxy_on_memory_allocate")
+	v.onContextCreate = exp("proxy_on_context_create")
+	v.onVMStart = exp("proxy_on_vm_start")
+	v.onConfigure = exp("proxy_on_configure")
+	v.onTick = exp("proxy_on_tick")
+	v.onRequestHeaders = exp("proxy_on_request_headers")
+	v.onRequestBody = exp("proxy_on_request_body")
+	v.onResponseHeaders = exp("proxy_on_response_headers")
+	v.onRespBody = exp("proxy_on_response_body")
+	v.onLog = exp("proxy_on_log")
+	v.onDone = exp("proxy_on_done")
+	v.onDelete = exp("proxy_on_delete")
+	v.onHTTPCallResponse = exp("proxy_on_http_call_response")
+
+	if f := exp("_initialize"); f != nil {
+		if _, err := f.Call(v.ctx); err != nil {
+			return fail(fmt.Errorf("host: _initialize: %w", err))
+		}
+	} else if f := exp("_start"); f != nil {
+		if _, err := f.Call(v.ctx); err != nil {
+			return fail(fmt.Errorf("host: _start: %w", err))
+		}
+	}
+	if _, err := v.call(v.onContextCreate, rootContextID, 0); err != nil {
+		return fail(fmt.Errorf("host: proxy_on_context_create(root): %w", err))
+	}
+	v.cur, v.curID = nil, rootContextID
+	if v.onVMStart != nil {
+		ok, err := v.call(v.onVMStart, rootContextID, uint64(len(h.opts.VMConfig)))
+		if err != nil {
+			return fail(fmt.Errorf("host: proxy_on_vm_start: %w", err))
+		}
+		if uint32(ok) == 0 {
+			return fail(errors.New("host: proxy_on_vm_start returned false: the plugin refused to start (see its log)"))
+		}
+	}
+	if v.onConfigure != nil {
+		ok, err := v.call(v.onConfigure, rootContextID, uint64(len(h.opts.PluginConfig)))
+		if err != nil {
+			return fail(fmt.Errorf("host: proxy_on_configure: %w", err))
+		}
+		if uint32(ok) == 0 {
+			return fail(errors.New("host: proxy_on_configure returned false: the plugin rejected its configuration (see its log)"))
+		}
+	}
+	return v, nil
+}
+
+// call invokes a guest export with up to 5 parameters and returns its first result.
+// A non-nil error means the VM is dead (trap, exit, or a host call panicked).
+func (v *vm) call(f api.Function, params ...uint64) (uint64, error) {
+	if v.dead {
+		return 0, errVMDead
+	}
+	n := copy(v.stack[:], params)
+	_ = n
+	err := f.CallWithStack(v.ctx, v.stack[:])
+	if err != nil {
+		v.dead = true
+		return 0, err
+	}
+	return v.stack[0], nil
+}
+
+var errVMDead = errors.New("host: VM is dead")
+
+// guestTrap is panicked from a host call when a nested guest call (malloc) fails, so the
+// outer guest call fails too.
+type guestTrap struct{ err error }
+
+func (t guestTrap) Error() string { return "guest trapped inside a host call: " + t.err.Error() }
+
+// alloc calls proxy_on_memory_allocate.
+func (v *vm) alloc(n uint32) uint32 {
+	v.mstack[0] = uint64(n)
+	if err := v.malloc.CallWithStack(v.ctx, v.mstack[:]); err != nil {
+		v.dead = true
+		panic(guestTrap{err})
+	}
+	return uint32(v.mstack[0])
+}
+
+func (v *vm) read(ptr, size uint32) ([]byte, bool) {
+	return v.mod.Memory().Read(ptr, size)
+}
+
+func (v *vm) writeU32(ptr, val uint32) bool { return v.mod.Memory().WriteUint32Le(ptr, val) }
+func (v *vm) writeU64(ptr uint32, val uint64) bool {
+	return v.mod.Memory().WriteUint64Le(ptr, val)
+}
+
+// returnBytes allocates len(data) bytes in the guest, copies data there and writes the
+// pointer and size to the out-slots. Empty data gives pointer 0, size 0.
+func (v *vm) returnBytes(data []byte, ptrPtr, sizePtr uint32) Status {
+	if len(data) == 0 {
+		if !v.writeU32(ptrPtr, 0) || !v.writeU32(sizePtr, 0) {
+			return StatusInvalidMemoryAccess
+		}
+		return StatusOK
+	}
+	p := v.alloc(uint32(len(data)))
+	if p == 0 {
+		return StatusInternalFailure
+	}
+	dst, ok := v.read(p, uint32(len(data)))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	copy(dst, data)
+	if !v.writeU32(ptrPtr, p) || !v.writeU32(sizePtr, uint32(len(data))) {
+		return StatusInvalidMemoryAccess
+	}
+	return StatusOK
+}
+
+// returnString is returnBytes for a string, without converting it.
+func (v *vm) returnString(s string, ptrPtr, sizePtr uint32) Status {
+	if len(s) == 0 {
+		return v.returnBytes(nil, ptrPtr, sizePtr)
+	}
+	p := v.alloc(uint32(len(s)))
+	if p == 0 {
+		return StatusInternalFailure
+	}
+	dst, ok := v.read(p, uint32(len(s)))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	copy(dst, s)
+	if !v.writeU32(ptrPtr, p) || !v.writeU32(sizePtr, uint32(len(s))) {
+		return StatusInvalidMemoryAccess
+	}
+	return StatusOK
+}
+
+// setCurrent makes id the effective context. It reports false for an unknown id.
+func (v *vm) setCurrent(id uint32) bool {
+	if id == rootContextID {
+		v.cur, v.curID = nil, id
+		return true
+	}
+	s, ok := v.streams[id]
+	if !ok {
+		return false
+	}
+	v.cur, v.curID = s, id
+	return true
+}
+
+func (v *vm) memorySize() uint64 {
+	if v.mod == nil {
+		return 0
+	}
+	return uint64(v.mod.Memory().Size())
+}
+
+func (v *vm) close() {
+	v.dead = true
+	if v.mod != nil {
+		v.mod.Close(context.Background())
+	}
+}

@@ -1,0 +1,224 @@
+package host
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// job is one unit of work for a worker: advance a stream, abort one, or run fn.
+type job struct {
+	s     *stream
+	abort bool
+	fn    func(w *worker)
+}
+
+// worker owns one VM and the goroutine that makes every call into it.
+type worker struct {
+	h      *Host
+	id     int
+	jobs   chan job
+	quit   chan struct{}
+	exited chan struct{}
+
+	vm          *vm // current VM; nil while none is configured
+	pending     []*stream
+	lastAttempt time.Time
+
+	memBytes atomic.Uint64
+	restarts atomic.Uint64
+	requests atomic.Uint64
+	failed   atomic.Uint64
+	healthy  atomic.Bool
+}
+
+func newWorker(h *Host, id int) *worker {
+	w := &worker{
+		h:      h,
+		id:     id,
+		jobs:   make(chan job, 256),
+		quit:   make(chan struct{}),
+		exited: make(chan struct{}),
+	}
+	w.healthy.Store(true)
+	return w
+}
+
+// post queues j. It fails only when ctx ends or the host is closed.
+func (w *worker) post(ctx context.Context, j job) error {
+	select {
+	case w.jobs <- j:
+		return nil
+	default:
+	}
+	select {
+	case w.jobs <- j:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.quit:
+		return ErrClosed
+	}
+}
+
+// postAsync queues j without blocking the caller.
+func (w *worker) postAsync(j job) {
+	select {
+	case w.jobs <- j:
+	default:
+		go func() {
+			select {
+			case w.jobs <- j:
+			case <-w.quit:
+			}
+		}()
+	}
+}
+
+func (w *worker) stop() {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	select {
+	case <-w.exited:
+	case <-time.After(5 * time.Second): // a guest stuck in a loop cannot be interrupted
+	}
+}
+
+func (w *worker) loop() {
+	defer close(w.exited)
+	var ticker *time.Ticker
+	var tickC <-chan time.Time
+	var period uint32
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+		if w.vm != nil {
+			w.vm.close()
+		}
+	}()
+	for {
+		p := uint32(0)
+		if w.vm != nil {
+			p = w.vm.tickPeriodMS
+		}
+		if p != period {
+			if ticker != nil {
+				ticker.Stop()
+				ticker, tickC = nil, nil
+			}
+			if p > 0 {
+				ticker = time.NewTicker(time.Duration(p) * time.Millisecond)
+				tickC = ticker.C
+			}
+			period = p
+		}
+		select {
+		case j := <-w.jobs:
+			w.do(j)
+		case <-tickC:
+			w.tick(false)
+		case <-w.quit:
+			return
+		}
+		for len(w.pending) > 0 {
+			s := w.pending[0]
+			w.pending[0] = nil
+			w.pending = w.pending[1:]
+			w.advance(s)
+		}
+		w.updateMemory()
+	}
+}
+
+func (w *worker) updateMemory() {
+	if w.vm != nil {
+		w.memBytes.Store(w.vm.memorySize())
+	}
+}
+
+func (w *worker) do(j job) {
+	switch {
+	case j.fn != nil:
+		j.fn(w)
+	case j.abort:
+		w.abort(j.s)
+	default:
+		w.advance(j.s)
+	}
+}
+
+// current returns the worker's VM, re-creating it (at most once a second) if the last one died.
+func (w *worker) current() *vm {
+	if w.vm != nil && !w.vm.dead {
+		return w.vm
+	}
+	if time.Since(w.lastAttempt) < time.Second {
+		return nil
+	}
+	w.restart()
+	return w.vm
+}
+
+func (w *worker) restart() {
+	w.lastAttempt = time.Now()
+	v, err := w.h.newVM(context.Background(), w)
+	if err != nil {
+		w.h.log.Error("host: re-creating the VM failed; requests on this worker fail until it succeeds", "worker", w.id, "error", err)
+		w.vm = nil
+		w.healthy.Store(false)
+		return
+	}
+	w.vm = v
+	w.restarts.Add(1)
+	w.healthy.Store(true)
+	w.h.log.Info("host: worker has a fresh VM", "worker", w.id, "restarts", w.restarts.Load())
+}
+
+// trap handles a failed guest call on v: every stream of v fails, v is closed and replaced.
+func (w *worker) trap(v *vm, where string, err error) {
+	w.h.log.Error("host: guest trapped; replacing the VM", "worker", w.id, "in", where, "error", err)
+	v.dead = true
+	for _, s := range v.streams {
+		s.failed = true
+		if s.paused {
+			s.paused = false
+			w.pending = append(w.pending, s)
+		}
+	}
+	v.streams = nil
+	v.close()
+	if w.vm == v {
+		w.vm = nil
+		w.healthy.Store(false)
+		w.restart()
+	}
+}
+
+// tick calls proxy_on_tick on the root context. With force it runs only if a period is set.
+func (w *worker) tick(force bool) {
+	v := w.vm
+	if v == nil || v.dead || v.onTick == nil || v.tickPeriodMS == 0 {
+		return
+	}
+	v.cur, v.curID = nil, rootContextID
+	if _, err := v.call(v.onTick, rootContextID); err != nil {
+		w.trap(v, "proxy_on_tick", err)
+	}
+}
+
+// signal wakes the goroutine waiting on s, if any.
+func (s *stream) signal() {
+	if s.waiting {
+		s.waiting = false
+		s.done <- struct{}{}
+	}
+}
+
+// wake schedules a paused stream to continue after the current guest call.
+func (w *worker) wake(s *stream) {
+	w.pending = append(w.pending, s)
+}
