@@ -27,8 +27,8 @@ func TestNewValidates(t *testing.T) {
 		{TokenBucket, Params{Limit: 1, Window: MaxWindow + 1}, "window must be at most 366d"},
 		{TokenBucket, Params{Limit: 1, Window: time.Second, Burst: -1}, "burst must not be negative"},
 		{LeakyBucket, Params{Limit: 1, Window: time.Second, Burst: MaxLimit + 1}, "burst must be at most 1000000000"},
-		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 101},
-			"burst is too large for this limit and window: refilling it would take more than 100 years"},
+		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 11},
+			"burst is too large for this limit and window: refilling it would take more than 10 years"},
 		{Kind(0), p5, "algorithm is unknown: 0"},
 		{Kind(9), p5, "algorithm is unknown: 9"},
 	}
@@ -47,7 +47,7 @@ func TestNewValidates(t *testing.T) {
 		{SlidingLog, Params{Limit: MaxSlidingLogLimit, Window: MaxWindow}},
 		{FixedWindow, Params{Limit: MaxLimit, Window: MaxWindow}},
 		{SlidingWindow, Params{Limit: MaxLimit, Window: 1}},
-		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 100}},
+		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 10}},
 		{LeakyBucket, Params{Limit: MaxLimit, Window: 1, Burst: MaxLimit}},
 	} {
 		if _, err := New(tt.k, tt.p); err != nil {
@@ -507,4 +507,55 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 			t.Fatalf("%v allocs per Decide", allocs)
 		}
 	})
+}
+
+// At the edges of the accepted parameters no arithmetic overflows: every
+// decision stays exact over workloads with gaps from 0 to decades.
+func TestExtremeParams(t *testing.T) {
+	year := int64(365 * 24 * time.Hour)
+	for _, tt := range []struct {
+		k Kind
+		p Params
+	}{
+		{TokenBucket, Params{Limit: MaxLimit, Window: time.Nanosecond, Burst: MaxLimit}},
+		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 10}},
+		{TokenBucket, Params{Limit: 3, Window: MaxWindow - 1, Burst: 29}},
+		{TokenBucket, Params{Limit: MaxLimit, Window: MaxWindow, Burst: 1}},
+		{LeakyBucket, Params{Limit: MaxLimit, Window: time.Nanosecond, Burst: MaxLimit}},
+		{LeakyBucket, Params{Limit: 1, Window: MaxWindow, Burst: 10}},
+		{LeakyBucket, Params{Limit: MaxLimit - 1, Window: MaxWindow - 1, Burst: 3}},
+		{FixedWindow, Params{Limit: MaxLimit, Window: MaxWindow}},
+		{FixedWindow, Params{Limit: 1, Window: time.Nanosecond}},
+		{SlidingWindow, Params{Limit: MaxLimit, Window: MaxWindow}},
+		{SlidingWindow, Params{Limit: MaxLimit, Window: 3}},
+		{SlidingWindow, Params{Limit: 2, Window: MaxWindow - 7}},
+		{SlidingLog, Params{Limit: MaxSlidingLogLimit, Window: MaxWindow}},
+		{SlidingLog, Params{Limit: 3, Window: time.Nanosecond}},
+	} {
+		t.Run(tt.k.String(), func(t *testing.T) {
+			l := mustNew(t, tt.k, tt.p)
+			var state []byte
+			now := t0
+			gaps := []int64{0, 1, 2, 1e3, int64(tt.p.Window) / 2, int64(tt.p.Window), 3, 7 * year, 0, 3 * year, 1}
+			resets := 0
+			for i := range 200 {
+				cost := []int64{1, capacity(l), capacity(l) / 2, 2, capacity(l) + 1}[i%5]
+				if cost < 1 {
+					cost = 1
+				}
+				if now > maxTime-int64(MaxFillTime)-8*year { // keep now+RetryAfter below maxTime
+					now = t0
+					state = nil
+					resets++
+				}
+				out, d := decide(t, l, state, now, cost)
+				checkDecision(t, l, state, out, now, cost, d)
+				state = out
+				now += gaps[i%len(gaps)]
+			}
+			if resets == 0 || resets > 10 {
+				t.Fatalf("%d resets: the workload did not span decades", resets)
+			}
+		})
+	}
 }

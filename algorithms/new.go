@@ -19,8 +19,8 @@ const (
 	// size grows with Limit (at most 11 bytes per entry).
 	MaxSlidingLogLimit = 10_000
 	// MaxFillTime bounds Burst × Window / Limit, the time an empty token or
-	// leaky bucket takes to refill (100 × 366 days).
-	MaxFillTime = 100 * MaxWindow
+	// leaky bucket takes to refill (10 × 366 days).
+	MaxFillTime = 10 * MaxWindow
 )
 
 // maxTime is the latest instant (Unix nanoseconds, year 2116) the algorithms
@@ -82,7 +82,7 @@ func New(k Kind, p Params) (Limiter, error) {
 	case TokenBucket, LeakyBucket:
 		fill, ok := mul(c.burst, c.window).divCeil(c.limit)
 		if !ok || fill > uint64(MaxFillTime) {
-			return nil, &ParamError{"burst", "is too large for this limit and window: refilling it would take more than 100 years"}
+			return nil, &ParamError{"burst", "is too large for this limit and window: refilling it would take more than 10 years"}
 		}
 		if k == TokenBucket {
 			return &tokenBucket{c}, nil

@@ -43,9 +43,6 @@ func (l *tokenBucket) load(state []byte, now int64) (n, r uint64, eff int64, err
 
 // refill adds dt nanoseconds' worth of tokens, capped at burst.
 func (l *tokenBucket) refill(n, r, dt uint64) (uint64, uint64) {
-	if n == l.burst {
-		return n, 0
-	}
 	q, rem, ok := mul(dt, l.limit).add64(r).div(l.window)
 	if !ok || q >= l.burst-n {
 		return l.burst, 0
