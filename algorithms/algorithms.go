@@ -7,6 +7,21 @@
 // one key is a short byte slice (the bytes stored in Proxy-Wasm shared data);
 // an empty state means "a key never seen". This package imports only the
 // standard library.
+//
+// All arithmetic is exact integer arithmetic (128-bit where a product needs
+// it): no floating point, no rounding inside an accumulator. New bounds the
+// parameters (MaxLimit, MaxWindow, MaxFillTime, MaxSlidingLogLimit) so that
+// nothing can overflow; instants are taken in [0, 2^62] ns (until 2116),
+// earlier ones as 0 and later ones as 2^62.
+//
+// Encoded states start with a format version byte and the Kind byte:
+//
+//	token_bucket    26 bytes  last admission, whole tokens, token fraction
+//	leaky_bucket    26 bytes  theoretical arrival time (ns + fraction), last admission
+//	fixed_window    18 bytes  window start, count
+//	sliding_window  26 bytes  current window start, previous count, current count
+//	sliding_log     2 + ~4 bytes per distinct admission instant in the window
+//	                (varint deltas; at most 2 + 11 × Limit)
 package algorithms
 
 import (
@@ -84,7 +99,15 @@ type Decision struct {
 	// (Remaining == Limit) if no further requests arrive.
 	ResetAfter time.Duration
 	// RetryAfter is, when Allowed is false, the shortest wait after which the
-	// same request (same cost) would be admitted; zero when Allowed.
+	// same request (same cost) would be admitted; zero when Allowed. A cost
+	// above the capacity (Limit, or Burst for the buckets) can never be
+	// admitted: such a request is denied with RetryAfter equal to the Window,
+	// as a back-off.
+	//
+	// ResetAfter and RetryAfter are measured from the now passed to Decide:
+	// if the clock went backwards (now is before the time recorded in the
+	// state) they include the difference, so retrying at now+RetryAfter on
+	// the same clock is admitted, and 1 ns earlier is not.
 	RetryAfter time.Duration
 }
 
@@ -100,12 +123,19 @@ type Limiter interface {
 	// nanoseconds) against state, and appends the state to store if the
 	// request is admitted to dst. It never allocates when dst has capacity
 	// for MaxStateSize bytes. A corrupt or foreign state yields an error
-	// wrapping ErrCorruptState. A now earlier than the time recorded in the
-	// state is treated as that recorded time (the clock going backwards
-	// never unblocks a key and never panics).
+	// wrapping ErrCorruptState; a cost < 1 yields ErrInvalidCost. A now
+	// earlier than the time recorded in the state is treated as that
+	// recorded time (the clock going backwards never unblocks a key and
+	// never panics).
+	//
+	// When the request is denied, the bytes appended are a copy of state
+	// (nothing is charged; the caller need not write anything). dst may be
+	// state[:0] (the state is read before it is overwritten) but must not
+	// otherwise overlap state.
 	Decide(dst, state []byte, now, cost int64) (newState []byte, d Decision, err error)
 	// Idle reports whether state is equivalent to a fresh key at now (it
-	// could be dropped without changing any future decision).
+	// could be dropped without changing any future decision). A corrupt
+	// state, or one recorded after now, is not idle.
 	Idle(state []byte, now int64) bool
 	// MaxStateSize is the largest encoded state this limiter produces.
 	MaxStateSize() int

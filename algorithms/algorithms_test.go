@@ -559,3 +559,21 @@ func TestExtremeParams(t *testing.T) {
 		})
 	}
 }
+
+// Decide(state[:0], state, ...) rewrites the state in place: every
+// algorithm reads the state before it writes over it.
+func TestDecideInPlace(t *testing.T) {
+	forEachKind(t, Params{Limit: 40, Window: time.Second, Burst: 30}, func(t *testing.T, l Limiter) {
+		var ref []byte
+		inPlace := make([]byte, 0, l.MaxStateSize())
+		for i, r := range workload(7, 3000, time.Second, 5, 100*ms) {
+			var want Decision
+			ref, want = decide(t, l, ref, r.at, r.cost)
+			out, got, err := l.Decide(inPlace[:0], inPlace, r.at, r.cost)
+			if err != nil || got != want || !bytes.Equal(out, ref) {
+				t.Fatalf("request %d: in place %+v %x %v, want %+v %x", i, got, out, err, want, ref)
+			}
+			inPlace = out
+		}
+	})
+}

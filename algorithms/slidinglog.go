@@ -14,7 +14,8 @@ import (
 // and a uvarint count (>= 1; requests admitted at the same nanosecond share
 // one entry). Entries older than the window are pruned whenever the log is
 // written, so at most Limit entries remain: O(Limit) bytes, at most
-// 2 + Limit × 11 for Limit <= MaxSlidingLogLimit.
+// 2 + Limit × 11. Because later entries are stored as deltas, pruning
+// re-encodes only the first surviving entry and copies the rest as bytes.
 type slidingLog struct{ common }
 
 func (l *slidingLog) Kind() Kind { return SlidingLog }
@@ -25,159 +26,176 @@ func (l *slidingLog) MaxStateSize() int {
 	return headerSize + int(l.limit)*entry
 }
 
-// logIter walks the entries of a validated (or being validated) log.
+// logIter walks the entries of a log body.
 type logIter struct {
-	b     []byte
+	b     []byte // the rest of the body
 	t     int64
 	first bool
 }
 
+func newLogIter(body []byte) logIter { return logIter{b: body, first: true} }
+
 // next returns the next entry; ok is false at the end; bad reports a
-// malformed entry.
-func (it *logIter) next() (t int64, count uint64, ok, bad bool) {
+// malformed entry. countAt is the offset of the count varint from the
+// start of the entry.
+func (it *logIter) next() (t int64, count uint64, countAt int, ok, bad bool) {
 	if len(it.b) == 0 {
-		return 0, 0, false, false
+		return 0, 0, 0, false, false
 	}
 	d, n := binary.Uvarint(it.b)
 	if n <= 0 {
-		return 0, 0, false, true
+		return 0, 0, 0, false, true
 	}
-	it.b = it.b[n:]
-	count, n = binary.Uvarint(it.b)
-	if n <= 0 {
-		return 0, 0, false, true
+	count, m := binary.Uvarint(it.b[n:])
+	if m <= 0 {
+		return 0, 0, 0, false, true
 	}
-	it.b = it.b[n:]
+	it.b = it.b[n+m:]
 	if it.first {
 		it.first = false
 		if d > uint64(maxTime) {
-			return 0, 0, false, true
+			return 0, 0, 0, false, true
 		}
 		it.t = int64(d)
 	} else {
 		if d == 0 || d > uint64(maxTime-it.t) {
-			return 0, 0, false, true
+			return 0, 0, 0, false, true
 		}
 		it.t += int64(d)
 	}
-	return it.t, count, true, false
+	return it.t, count, n, true, false
 }
 
-func (l *slidingLog) iter(state []byte) logIter {
-	if len(state) < headerSize {
-		return logIter{first: true}
-	}
-	return logIter{b: state[headerSize:], first: true}
+// logScan is what one pass over a log learns about it at time eff.
+type logScan struct {
+	eff        int64
+	used       uint64 // cost admitted in (eff − Window, eff]
+	newest     int64  // time of the last entry (-1: empty log)
+	firstT     int64  // the oldest live entry: time, count,
+	firstCount uint64
+	afterFirst int    // and the body offset just after it (-1: no live entry)
+	lastCount  uint64 // the newest entry's count,
+	lastCntAt  int    // and the body offset of its count varint
 }
 
-// load validates state and returns the effective time and the cost still
-// inside the window ending at it.
-func (l *slidingLog) load(state []byte, now int64) (eff int64, inWindow uint64, err error) {
-	eff = clampNow(now)
-	if len(state) == 0 {
-		return eff, 0, nil
-	}
-	if err := checkHeader(state, SlidingLog, -1); err != nil {
-		return 0, 0, err
-	}
+// scan validates body and measures it at eff (assumed >= every entry's
+// time if the result's newest <= eff).
+func (l *slidingLog) scan(body []byte, eff int64) (s logScan, err error) {
+	s = logScan{eff: eff, newest: -1, afterFirst: -1}
+	cutoff := eff - int64(l.window) // entries at or before cutoff have expired
 	var total uint64
-	oldest, newest := int64(-1), int64(0)
-	it := l.iter(state)
+	oldest := int64(-1)
+	it := newLogIter(body)
 	for {
-		t, count, ok, bad := it.next()
+		start := len(body) - len(it.b)
+		t, count, countAt, ok, bad := it.next()
 		if bad {
-			return 0, 0, corrupt("sliding_log entry malformed")
+			return s, corrupt("sliding_log entry malformed")
 		}
 		if !ok {
 			break
 		}
 		if count < 1 || count > l.limit-total {
-			return 0, 0, corrupt("sliding_log holds more than limit %d", l.limit)
+			return s, corrupt("sliding_log holds more than limit %d", l.limit)
 		}
 		total += count
 		if oldest < 0 {
 			oldest = t
 		}
-		newest = t
-	}
-	if oldest >= 0 && newest-oldest >= int64(l.window) {
-		return 0, 0, corrupt("sliding_log entries span more than the window")
-	}
-	eff = max(eff, newest)
-	it = l.iter(state)
-	for {
-		t, count, ok, _ := it.next()
-		if !ok {
-			break
-		}
-		if t > eff-int64(l.window) {
-			inWindow += count
+		s.newest, s.lastCount, s.lastCntAt = t, count, start+countAt
+		if t > cutoff {
+			s.used += count
+			if s.afterFirst < 0 {
+				s.firstT, s.firstCount, s.afterFirst = t, count, len(body)-len(it.b)
+			}
 		}
 	}
-	return eff, inWindow, nil
+	if oldest >= 0 && s.newest-oldest >= int64(l.window) {
+		return s, corrupt("sliding_log entries span more than the window")
+	}
+	return s, nil
+}
+
+// load decodes state and measures it at the effective time max(now, newest).
+func (l *slidingLog) load(state []byte, now int64) (logScan, error) {
+	now = clampNow(now)
+	if len(state) == 0 {
+		return logScan{eff: now, newest: -1, afterFirst: -1}, nil
+	}
+	if err := checkHeader(state, SlidingLog, -1); err != nil {
+		return logScan{}, err
+	}
+	s, err := l.scan(state[headerSize:], now)
+	if err == nil && s.newest > now { // the clock went backwards: measure at newest
+		s, err = l.scan(state[headerSize:], s.newest)
+	}
+	return s, err
 }
 
 func (l *slidingLog) Decide(dst, state []byte, now, cost int64) ([]byte, Decision, error) {
 	if cost < 1 {
 		return dst, Decision{}, ErrInvalidCost
 	}
-	eff, used, err := l.load(state, now)
+	s, err := l.load(state, now)
 	if err != nil {
 		return dst, Decision{}, err
 	}
-	cutoff := eff - int64(l.window) // entries at or before cutoff have expired
-	c := uint64(cost)
-	if c > l.limit || used+c > l.limit {
-		d := Decision{Limit: int64(l.limit), Remaining: int64(l.limit - used), RetryAfter: l.p.Window}
-		// Walk the live entries oldest first: the request fits once enough
-		// of them have expired; an entry at t expires at t + Window.
-		need := int64(used+c) - int64(l.limit)
-		it := l.iter(state)
-		for {
-			t, count, ok, _ := it.next()
-			if !ok {
-				break
-			}
-			if t <= cutoff {
-				continue
-			}
-			d.ResetAfter = time.Duration(t - cutoff) // the newest live entry sets it
-			if need > 0 {
-				need -= int64(count)
-				if need <= 0 && c <= l.limit {
-					d.RetryAfter = time.Duration(t - cutoff)
-				}
-			}
+	eff, c := s.eff, uint64(cost)
+	cutoff := eff - int64(l.window)
+	if c > l.limit || s.used+c > l.limit {
+		d := Decision{Limit: int64(l.limit), Remaining: int64(l.limit - s.used), RetryAfter: l.p.Window}
+		if s.used > 0 {
+			d.ResetAfter = late(time.Duration(s.newest-cutoff), eff, now) // the newest entry expires last
 		}
-		d.ResetAfter = late(d.ResetAfter, eff, now)
 		if c <= l.limit {
-			d.RetryAfter = late(d.RetryAfter, eff, now)
+			// Walk the live entries oldest first: the request fits once
+			// enough of them have expired; an entry at t expires at
+			// t + Window.
+			need := s.used + c - l.limit
+			it := newLogIter(state[headerSize:])
+			for {
+				t, count, _, ok, _ := it.next()
+				if !ok {
+					break
+				}
+				if t <= cutoff {
+					continue
+				}
+				if count >= need {
+					d.RetryAfter = late(time.Duration(t-cutoff), eff, now)
+					break
+				}
+				need -= count
+			}
 		}
 		return append(dst, state...), d, nil
 	}
-	// Admitted: rewrite the live entries and append (or merge) this one.
+	// Admitted: the first live entry becomes the absolute one, the later
+	// ones keep their delta encoding and are copied as bytes; this request
+	// is appended, or merged into the newest entry when at the same time.
 	dst = appendHeader(dst, SlidingLog)
-	prev := int64(-1)
-	it := l.iter(state)
-	for {
-		t, count, ok, _ := it.next()
-		if !ok {
-			break
+	switch {
+	case s.afterFirst < 0: // nothing live
+		dst = appendEntry(dst, -1, eff, c)
+	case s.firstT == s.newest: // one live entry
+		if s.newest == eff {
+			dst = appendEntry(dst, -1, eff, s.firstCount+c)
+		} else {
+			dst = appendEntry(dst, -1, s.firstT, s.firstCount)
+			dst = appendEntry(dst, s.firstT, eff, c)
 		}
-		if t <= cutoff {
-			continue
+	default:
+		body := state[headerSize:]
+		dst = appendEntry(dst, -1, s.firstT, s.firstCount)
+		if s.newest == eff {
+			dst = append(dst, body[s.afterFirst:s.lastCntAt]...)
+			dst = binary.AppendUvarint(dst, s.lastCount+c)
+		} else {
+			dst = append(dst, body[s.afterFirst:]...)
+			dst = appendEntry(dst, s.newest, eff, c)
 		}
-		if t == eff {
-			count += c
-			c = 0
-		}
-		dst = appendEntry(dst, prev, t, count)
-		prev = t
 	}
-	if c > 0 {
-		dst = appendEntry(dst, prev, eff, c)
-	}
-	used += uint64(cost)
+	used := s.used + c
 	return dst, Decision{
 		Allowed:    true,
 		Limit:      int64(l.limit),
@@ -196,6 +214,6 @@ func appendEntry(dst []byte, prev, t int64, count uint64) []byte {
 }
 
 func (l *slidingLog) Idle(state []byte, now int64) bool {
-	_, used, err := l.load(state, now)
-	return err == nil && used == 0
+	s, err := l.load(state, now)
+	return err == nil && s.used == 0 && s.eff == clampNow(now)
 }
