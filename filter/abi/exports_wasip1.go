@@ -1,0 +1,186 @@
+//go:build wasip1
+
+package abi
+
+import (
+	"errors"
+	"unsafe"
+)
+
+// The callbacks the host makes into the module. Each one is a thin wrapper:
+// enter (arena bookkeeping), dispatch to the Handler, and recover from any
+// panic (logged at critical level; the callback then returns its safe value:
+// Continue for stream callbacks, false for configure/vm_start, true for
+// on_done). A panic never crosses into the host as a trap.
+
+//go:wasmexport proxy_abi_version_0_2_1
+func proxyABIVersion() {}
+
+//go:wasmexport proxy_on_memory_allocate
+func proxyOnMemoryAllocate(size uint32) uint32 { return allocate(size) }
+
+//go:wasmexport proxy_on_vm_start
+func proxyOnVMStart(rootID, vmConfigSize uint32) (ret uint32) {
+	enter()
+	defer leave(&ret, 0)
+	return b2u(handler.OnVMStart(rootID, int(vmConfigSize)))
+}
+
+//go:wasmexport proxy_on_configure
+func proxyOnConfigure(rootID, pluginConfigSize uint32) (ret uint32) {
+	enter()
+	defer leave(&ret, 0)
+	return b2u(handler.OnConfigure(rootID, int(pluginConfigSize)))
+}
+
+//go:wasmexport proxy_on_context_create
+func proxyOnContextCreate(id, parentID uint32) {
+	var ret uint32
+	enter()
+	defer leave(&ret, 0)
+	handler.OnContextCreate(id, parentID)
+}
+
+//go:wasmexport proxy_on_request_headers
+func proxyOnRequestHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
+	enter()
+	defer leave(&ret, uint32(ActionContinue))
+	return uint32(handler.OnRequestHeaders(id, int(numHeaders), endOfStream != 0))
+}
+
+//go:wasmexport proxy_on_request_body
+func proxyOnRequestBody(id, bodySize, endOfStream uint32) uint32 { return uint32(ActionContinue) }
+
+//go:wasmexport proxy_on_request_trailers
+func proxyOnRequestTrailers(id, numTrailers uint32) uint32 { return uint32(ActionContinue) }
+
+//go:wasmexport proxy_on_response_headers
+func proxyOnResponseHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
+	enter()
+	defer leave(&ret, uint32(ActionContinue))
+	return uint32(handler.OnResponseHeaders(id, int(numHeaders), endOfStream != 0))
+}
+
+//go:wasmexport proxy_on_response_body
+func proxyOnResponseBody(id, bodySize, endOfStream uint32) uint32 { return uint32(ActionContinue) }
+
+//go:wasmexport proxy_on_response_trailers
+func proxyOnResponseTrailers(id, numTrailers uint32) uint32 { return uint32(ActionContinue) }
+
+//go:wasmexport proxy_on_log
+func proxyOnLog(id uint32) {
+	var ret uint32
+	enter()
+	defer leave(&ret, 0)
+	handler.OnLog(id)
+}
+
+//go:wasmexport proxy_on_done
+func proxyOnDone(id uint32) (ret uint32) {
+	enter()
+	defer leave(&ret, 1)
+	return b2u(handler.OnDone(id))
+}
+
+//go:wasmexport proxy_on_delete
+func proxyOnDelete(id uint32) {
+	var ret uint32
+	enter()
+	defer leave(&ret, 0)
+	handler.OnDelete(id)
+}
+
+//go:wasmexport proxy_on_tick
+func proxyOnTick(rootID uint32) {
+	var ret uint32
+	enter()
+	defer leave(&ret, 0)
+	handler.OnTick(rootID)
+}
+
+//go:wasmexport proxy_on_queue_ready
+func proxyOnQueueReady(rootID, queueID uint32) {}
+
+//go:wasmexport proxy_on_http_call_response
+func proxyOnHTTPCallResponse(id, token, numHeaders, bodySize, numTrailers uint32) {}
+
+// depth counts nested callbacks (a host may call back into the module while
+// a host call is in progress, e.g. response headers during a local reply).
+var depth int
+
+func enter() {
+	depth++
+	if depth == 1 {
+		arenaReset()
+	}
+}
+
+// leave ends a callback. It must be deferred directly so recover works: on
+// a panic it logs and sets *ret to fallback.
+func leave(ret *uint32, fallback uint32) {
+	depth--
+	if r := recover(); r != nil {
+		*ret = fallback
+		var im Imports
+		im.Log(LogCritical, "sluice: recovered from panic: "+panicText(r))
+	}
+}
+
+func panicText(r any) string {
+	switch v := r.(type) {
+	case string:
+		return v
+	case error:
+		return v.Error()
+	}
+	return errors.New("non-error panic value").Error()
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// The allocator behind proxy_on_memory_allocate. The host writes returned
+// buffers (headers, properties, shared data, configuration) into memory it
+// obtains here, then hands the address back to the guest. Buffers come from
+// an arena reset when the next top-level callback starts, so a request
+// allocates nothing on the Go heap for them and the garbage collector never
+// frees a buffer the host is writing into (the arena and any overflow
+// buffers stay reachable from these globals). Callers copy what they keep
+// across callbacks.
+const arenaChunk = 64 << 10
+
+var (
+	arena     = make([]byte, arenaChunk)
+	arenaOff  int
+	arenaBig  [][]byte // overflow allocations, dropped at reset
+	zeroAlloc [8]byte  // returned for size 0: a valid, non-nil address
+)
+
+func allocate(size uint32) uint32 {
+	if size == 0 {
+		return addr(&zeroAlloc[0])
+	}
+	n := int(size)
+	off := (arenaOff + 7) &^ 7
+	if off+n <= len(arena) {
+		arenaOff = off + n
+		return addr(&arena[off])
+	}
+	b := make([]byte, n)
+	arenaBig = append(arenaBig, b)
+	return addr(&b[0])
+}
+
+func arenaReset() {
+	arenaOff = 0
+	if len(arenaBig) > 0 {
+		clear(arenaBig)
+		arenaBig = arenaBig[:0]
+	}
+}
+
+func addr(p *byte) uint32 { return uint32(uintptr(unsafe.Pointer(p))) }

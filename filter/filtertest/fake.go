@@ -1,0 +1,416 @@
+// Package filtertest has what the filter's tests share: a native fake
+// Proxy-Wasm host with Envoy's shared-data semantics, a builder for the
+// compiled module, and the _start alias the proxytest emulator needs.
+package filtertest
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/sluice-proxy/sluice/filter/abi"
+)
+
+// SharedData is shared data as Envoy implements it: one map for all
+// workers; get returns (value, cas); set with cas 0 is unconditional; a
+// nonzero cas must equal the key's current cas, unless the key does not
+// exist (then the cas is ignored and the key is created); every successful
+// set gives the key a fresh cas from a process-wide counter that skips 0.
+// It is safe for concurrent use.
+type SharedData struct {
+	mu   sync.Mutex
+	m    map[string]sharedValue
+	next uint32
+	sets int
+}
+
+type sharedValue struct {
+	v   []byte
+	cas uint32
+}
+
+// NewSharedData returns an empty store.
+func NewSharedData() *SharedData { return &SharedData{m: map[string]sharedValue{}, next: 1} }
+
+// Get returns a copy of the value of key and its cas.
+func (s *SharedData) Get(key string) ([]byte, uint32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[key]
+	if !ok {
+		return nil, 0, false
+	}
+	return append([]byte(nil), e.v...), e.cas, true
+}
+
+// Set stores value under key with Envoy's CAS rules.
+func (s *SharedData) Set(key string, value []byte, cas uint32) abi.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.m[key]; ok && cas != 0 && cas != e.cas {
+		return abi.StatusCasMismatch
+	}
+	s.m[key] = sharedValue{v: append([]byte(nil), value...), cas: s.next}
+	s.next++
+	if s.next == 0 {
+		s.next = 1
+	}
+	s.sets++
+	return abi.StatusOK
+}
+
+// Len returns the number of keys.
+func (s *SharedData) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// Keys returns the keys with the given prefix, sorted.
+func (s *SharedData) Keys(prefix string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ks []string
+	for k := range s.m {
+		if strings.HasPrefix(k, prefix) {
+			ks = append(ks, k)
+		}
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// Metrics is a process-wide metric registry (names → values).
+type Metrics struct {
+	mu     sync.Mutex
+	ids    map[string]uint32
+	values []int64
+}
+
+// NewMetrics returns an empty registry.
+func NewMetrics() *Metrics { return &Metrics{ids: map[string]uint32{}} }
+
+func (m *Metrics) define(name string) uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id, ok := m.ids[name]; ok {
+		return id
+	}
+	id := uint32(len(m.values))
+	m.ids[name] = id
+	m.values = append(m.values, 0)
+	return id
+}
+
+func (m *Metrics) add(id uint32, d int64) abi.Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if int(id) >= len(m.values) {
+		return abi.StatusNotFound
+	}
+	m.values[id] += d
+	return abi.StatusOK
+}
+
+// Get returns the value of a metric (0, false if undefined).
+func (m *Metrics) Get(name string) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, ok := m.ids[name]
+	if !ok {
+		return 0, false
+	}
+	return m.values[id], true
+}
+
+// Log is one proxy_log call.
+type Log struct {
+	Level abi.LogLevel
+	Msg   string
+}
+
+// LocalResponse is one proxy_send_local_response call.
+type LocalResponse struct {
+	Status  int
+	Details string
+	Body    string
+	Headers [][2]string
+}
+
+// Host is one worker's fake host: it implements abi.Host for the context
+// being called, with the request's headers and properties, and records
+// what the guest does. Time is Now (Unix ns), advanced by the test. A Host
+// is used by one goroutine at a time; Shared and Metrics may be shared by
+// several Hosts (workers).
+type Host struct {
+	Shared  *SharedData
+	Metrics *Metrics
+	Now_    int64
+	Config  []byte
+
+	// Per request, set by the driver.
+	Properties map[string]string // serialized path → value
+	ReqHeaders [][2]string
+	// MissingHeaderOK makes absent headers return OK with an empty value
+	// (as some Envoy versions do) instead of NOT_FOUND.
+	MissingHeaderOK bool
+
+	// Recorded.
+	RespHeaders [][2]string
+	Local       *LocalResponse
+	Logs        []Log
+	// FailShared makes every shared-data call fail with this status.
+	FailShared abi.Status
+	// SetHook, when set, runs before every shared-data set (to inject
+	// races).
+	SetHook func(key string)
+}
+
+var _ abi.Host = (*Host)(nil)
+
+// NewHost returns a worker host with its own shared data and metrics.
+func NewHost() *Host { return &Host{Shared: NewSharedData(), Metrics: NewMetrics()} }
+
+// Log implements abi.Host.
+func (h *Host) Log(level abi.LogLevel, msg string) { h.Logs = append(h.Logs, Log{level, msg}) }
+
+// GetBuffer implements abi.Host.
+func (h *Host) GetBuffer(bt abi.BufferType, start, max int) ([]byte, abi.Status) {
+	if bt != abi.BufferPluginConfiguration {
+		return nil, abi.StatusNotFound
+	}
+	if start < 0 || start > len(h.Config) {
+		return nil, abi.StatusBadArgument
+	}
+	b := h.Config[start:]
+	if max < len(b) {
+		b = b[:max]
+	}
+	return append([]byte(nil), b...), abi.StatusOK
+}
+
+// GetHeader implements abi.Host.
+func (h *Host) GetHeader(mt abi.MapType, name string) ([]byte, abi.Status) {
+	var m [][2]string
+	switch mt {
+	case abi.MapRequestHeaders:
+		m = h.ReqHeaders
+	case abi.MapResponseHeaders:
+		m = h.RespHeaders
+	default:
+		return nil, abi.StatusNotFound
+	}
+	var vals []string
+	for _, kv := range m {
+		if strings.EqualFold(kv[0], name) {
+			vals = append(vals, kv[1])
+		}
+	}
+	if len(vals) == 0 {
+		if h.MissingHeaderOK {
+			return nil, abi.StatusOK
+		}
+		return nil, abi.StatusNotFound
+	}
+	return []byte(strings.Join(vals, ",")), abi.StatusOK
+}
+
+// AddHeader implements abi.Host.
+func (h *Host) AddHeader(mt abi.MapType, name string, value []byte) abi.Status {
+	if mt != abi.MapResponseHeaders {
+		return abi.StatusBadArgument
+	}
+	h.RespHeaders = append(h.RespHeaders, [2]string{strings.ToLower(name), string(value)})
+	return abi.StatusOK
+}
+
+// GetProperty implements abi.Host.
+func (h *Host) GetProperty(path string) ([]byte, abi.Status) {
+	v, ok := h.Properties[path]
+	if !ok {
+		return nil, abi.StatusNotFound
+	}
+	return []byte(v), abi.StatusOK
+}
+
+// SendLocalResponse implements abi.Host. Like the proxytest emulator and
+// Envoy it accepts the call once per request.
+func (h *Host) SendLocalResponse(status int, details string, body []byte, headers []abi.Header) abi.Status {
+	if h.Local != nil {
+		return abi.StatusBadArgument
+	}
+	lr := &LocalResponse{Status: status, Details: details, Body: string(body)}
+	for _, hd := range headers {
+		lr.Headers = append(lr.Headers, [2]string{hd.Name, string(hd.Value)})
+	}
+	h.Local = lr
+	return abi.StatusOK
+}
+
+// GetSharedData implements abi.Host.
+func (h *Host) GetSharedData(key []byte) ([]byte, uint32, abi.Status) {
+	if h.FailShared != 0 {
+		return nil, 0, h.FailShared
+	}
+	v, cas, ok := h.Shared.Get(string(key))
+	if !ok {
+		return nil, 0, abi.StatusNotFound
+	}
+	return v, cas, abi.StatusOK
+}
+
+// SetSharedData implements abi.Host.
+func (h *Host) SetSharedData(key, value []byte, cas uint32) abi.Status {
+	if h.FailShared != 0 {
+		return h.FailShared
+	}
+	if h.SetHook != nil {
+		h.SetHook(string(key))
+	}
+	return h.Shared.Set(string(key), value, cas)
+}
+
+// DefineMetric implements abi.Host.
+func (h *Host) DefineMetric(mt abi.MetricType, name string) (uint32, abi.Status) {
+	if mt != abi.MetricCounter {
+		return 0, abi.StatusBadArgument
+	}
+	return h.Metrics.define(name), abi.StatusOK
+}
+
+// IncrementMetric implements abi.Host.
+func (h *Host) IncrementMetric(id uint32, delta int64) abi.Status { return h.Metrics.add(id, delta) }
+
+// Now implements abi.Host.
+func (h *Host) Now() int64 { return h.Now_ }
+
+// Request is one HTTP request for Worker.Do.
+type Request struct {
+	Method  string // default GET
+	Path    string // default /
+	Headers [][2]string
+	// Source is source.address ("ip:port"); empty: property absent.
+	Source string
+}
+
+// Response is what the filter made of a request.
+type Response struct {
+	// Status is the local response status, or 200 when the request went
+	// upstream.
+	Status  int
+	Local   bool
+	Body    string
+	Headers [][2]string // local response headers, or headers added to the upstream response
+	Action  abi.Action
+}
+
+// Header returns the first value of a header (case-insensitive) or "".
+func (r *Response) Header(name string) string {
+	for _, kv := range r.Headers {
+		if strings.EqualFold(kv[0], name) {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// Has reports whether the header is present.
+func (r *Response) Has(name string) bool {
+	for _, kv := range r.Headers {
+		if strings.EqualFold(kv[0], name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Worker drives a Handler (a VM) over a Host as Envoy's worker would.
+type Worker struct {
+	Host    *Host
+	Handler abi.Handler
+	root    uint32
+	next    uint32
+}
+
+// NewWorker returns a worker for handler over host.
+func NewWorker(host *Host, handler abi.Handler) *Worker {
+	return &Worker{Host: host, Handler: handler, root: 1, next: 2}
+}
+
+// Start creates the root context and configures it with config; false is
+// the plugin refusing to start.
+func (w *Worker) Start(config string) bool {
+	w.Host.Config = []byte(config)
+	w.Handler.OnContextCreate(w.root, 0)
+	if !w.Handler.OnVMStart(w.root, 0) {
+		return false
+	}
+	return w.Handler.OnConfigure(w.root, len(config))
+}
+
+// Do runs one request: context create, request headers, (upstream 200 |
+// local response), response headers, log, done, delete.
+func (w *Worker) Do(r Request) Response {
+	h := w.Host
+	id := w.next
+	w.next++
+	method, path := r.Method, r.Path
+	if method == "" {
+		method = "GET"
+	}
+	if path == "" {
+		path = "/"
+	}
+	h.ReqHeaders = append([][2]string{{":method", method}, {":path", path}, {":authority", "example.test"}}, r.Headers...)
+	h.Properties = map[string]string{}
+	if r.Source != "" {
+		h.Properties["source\x00address"] = r.Source
+	}
+	h.RespHeaders = nil
+	h.Local = nil
+	w.Handler.OnContextCreate(id, w.root)
+	act := w.Handler.OnRequestHeaders(id, len(h.ReqHeaders), true)
+	var resp Response
+	resp.Action = act
+	if h.Local != nil {
+		resp.Status, resp.Local, resp.Body = h.Local.Status, true, h.Local.Body
+		resp.Headers = h.Local.Headers
+		// Envoy runs the encoder filters on a local reply.
+		h.RespHeaders = append([][2]string{{":status", itoa(h.Local.Status)}}, h.Local.Headers...)
+		w.Handler.OnResponseHeaders(id, len(h.RespHeaders), false)
+		if len(h.RespHeaders) != 1+len(h.Local.Headers) {
+			resp.Headers = append(resp.Headers, [2]string{"x-test-error", "headers added to a local reply"})
+		}
+	} else {
+		h.RespHeaders = [][2]string{{":status", "200"}, {"content-type", "text/plain"}}
+		w.Handler.OnResponseHeaders(id, len(h.RespHeaders), false)
+		resp.Status = 200
+		resp.Headers = h.RespHeaders[2:]
+	}
+	w.Handler.OnLog(id)
+	w.Handler.OnDone(id)
+	w.Handler.OnDelete(id)
+	return resp
+}
+
+func itoa(v int) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}

@@ -1,0 +1,400 @@
+package filter
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/filter/abi"
+)
+
+// MaxCASRetries bounds the compare-and-swap attempts of one rule for one
+// request. When they run out the rule's store is considered failed for that
+// request and failure_mode decides (open: the rule does not limit this
+// request; closed: 503).
+const MaxCASRetries = 16
+
+// Failure response (failure_mode "closed").
+const (
+	failureStatus = 503
+	failureBody   = "rate limiter unavailable\n"
+)
+
+var errCASExhausted = errors.New("compare-and-swap retries exhausted")
+
+// Plugin is one configured root context: a compiled configuration and the
+// per-rule stores, metrics and scratch buffers. It is driven by VM; it is
+// not safe for concurrent use (a Proxy-Wasm VM is single-threaded).
+type Plugin struct {
+	host   abi.Host
+	id     uint32
+	name   string // plugin_name property ("" when the host has none)
+	cfg    *config.Config
+	rules  []*rule
+	seed   uint64
+	req    request
+	hdrs   []abi.Header
+	vals   []byte // scratch for header values
+	body   []byte // rejection body
+	errors uint32 // metric id of sluice.errors
+	logged int    // store errors logged so far (bounded)
+}
+
+// rule is one configured rule plus its per-request scratch state.
+type rule struct {
+	cfg     *config.Rule
+	store   *slotStore
+	metrics ruleMetrics
+	window  int64  // window in whole seconds, rounded up, >= 1
+	quoted  []byte // `"name"`
+	key     []byte // key scratch
+
+	// Per request.
+	applies bool
+	failed  bool
+	hash    uint64
+	e       entry
+	d       algorithms.Decision
+	state   []byte // new state (cap MaxStateSize)
+}
+
+type ruleMetrics struct {
+	allowed, denied, shadowDenied, storeErrors, slotShared uint32
+}
+
+// MetricNames returns the counter names defined for a rule, in the order
+// allowed, denied, shadow_denied, store_errors, slot_shared. Proxy-Wasm
+// metrics have no labels, so the rule name is part of the metric name.
+func MetricNames(rule string) [5]string {
+	p := "sluice." + rule + "."
+	return [5]string{p + "allowed", p + "denied", p + "shadow_denied", p + "store_errors", p + "slot_shared"}
+}
+
+// ErrorsMetric counts recovered panics and other internal errors.
+const ErrorsMetric = "sluice.errors"
+
+// configure compiles data and prepares the rules. The error is the
+// configuration error (path-named lines) or a setup failure.
+func (p *Plugin) configure(data []byte) error {
+	cfg, err := config.Parse(data)
+	if err != nil {
+		return err
+	}
+	if cfg.HasRedisRules() && !RedisSupported {
+		for _, r := range cfg.Rules {
+			if r.Backend == config.BackendRedis {
+				return errors.New("rules[" + strconv.Itoa(r.Index) + "].backend: \"redis\" needs sluice-redis.wasm (a host with the Redis extension, e.g. Higress); this module (sluice.wasm) has only the local backend")
+			}
+		}
+	}
+	if v, st := p.host.GetProperty(propPluginName); st == abi.StatusOK {
+		p.name = string(v)
+	}
+	rules := make([]*rule, 0, len(cfg.Rules))
+	for _, rc := range cfg.Rules {
+		r := &rule{cfg: rc}
+		prefix := "sluice:" + p.name + ":" + rc.Name + ":"
+		r.store = newSlotStore(p.host, rc.Limiter, prefix, rc.MaxKeys)
+		r.window = ceilSeconds(rc.Window)
+		if r.window < 1 {
+			r.window = 1
+		}
+		r.quoted = []byte(`"` + rc.Name + `"`)
+		r.state = make([]byte, 0, rc.Limiter.MaxStateSize())
+		r.key = make([]byte, 0, 64)
+		names := MetricNames(rc.Name)
+		ids := [5]*uint32{&r.metrics.allowed, &r.metrics.denied, &r.metrics.shadowDenied, &r.metrics.storeErrors, &r.metrics.slotShared}
+		for i, n := range names {
+			id, st := p.host.DefineMetric(abi.MetricCounter, n)
+			if st != abi.StatusOK {
+				return errors.New("defining metric " + n + ": " + st.String())
+			}
+			*ids[i] = id
+		}
+		rules = append(rules, r)
+	}
+	id, st := p.host.DefineMetric(abi.MetricCounter, ErrorsMetric)
+	if st != abi.StatusOK {
+		return errors.New("defining metric " + ErrorsMetric + ": " + st.String())
+	}
+	p.errors = id
+	p.cfg = cfg
+	p.rules = rules
+	p.seed = defaultSeed
+	p.hdrs = make([]abi.Header, 0, 8)
+	maxQuoted := 0
+	for _, r := range rules {
+		maxQuoted = max(maxQuoted, len(r.quoted))
+	}
+	// Retry-After + RateLimit + RateLimit-Policy + three legacy values:
+	// two quoted names, at most six 20-digit numbers and separators.
+	p.vals = make([]byte, 0, 2*maxQuoted+6*20+32)
+	p.body = []byte(cfg.Response.Body)
+	return nil
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// onRequest runs the rules for the request headers of s.
+func (p *Plugin) onRequest(s *stream) abi.Action {
+	if p.cfg == nil || len(p.rules) == 0 {
+		return abi.ActionContinue
+	}
+	now := p.host.Now()
+	p.req.reset(p.host)
+	applied := false
+	for _, r := range p.rules {
+		r.applies, r.failed = false, false
+		if !r.cfg.Match.Matches(unsafeString(p.req.getMethod()), unsafeString(p.req.getPath()), p.req.headerF) {
+			continue
+		}
+		var ok bool
+		r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFTrustedHops)
+		if !ok {
+			continue
+		}
+		r.applies, applied = true, true
+		r.hash = hashKey(p.seed, r.key)
+		if err := p.evaluate(r, now); err != nil {
+			p.storeFailed(r, err)
+		}
+	}
+	if !applied {
+		return abi.ActionContinue
+	}
+	// Phase 2: any enforcing rule denies → reject, charge nobody.
+	if act, done := p.verdict(s); done {
+		return act
+	}
+	// Phase 3: charge every admitting rule (CAS, re-deciding on a race).
+	for _, r := range p.rules {
+		if !r.applies || r.failed || !r.d.Allowed {
+			continue
+		}
+		if err := p.commit(r, now); err != nil {
+			p.storeFailed(r, err)
+		}
+		if r.e.shared && !r.failed {
+			p.host.IncrementMetric(r.metrics.slotShared, 1)
+		}
+	}
+	if act, done := p.verdict(s); done {
+		return act
+	}
+	// Admitted.
+	var best *rule
+	for _, r := range p.rules {
+		if !r.applies || r.failed {
+			continue
+		}
+		if r.d.Allowed {
+			p.host.IncrementMetric(r.metrics.allowed, 1)
+		} else {
+			p.host.IncrementMetric(r.metrics.shadowDenied, 1)
+		}
+		if best == nil || moreRestrictive(&r.d, &best.d) {
+			best = r
+		}
+	}
+	if best != nil && p.cfg.Response.Headers != config.HeadersNone {
+		s.hasHeaders = true
+		s.rule = best
+		s.d = best.d
+	}
+	return abi.ActionContinue
+}
+
+// verdict rejects the request when a rule's store failed under
+// failure_mode closed, or an enforcing rule denied it. done is false when
+// the request may go on.
+func (p *Plugin) verdict(s *stream) (abi.Action, bool) {
+	if p.cfg.FailureMode == config.FailClosed {
+		for _, r := range p.rules {
+			if r.applies && r.failed {
+				p.sendFailure(s)
+				return abi.ActionPause, true
+			}
+		}
+	}
+	var worst *rule
+	for _, r := range p.rules {
+		if r.applies && !r.failed && !r.d.Allowed && r.cfg.Mode == config.ModeEnforce {
+			if worst == nil || r.d.RetryAfter > worst.d.RetryAfter {
+				worst = r
+			}
+		}
+	}
+	if worst == nil {
+		return abi.ActionContinue, false
+	}
+	for _, r := range p.rules {
+		if r.applies && !r.failed && !r.d.Allowed {
+			if r.cfg.Mode == config.ModeEnforce {
+				p.host.IncrementMetric(r.metrics.denied, 1)
+			} else {
+				p.host.IncrementMetric(r.metrics.shadowDenied, 1)
+			}
+		}
+	}
+	p.sendDenied(s, worst)
+	return abi.ActionPause, true
+}
+
+// moreRestrictive orders decisions for the response headers: fewer
+// remaining first, then the longer reset.
+func moreRestrictive(a, b *algorithms.Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.ResetAfter > b.ResetAfter
+}
+
+// evaluate loads r's slot and decides the request against it (no write).
+func (p *Plugin) evaluate(r *rule, now int64) error {
+	if err := r.store.load(r.hash, now, &r.e); err != nil {
+		return err
+	}
+	st, d, err := r.cfg.Limiter.Decide(r.state[:0], r.e.state, now, 1)
+	if errors.Is(err, algorithms.ErrCorruptState) {
+		// A state this limiter cannot read (e.g. the rule changed
+		// algorithm under the same name): start the key afresh.
+		r.e.state = nil
+		st, d, err = r.cfg.Limiter.Decide(r.state[:0], nil, now, 1)
+	}
+	if err != nil {
+		return err
+	}
+	r.state, r.d = st, d
+	return nil
+}
+
+// commit writes r's new state, re-deciding after each lost race. When a
+// re-decision denies, r.d says so and nothing is written.
+func (p *Plugin) commit(r *rule, now int64) error {
+	for i := 0; i < MaxCASRetries; i++ {
+		ok, err := r.store.store(&r.e, r.state)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if err := p.evaluate(r, now); err != nil {
+			return err
+		}
+		if !r.d.Allowed {
+			return nil
+		}
+	}
+	return errCASExhausted
+}
+
+func (p *Plugin) storeFailed(r *rule, err error) {
+	r.failed = true
+	p.host.IncrementMetric(r.metrics.storeErrors, 1)
+	if p.logged < 100 {
+		p.logged++
+		p.host.Log(abi.LogWarn, "sluice: rule "+r.cfg.Name+": "+err.Error())
+	}
+}
+
+var (
+	hdrContentType   = "content-type"
+	textPlain        = []byte("text/plain; charset=utf-8")
+	failureBodyBytes = []byte(failureBody)
+)
+
+func (p *Plugin) sendFailure(s *stream) {
+	s.denied = true
+	p.hdrs = append(p.hdrs[:0], abi.Header{Name: hdrContentType, Value: textPlain})
+	p.host.SendLocalResponse(failureStatus, "sluice_store_failure", failureBodyBytes, p.hdrs)
+}
+
+func (p *Plugin) sendDenied(s *stream, r *rule) {
+	s.denied = true
+	retry := ceilSeconds(r.d.RetryAfter)
+	if retry < 1 {
+		retry = 1
+	}
+	p.vals = strconv.AppendInt(p.vals[:0], retry, 10)
+	n := len(p.vals)
+	p.hdrs = append(p.hdrs[:0],
+		abi.Header{Name: hdrContentType, Value: textPlain},
+		abi.Header{Name: "retry-after", Value: p.vals[:n:n]})
+	p.hdrs = p.appendRateLimitHeaders(p.hdrs, r, &r.d)
+	p.host.SendLocalResponse(p.cfg.Response.Status, "sluice_rate_limited", p.body, p.hdrs)
+}
+
+// appendRateLimitHeaders appends the configured rate-limit headers for
+// decision d of rule r, formatting values into p.vals. configure reserves
+// enough capacity in p.vals that it never reallocates while headers built
+// from it are in use.
+func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms.Decision) []abi.Header {
+	style := p.cfg.Response.Headers
+	if style == config.HeadersNone {
+		return dst
+	}
+	reset := ceilSeconds(d.ResetAfter)
+	remaining := d.Remaining
+	if remaining < 0 {
+		remaining = 0
+	}
+	if style == config.HeadersDraft || style == config.HeadersBoth {
+		s := len(p.vals)
+		p.vals = append(p.vals, r.quoted...)
+		p.vals = append(p.vals, ";r="...)
+		p.vals = strconv.AppendInt(p.vals, remaining, 10)
+		p.vals = append(p.vals, ";t="...)
+		p.vals = strconv.AppendInt(p.vals, reset, 10)
+		dst = p.addVal(dst, "ratelimit", s)
+		s = len(p.vals)
+		p.vals = append(p.vals, r.quoted...)
+		p.vals = append(p.vals, ";q="...)
+		p.vals = strconv.AppendInt(p.vals, r.cfg.Limit, 10)
+		p.vals = append(p.vals, ";w="...)
+		p.vals = strconv.AppendInt(p.vals, r.window, 10)
+		dst = p.addVal(dst, "ratelimit-policy", s)
+	}
+	if style == config.HeadersLegacy || style == config.HeadersBoth {
+		s := len(p.vals)
+		p.vals = strconv.AppendInt(p.vals, d.Limit, 10)
+		dst = p.addVal(dst, "x-ratelimit-limit", s)
+		s = len(p.vals)
+		p.vals = strconv.AppendInt(p.vals, remaining, 10)
+		dst = p.addVal(dst, "x-ratelimit-remaining", s)
+		s = len(p.vals)
+		p.vals = strconv.AppendInt(p.vals, reset, 10)
+		dst = p.addVal(dst, "x-ratelimit-reset", s)
+	}
+	return dst
+}
+
+// addVal appends header name with the value p.vals[start:].
+func (p *Plugin) addVal(dst []abi.Header, name string, start int) []abi.Header {
+	n := len(p.vals)
+	return append(dst, abi.Header{Name: name, Value: p.vals[start:n:n]})
+}
+
+// onResponse adds the remembered rate-limit headers to the response.
+func (p *Plugin) onResponse(s *stream) abi.Action {
+	if !s.hasHeaders || s.denied || s.rule == nil || p.cfg == nil {
+		return abi.ActionContinue
+	}
+	p.vals = p.vals[:0]
+	p.hdrs = p.appendRateLimitHeaders(p.hdrs[:0], s.rule, &s.d)
+	for i := range p.hdrs {
+		p.host.AddHeader(abi.MapResponseHeaders, p.hdrs[i].Name, p.hdrs[i].Value)
+	}
+	s.hasHeaders = false
+	return abi.ActionContinue
+}

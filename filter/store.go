@@ -1,0 +1,225 @@
+package filter
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/filter/abi"
+)
+
+// The shared-data store of one rule: a fixed table of MaxKeys slots.
+//
+// Proxy-Wasm shared data has no delete, no TTL and no listing, so a key per
+// client would grow without bound. Instead every rule owns exactly MaxKeys
+// shared-data entries ("slots"), created on first use and reused forever.
+// A client key is hashed (seeded 64-bit hash of the key bytes) to two
+// candidate slots; a slot's value is
+//
+//	[0]     format version (slotVersion)
+//	[1:9]   identity: the 64-bit hash of the key that owns the slot
+//	[9:]    the algorithm's state
+//
+// A request uses, in order: a candidate slot its identity already owns;
+// else a candidate slot that is missing, unreadable or whose occupant is
+// idle (Limiter.Idle: equivalent to a fresh key), which it claims; else —
+// both candidates held by live keys, i.e. the table is at capacity — it
+// shares the first candidate with its occupant: it is decided against, and
+// charged to, the occupant's state. Sharing errs towards limiting: no key is
+// ever admitted more than its own limit, a key flooding the table with fresh
+// identities is still limited (at most MaxKeys × limit in total), and a
+// client that shares a slot may see its quota consumed by its neighbour.
+// Two distinct keys with the same 64-bit identity are treated as one key
+// (probability ~2⁻⁶⁴ per pair).
+//
+// Updates are get + compare-and-swap. Envoy ignores the CAS of a set on a
+// key that does not exist (and treats cas 0 as unconditional), so a slot is
+// created with a fixed nonzero createCAS: if the key is still missing the
+// set creates it, and if another worker created it in the meantime the set
+// fails with CAS_MISMATCH (unless its token happens to equal createCAS,
+// probability ~2⁻³²) and the request retries against the new value. Updates
+// of an existing slot always carry the token returned by the get.
+const (
+	slotVersion  = 1
+	slotHeader   = 9
+	createCAS    = 0x9E3779B9
+	defaultSeed  = 0x736c75696365 // "sluice"
+	slotKeyExtra = 16             // hex digits of a slot number
+)
+
+// errStore is wrapped by every store failure (a host call failing, CAS
+// retries exhausted).
+var errStore = errors.New("shared-data store failure")
+
+// slotStore keeps one rule's per-key state in shared data.
+type slotStore struct {
+	host   abi.Host
+	lim    algorithms.Limiter
+	prefix int    // len of the key prefix in kbuf
+	kbuf   []byte // prefix + slot number, rewritten per access
+	vbuf   []byte // encoded value to write
+	slots  uint64
+}
+
+func newSlotStore(h abi.Host, lim algorithms.Limiter, prefix string, maxKeys int) *slotStore {
+	if maxKeys < 1 {
+		maxKeys = 1
+	}
+	s := &slotStore{
+		host:   h,
+		lim:    lim,
+		prefix: len(prefix),
+		kbuf:   make([]byte, 0, len(prefix)+slotKeyExtra),
+		vbuf:   make([]byte, 0, slotHeader+lim.MaxStateSize()),
+		slots:  uint64(maxKeys),
+	}
+	s.kbuf = append(s.kbuf, prefix...)
+	return s
+}
+
+// entry is what load found for a key: the slot to write and the state to
+// decide against.
+type entry struct {
+	slot   uint64
+	cas    uint32
+	exists bool
+	ident  uint64 // identity written back (the occupant's when shared)
+	state  []byte // nil = a fresh key; aliases a host buffer
+	shared bool   // the slot belongs to another live key (capacity)
+}
+
+// candidates returns the two slots of identity h (equal when slots == 1).
+func (s *slotStore) candidates(h uint64) (uint64, uint64) {
+	a := h % s.slots
+	b := mix64(h^0x9E3779B97F4A7C15) % s.slots
+	return a, b
+}
+
+func (s *slotStore) key(slot uint64) []byte {
+	s.kbuf = strconv.AppendUint(s.kbuf[:s.prefix], slot, 16)
+	return s.kbuf
+}
+
+// slotInfo is one slot as read.
+type slotInfo struct {
+	cas    uint32
+	exists bool
+	valid  bool
+	ident  uint64
+	state  []byte
+}
+
+func (s *slotStore) read(slot uint64) (slotInfo, error) {
+	v, cas, st := s.host.GetSharedData(s.key(slot))
+	switch st {
+	case abi.StatusOK:
+	case abi.StatusNotFound:
+		return slotInfo{}, nil
+	default:
+		return slotInfo{}, storeErr("get", st)
+	}
+	si := slotInfo{cas: cas, exists: true}
+	if len(v) >= slotHeader && v[0] == slotVersion {
+		si.valid = true
+		si.ident = binary.LittleEndian.Uint64(v[1:9])
+		si.state = v[slotHeader:]
+	}
+	return si, nil
+}
+
+// claimable reports whether a slot can be taken over by a new key.
+func (s *slotStore) claimable(si *slotInfo, now int64) bool {
+	return !si.exists || !si.valid || s.lim.Idle(si.state, now)
+}
+
+// load finds the slot for identity h at now.
+func (s *slotStore) load(h uint64, now int64, e *entry) error {
+	a, b := s.candidates(h)
+	sa, err := s.read(a)
+	if err != nil {
+		return err
+	}
+	if sa.valid && sa.ident == h {
+		*e = entry{slot: a, cas: sa.cas, exists: true, ident: h, state: sa.state}
+		return nil
+	}
+	if b != a {
+		sb, err := s.read(b)
+		if err != nil {
+			return err
+		}
+		if sb.valid && sb.ident == h {
+			*e = entry{slot: b, cas: sb.cas, exists: true, ident: h, state: sb.state}
+			return nil
+		}
+		if !s.claimable(&sa, now) && s.claimable(&sb, now) {
+			*e = entry{slot: b, cas: sb.cas, exists: sb.exists, ident: h}
+			return nil
+		}
+	}
+	if s.claimable(&sa, now) {
+		*e = entry{slot: a, cas: sa.cas, exists: sa.exists, ident: h}
+		return nil
+	}
+	*e = entry{slot: a, cas: sa.cas, exists: true, ident: sa.ident, state: sa.state, shared: true}
+	return nil
+}
+
+// store writes state for e with compare-and-swap. ok is false when another
+// writer got there first (reload and decide again).
+func (s *slotStore) store(e *entry, state []byte) (ok bool, err error) {
+	v := append(s.vbuf[:0], slotVersion)
+	v = binary.LittleEndian.AppendUint64(v, e.ident)
+	v = append(v, state...)
+	s.vbuf = v
+	cas := e.cas
+	if !e.exists {
+		cas = createCAS
+	}
+	switch st := s.host.SetSharedData(s.key(e.slot), v, cas); st {
+	case abi.StatusOK:
+		return true, nil
+	case abi.StatusCasMismatch:
+		return false, nil
+	default:
+		return false, storeErr("set", st)
+	}
+}
+
+type storeError struct {
+	op string
+	st abi.Status
+}
+
+func (e *storeError) Error() string {
+	return "shared data " + e.op + ": " + e.st.String()
+}
+
+func (e *storeError) Unwrap() error { return errStore }
+
+func storeErr(op string, st abi.Status) error { return &storeError{op, st} }
+
+// hashKey is the identity of a key: FNV-1a 64 over seed and key bytes,
+// finished with a 64-bit mixer so that both the low bits (slot) and the high
+// bits are well distributed. It is not cryptographic (see RATIONALE).
+func hashKey(seed uint64, key []byte) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037) ^ seed
+	for _, c := range key {
+		h ^= uint64(c)
+		h *= prime
+	}
+	h ^= uint64(len(key))
+	return mix64(h)
+}
+
+// mix64 is the splitmix64 finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
