@@ -11,8 +11,8 @@
 // All arithmetic is exact integer arithmetic (128-bit where a product needs
 // it): no floating point, no rounding inside an accumulator. New bounds the
 // parameters (MaxLimit, MaxWindow, MaxFillTime, MaxSlidingLogLimit) so that
-// nothing can overflow; instants are taken in [0, 2^62] ns (until 2116),
-// earlier ones as 0 and later ones as 2^62.
+// nothing can overflow; instants are taken in [0, ~5.9e18] ns (until 2157),
+// earlier ones as 0 and later ones as that bound.
 //
 // Encoded states start with a format version byte and the Kind byte:
 //

@@ -27,8 +27,8 @@ func TestNewValidates(t *testing.T) {
 		{TokenBucket, Params{Limit: 1, Window: MaxWindow + 1}, "window must be at most 366d"},
 		{TokenBucket, Params{Limit: 1, Window: time.Second, Burst: -1}, "burst must not be negative"},
 		{LeakyBucket, Params{Limit: 1, Window: time.Second, Burst: MaxLimit + 1}, "burst must be at most 1000000000"},
-		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 11},
-			"burst is too large for this limit and window: refilling it would take more than 10 years"},
+		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 101},
+			"burst is too large for this limit and window: refilling it would take more than 100 years"},
 		{Kind(0), p5, "algorithm is unknown: 0"},
 		{Kind(9), p5, "algorithm is unknown: 9"},
 	}
@@ -47,7 +47,7 @@ func TestNewValidates(t *testing.T) {
 		{SlidingLog, Params{Limit: MaxSlidingLogLimit, Window: MaxWindow}},
 		{FixedWindow, Params{Limit: MaxLimit, Window: MaxWindow}},
 		{SlidingWindow, Params{Limit: MaxLimit, Window: 1}},
-		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 10}},
+		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 100}},
 		{LeakyBucket, Params{Limit: MaxLimit, Window: 1, Burst: MaxLimit}},
 	} {
 		if _, err := New(tt.k, tt.p); err != nil {
@@ -518,11 +518,11 @@ func TestExtremeParams(t *testing.T) {
 		p Params
 	}{
 		{TokenBucket, Params{Limit: MaxLimit, Window: time.Nanosecond, Burst: MaxLimit}},
-		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 10}},
-		{TokenBucket, Params{Limit: 3, Window: MaxWindow - 1, Burst: 29}},
+		{TokenBucket, Params{Limit: 1, Window: MaxWindow, Burst: 100}},
+		{TokenBucket, Params{Limit: 3, Window: MaxWindow - 1, Burst: 299}},
 		{TokenBucket, Params{Limit: MaxLimit, Window: MaxWindow, Burst: 1}},
 		{LeakyBucket, Params{Limit: MaxLimit, Window: time.Nanosecond, Burst: MaxLimit}},
-		{LeakyBucket, Params{Limit: 1, Window: MaxWindow, Burst: 10}},
+		{LeakyBucket, Params{Limit: 1, Window: MaxWindow, Burst: 100}},
 		{LeakyBucket, Params{Limit: MaxLimit - 1, Window: MaxWindow - 1, Burst: 3}},
 		{FixedWindow, Params{Limit: MaxLimit, Window: MaxWindow}},
 		{FixedWindow, Params{Limit: 1, Window: time.Nanosecond}},
@@ -553,7 +553,7 @@ func TestExtremeParams(t *testing.T) {
 				state = out
 				now += gaps[i%len(gaps)]
 			}
-			if resets == 0 || resets > 10 {
+			if resets == 0 || resets > 40 {
 				t.Fatalf("%d resets: the workload did not span decades", resets)
 			}
 		})

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"time"
 )
@@ -19,14 +20,15 @@ const (
 	// size grows with Limit (at most 11 bytes per entry).
 	MaxSlidingLogLimit = 10_000
 	// MaxFillTime bounds Burst × Window / Limit, the time an empty token or
-	// leaky bucket takes to refill (10 × 366 days).
-	MaxFillTime = 10 * MaxWindow
+	// leaky bucket takes to refill (100 × 366 days).
+	MaxFillTime = 100 * MaxWindow
 )
 
-// maxTime is the latest instant (Unix nanoseconds, year 2116) the algorithms
+// maxTime is the latest instant (Unix nanoseconds, in 2157) the algorithms
 // work with; later instants are treated as maxTime, earlier than the epoch as
-// 0. It leaves room for maxTime + MaxFillTime without overflow.
-const maxTime = int64(1) << 62
+// 0. It leaves room for maxTime + MaxFillTime + a few windows without
+// overflow.
+const maxTime = math.MaxInt64 - int64(MaxFillTime) - 4*int64(MaxWindow)
 
 // ErrInvalidCost is returned by Decide when cost < 1.
 var ErrInvalidCost = errors.New("cost must be at least 1")
@@ -82,7 +84,7 @@ func New(k Kind, p Params) (Limiter, error) {
 	case TokenBucket, LeakyBucket:
 		fill, ok := mul(c.burst, c.window).divCeil(c.limit)
 		if !ok || fill > uint64(MaxFillTime) {
-			return nil, &ParamError{"burst", "is too large for this limit and window: refilling it would take more than 10 years"}
+			return nil, &ParamError{"burst", "is too large for this limit and window: refilling it would take more than 100 years"}
 		}
 		if k == TokenBucket {
 			return &tokenBucket{c}, nil
