@@ -113,16 +113,16 @@ func newSection(n int, res *Result) (sectionData, error) {
 	offered := make([]svgchart.Point, nb)
 	admitted := make([]svgchart.Point, nb)
 	remMin := make([]svgchart.Point, nb)
-	remLast := make([]svgchart.Point, nb)
+	avail := make([]svgchart.Point, nb)
 	for i, b := range res.Buckets {
 		x := sec(i)
 		offered[i] = svgchart.Point{X: x, Y: float64(b.Offered)}
 		admitted[i] = svgchart.Point{X: x, Y: float64(b.Admitted)}
 		remMin[i] = svgchart.Point{X: x, Y: math.NaN()}
-		remLast[i] = svgchart.Point{X: x, Y: math.NaN()}
+		// Available is the quota at the end of bucket i.
+		avail[i] = svgchart.Point{X: sec(i + 1), Y: float64(b.Available)}
 		if b.RemainingMin >= 0 {
 			remMin[i].Y = float64(b.RemainingMin)
-			remLast[i].Y = float64(b.RemainingLast)
 		}
 	}
 	ticks := svgchart.DurationTicks(0, xMax, 6)
@@ -139,12 +139,12 @@ func newSection(n int, res *Result) (sectionData, error) {
 	}
 	remaining := &svgchart.Chart{
 		ID:    fmt.Sprintf("chart-%d-remaining", n),
-		Title: "Remaining quota after each decision", Width: 560, Height: 180,
+		Title: "Remaining quota", Width: 560, Height: 180,
 		XLabel: "time since start", YLabel: "remaining",
 		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
 		Series: []svgchart.Series{
-			{Name: "lowest in " + bw, Class: "remaining-min", Color: "#e45756", Kind: svgchart.Step, Points: remMin},
-			{Name: "last in " + bw, Class: "remaining-last", Color: "#54a24b", Kind: svgchart.Step, Points: remLast},
+			{Name: "lowest remaining in " + bw, Class: "remaining-min", Color: "#e45756", Kind: svgchart.Step, Points: remMin},
+			{Name: "available to " + res.ProbeKey, Class: "available", Color: "#54a24b", Kind: svgchart.Line, Points: avail},
 		},
 		Rules: []svgchart.Rule{{Y: float64(res.Limit), Label: "limit " + strconv.FormatInt(res.Limit, 10), Class: "limit"}},
 	}
@@ -192,7 +192,7 @@ section.algo h2 small { font-weight: normal; color: #666; }
 .body { display: flex; gap: 16px; align-items: flex-start; flex-wrap: wrap; }
 .charts { display: flex; flex-direction: column; gap: 4px; }
 figure { margin: 0; }
-dl.numbers { display: grid; grid-template-columns: auto auto; gap: 2px 10px; margin: 0; min-width: 200px; }
+dl.numbers { display: grid; grid-template-columns: auto auto; gap: 2px 10px; margin: 0; flex: 0 0 210px; }
 dl.numbers dt { color: #555; }
 dl.numbers dd { margin: 0; font-weight: bold; font-variant-numeric: tabular-nums; text-align: right; }
 dl.numbers dd.note { grid-column: 1 / span 2; font-weight: normal; color: #666; font-size: 12px; text-align: left; }

@@ -24,6 +24,11 @@ type Bucket struct {
 	// RemainingMin and RemainingLast are the smallest and the last
 	// Decision.Remaining of the bucket; -1 when the bucket has no request.
 	RemainingMin, RemainingLast int64
+	// Available is how many requests of cost 1 the probe key (see
+	// Result.ProbeKey) could make at the end of the bucket: a decision
+	// computed on a copy of its state and thrown away, so it changes
+	// nothing. It shows the quota refilling between requests.
+	Available int64
 }
 
 // Result is what one limiter did with one traffic.
@@ -59,6 +64,10 @@ type Result struct {
 	StateBytesMax, StateBytesEnd int
 	// MaxStateSize is the limiter's bound on one key's state.
 	MaxStateSize int
+
+	// ProbeKey is the key whose quota Bucket.Available follows: the one
+	// with the most requests (the first such in Traffic.Keys).
+	ProbeKey string
 
 	// Start and BucketWidth place the buckets: bucket i covers
 	// [Start+i·BucketWidth, Start+(i+1)·BucketWidth).
@@ -125,9 +134,40 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 	states := make([][]byte, len(tr.Keys))
 	wins := make([]window, len(tr.Keys))
 	scratch := make([]byte, 0, lim.MaxStateSize())
+
+	// The probe key: the busiest one.
+	counts := make([]int, len(tr.Keys))
+	probeKey := 0
 	for i, rq := range tr.Requests {
 		if rq.At < tr.Start || rq.At >= tr.End || int(rq.Key) >= len(tr.Keys) || rq.Key < 0 {
 			return nil, fmt.Errorf("sim: request %d lies outside the traffic's span or keys", i)
+		}
+		counts[rq.Key]++
+		if counts[rq.Key] > counts[probeKey] || counts[rq.Key] == counts[probeKey] && int(rq.Key) < probeKey {
+			probeKey = int(rq.Key)
+		}
+	}
+	res.ProbeKey = tr.Keys[probeKey]
+	nextProbe := 0
+	// probe fills Available for the buckets before upTo.
+	probe := func(upTo int) error {
+		for ; nextProbe < upTo; nextProbe++ {
+			at := tr.Start + int64(nextProbe+1)*res.BucketWidth - 1
+			_, d, err := lim.Decide(scratch[:0], states[probeKey], at, 1)
+			if err != nil {
+				return fmt.Errorf("sim: probing key %q: %w", res.ProbeKey, err)
+			}
+			if d.Allowed {
+				res.Buckets[nextProbe].Available = d.Remaining + 1
+			}
+		}
+		return nil
+	}
+
+	for i, rq := range tr.Requests {
+		bi := int((rq.At - tr.Start) / res.BucketWidth)
+		if err := probe(bi); err != nil {
+			return nil, err
 		}
 		ns, d, err := lim.Decide(scratch[:0], states[rq.Key], rq.At, rq.Cost)
 		if err != nil {
@@ -139,7 +179,7 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 		res.StateBytesMax = max(res.StateBytesMax, len(states[rq.Key]))
 		res.Limit = d.Limit
 
-		b := &res.Buckets[(rq.At-tr.Start)/res.BucketWidth]
+		b := &res.Buckets[bi]
 		b.Offered++
 		res.Offered++
 		res.OfferedCost += rq.Cost
@@ -160,6 +200,9 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 			res.MaxInWindowKey = tr.Keys[rq.Key]
 			res.MaxInWindowFrom, res.MaxInWindowTo = w.at[w.head], rq.At
 		}
+	}
+	if err := probe(nb); err != nil {
+		return nil, err
 	}
 	for _, s := range states {
 		res.StateBytesEnd += len(s)

@@ -61,8 +61,8 @@ func TestBoundaryBurstCompare(t *testing.T) {
 	if fw.Admitted != 1000 {
 		t.Errorf("fixed_window admitted %d, want 10 windows × 100", fw.Admitted)
 	}
-	// The 200 happen within 2 × spread (6 s) around a boundary.
-	if span := fw.MaxInWindowTo - fw.MaxInWindowFrom; span >= int64(12*time.Second) || span <= 0 {
+	// The 200 happen within 2 × spread (3 s) around a boundary.
+	if span := fw.MaxInWindowTo - fw.MaxInWindowFrom; span >= int64(6*time.Second) || span <= 0 {
 		t.Errorf("fixed_window max interval spans %v", time.Duration(span))
 	}
 	if sl.MaxInWindow > 100 || sl.MaxInWindow < 1 {
@@ -158,7 +158,7 @@ func TestPatterns(t *testing.T) {
 		p := DefaultPattern(BoundaryBurst, 3, w)
 		tr := mustGenerate(t, p)
 		b := Epoch.Add(w).UnixNano()
-		want := []int64{b - 6e9, b - 4e9, b - 2e9, b, b + 2e9, b + 4e9}
+		want := []int64{b - 3e9, b - 2e9, b - 1e9, b, b + 1e9, b + 2e9}
 		for i, x := range want {
 			if tr.Requests[i].At != x {
 				t.Fatalf("request %d at %d, want %d", i, tr.Requests[i].At-b, x-b)
@@ -181,12 +181,12 @@ func TestPatterns(t *testing.T) {
 		}
 	})
 	t.Run("idle-burst", func(t *testing.T) {
-		p := DefaultPattern(IdleBurst, 10, w) // idle 3m, 20 requests in 6s
+		p := DefaultPattern(IdleBurst, 10, w) // idle 3m, 20 requests in 3s
 		tr := mustGenerate(t, p)
 		if tr.Requests[0].At != Epoch.Add(3*w).UnixNano() {
 			t.Fatalf("first request at +%v", time.Duration(tr.Requests[0].At-tr.Start))
 		}
-		// Bursts start at 3m, 6m6s, 9m12s: 60 requests.
+		// Bursts start at 3m, 6m3s, 9m6s: 60 requests.
 		if len(tr.Requests) != 60 {
 			t.Fatalf("%d requests, want 60", len(tr.Requests))
 		}
@@ -195,9 +195,23 @@ func TestPatterns(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A full bucket of 10 per burst; the refill during the burst's
-		// 5.7 s (0.95 token) is not a whole token.
+		// 2.85 s (0.475 token) is not a whole token.
 		if r.Admitted != 30 {
 			t.Fatalf("token bucket admitted %d, want 30", r.Admitted)
+		}
+		// The probe sees a full bucket before the first burst, an empty one
+		// right after it, and the refill (10 per minute) in between.
+		if r.ProbeKey != "client-1" || r.BucketWidth != int64(5*time.Second) {
+			t.Fatalf("probe key %q, bucket width %v", r.ProbeKey, time.Duration(r.BucketWidth))
+		}
+		at := func(d time.Duration) int64 { return r.Buckets[int(d/(5*time.Second))].Available }
+		if a, b, c := at(2*time.Minute), at(3*time.Minute), at(3*time.Minute+65*time.Second); a != 10 || b != 0 || c != 10 {
+			t.Fatalf("available before, at and after the refill of the first burst: %d %d %d, want 10 0 10", a, b, c)
+		}
+		// Ten admitted by 3m1.35s with 0.225 token refilled meanwhile; at
+		// 3m35s: 0.225 + 33.65/6 = 5.83 tokens.
+		if m := at(3*time.Minute + 30*time.Second); m != 5 {
+			t.Fatalf("available at the end of 3m30s..3m35s = %d, want 5", m)
 		}
 	})
 	t.Run("keys", func(t *testing.T) {

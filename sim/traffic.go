@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluice-proxy/sluice/svgchart"
 )
 
 // Epoch is where generated traffic starts, and time zero of a CSV file that
@@ -102,11 +104,11 @@ type Pattern struct {
 // DefaultPattern returns the pattern name with parameters chosen to show a
 // rule of limit per window at work: ten windows of traffic at twice the
 // limit (steady), 1.2 times the limit (poisson), limit requests on each side
-// of every boundary within a tenth of a window, or twice the limit after
+// of every boundary within a twentieth of a window, or twice the limit after
 // three idle windows. It does not check its arguments; Generate does.
 func DefaultPattern(name string, limit int64, window time.Duration) Pattern {
 	p := Pattern{Name: name, Duration: 10 * window, Window: window, Keys: 1, Seed: 1, Cost: 1,
-		Spread: window / 10, Idle: 3 * window}
+		Spread: window / 20, Idle: 3 * window}
 	perSecond := float64(limit) / window.Seconds()
 	switch name {
 	case Steady:
@@ -127,7 +129,8 @@ func DefaultPattern(name string, limit int64, window time.Duration) Pattern {
 // String describes the pattern with its parameters.
 func (p Pattern) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s for %s", p.Name, p.Duration)
+	d := func(d time.Duration) string { return svgchart.FormatDuration(d.Seconds()) }
+	fmt.Fprintf(&b, "%s for %s", p.Name, d(p.Duration))
 	switch p.Name {
 	case Steady, Poisson:
 		fmt.Fprintf(&b, ", %g requests/s", p.Rate)
@@ -135,9 +138,9 @@ func (p Pattern) String() string {
 			fmt.Fprintf(&b, ", seed %d", p.Seed)
 		}
 	case BoundaryBurst:
-		fmt.Fprintf(&b, ", %d requests in the %s before and %d in the %s after every %s boundary", p.Burst, p.Spread, p.Burst, p.Spread, p.Window)
+		fmt.Fprintf(&b, ", %d requests in the %s before and %d in the %s after every %s boundary", p.Burst, d(p.Spread), p.Burst, d(p.Spread), d(p.Window))
 	case IdleBurst:
-		fmt.Fprintf(&b, ", idle %s then %d requests in %s, repeated", p.Idle, p.Burst, p.Spread)
+		fmt.Fprintf(&b, ", idle %s then %d requests in %s, repeated", d(p.Idle), p.Burst, d(p.Spread))
 	}
 	if p.Keys > 1 {
 		fmt.Fprintf(&b, ", per key, %d keys", p.Keys)

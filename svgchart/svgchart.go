@@ -250,7 +250,8 @@ func (c *Chart) Render(w io.Writer) error {
 		e.printf(`<g class="%s" data-value="%s"><line x1="%s" x2="%s" y1="%s" y2="%s" stroke="#d62728" stroke-dasharray="4 3"/>`,
 			class, num(r.Y), num(pl), num(pr), num(y), num(y))
 		if r.Label != "" {
-			e.printf(`<text x="%s" y="%s" font-size="10" text-anchor="end" fill="#d62728">%s</text>`, num(pr-2), num(y-3), esc(r.Label))
+			// Inside the plot at the left, below the line, clear of the legend.
+			e.printf(`<text x="%s" y="%s" font-size="10" fill="#d62728">%s</text>`, num(pl+3), num(y+11), esc(r.Label))
 		}
 		e.printf("</g>\n")
 	}

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/sim"
+	"github.com/sluice-proxy/sluice/svgchart"
+)
+
+func init() {
+	commands["simulate"] = command{summary: "replay traffic through the algorithms, write an HTML report", run: runSimulate}
+}
+
+const simulateUsage = `usage: sluice simulate [--config FILE [--rule NAME] | --algorithm A --limit N --window D]
+                       [--compare] [--traffic PATTERN [pattern flags] | --csv FILE]
+                       --out REPORT.html
+
+Replays traffic through rate-limiting rules in virtual time (no sleeping:
+a day of traffic takes well under a second) with sluice's own algorithms,
+prints a summary and writes one self-contained HTML report (inline SVG and
+CSS, no scripts, no network) with, per rule, offered vs admitted requests,
+the decisions' remaining quota, and the numbers: admitted, denied, the
+largest number admitted in any window-length interval, state bytes per key.
+
+Rules:
+  --config FILE      simulate every rule of a plugin configuration (each rule
+                     on its own, with the traffic's key as the rule's key;
+                     matching is not simulated); --rule NAME picks one
+  --algorithm A --limit N --window D [--burst N]
+                     simulate one rule given on the command line
+  --compare          run the same traffic through all five algorithms with the
+                     same limit and window: from --limit/--window/--burst, or
+                     from the first (or --rule) rule of --config
+
+Traffic (default --traffic boundary-burst):
+  --traffic steady          one request every 1/rate seconds
+  --traffic boundary-burst  burst-size requests in the spread before and after
+                            every window boundary
+  --traffic poisson         random arrivals at rate per second (--seed)
+  --traffic idle-burst      idle, then burst-size requests within spread, repeated
+  --csv FILE                lines "timestamp,key[,cost]"; timestamp is RFC 3339
+                            or an offset: seconds ("12.5") or a duration ("250ms");
+                            '#' comments, a "timestamp,..." header and blank lines
+                            are skipped; timestamps must not decrease
+
+Pattern flags (defaults follow the rule's limit per window):
+  --duration D   (10 windows)      --rate R       (2×limit/window; poisson 1.2×)
+  --burst-size N (limit; idle-burst 2×limit)      --spread D  (window/20)
+  --idle D       (3 windows)       --keys K (1)   --seed S (1)   --cost C (1)
+
+Output:
+  --out FILE     the HTML report ("-" for standard output; required)
+  --buckets N    time buckets per chart (120)
+
+Durations accept the configuration's units (500ms, 1m30s, 1h, 1d) and Go's
+(1.5s, 100us). Exit status: 0 done, 1 bad input, 2 usage error.
+`
+
+// simFlags are the parsed command-line flags of `sluice simulate`.
+type simFlags struct {
+	configFile, rule, algorithm string
+	limit, burst                int64
+	window                      time.Duration
+	compare                     bool
+	traffic, csvFile            string
+	duration, spread, idle      time.Duration
+	rate                        float64
+	burstSize, keys             int
+	seed                        uint64
+	cost                        int64
+	buckets                     int
+	out                         string
+	set                         map[string]bool // flags given explicitly
+}
+
+// durationFlag parses configuration durations ("1d") and Go's ("1.5s").
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := parseSimDuration(s)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
+}
+
+func parseSimDuration(s string) (time.Duration, error) {
+	if d, ok := config.ParseDuration(s); ok {
+		return d, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (500ms, 1m30s, 1h, 1d)", s)
+	}
+	return d, nil
+}
+
+func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
+	f := &simFlags{set: map[string]bool{}}
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.configFile, "config", "", "")
+	fs.StringVar(&f.rule, "rule", "", "")
+	fs.StringVar(&f.algorithm, "algorithm", "", "")
+	fs.Int64Var(&f.limit, "limit", 0, "")
+	fs.Var(durationFlag{&f.window}, "window", "")
+	fs.Int64Var(&f.burst, "burst", 0, "")
+	fs.BoolVar(&f.compare, "compare", false, "")
+	fs.StringVar(&f.traffic, "traffic", "", "")
+	fs.StringVar(&f.csvFile, "csv", "", "")
+	fs.Var(durationFlag{&f.duration}, "duration", "")
+	fs.Float64Var(&f.rate, "rate", 0, "")
+	fs.IntVar(&f.burstSize, "burst-size", 0, "")
+	fs.Var(durationFlag{&f.spread}, "spread", "")
+	fs.Var(durationFlag{&f.idle}, "idle", "")
+	fs.IntVar(&f.keys, "keys", 1, "")
+	fs.Uint64Var(&f.seed, "seed", 1, "")
+	fs.Int64Var(&f.cost, "cost", 1, "")
+	fs.IntVar(&f.buckets, "buckets", sim.DefaultBuckets, "")
+	fs.StringVar(&f.out, "out", "", "")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+
+	switch {
+	case f.out == "":
+		return nil, errors.New("--out is required")
+	case f.traffic != "" && f.csvFile != "":
+		return nil, errors.New("--traffic and --csv exclude each other")
+	case f.configFile != "" && f.algorithm != "":
+		return nil, errors.New("--algorithm and --config exclude each other")
+	case f.compare && f.algorithm != "":
+		return nil, errors.New("--compare runs every algorithm; drop --algorithm")
+	case f.configFile == "" && f.rule != "":
+		return nil, errors.New("--rule needs --config")
+	case f.configFile != "" && !f.compare && (f.set["limit"] || f.set["window"] || f.set["burst"]):
+		return nil, errors.New("--limit/--window/--burst apply with --compare or without --config")
+	case f.configFile == "" && (!f.set["limit"] || !f.set["window"]):
+		return nil, errors.New("give --config FILE, or --limit and --window")
+	case f.configFile == "" && !f.compare && f.algorithm == "":
+		return nil, errors.New("without --config, give --algorithm or --compare")
+	}
+	if f.csvFile != "" {
+		for _, name := range []string{"duration", "rate", "burst-size", "spread", "idle", "keys", "seed", "cost"} {
+			if f.set[name] {
+				return nil, fmt.Errorf("--%s applies to --traffic patterns, not to --csv", name)
+			}
+		}
+	}
+	if f.traffic == "" && f.csvFile == "" {
+		f.traffic = sim.BoundaryBurst
+	}
+	return f, nil
+}
+
+// target is one rule to simulate.
+type target struct {
+	name string
+	lim  algorithms.Limiter
+}
+
+// targets builds the limiters the flags ask for.
+func (f *simFlags) targets() ([]target, error) {
+	var base *config.Rule
+	var rules []*config.Rule
+	if f.configFile != "" {
+		data, err := os.ReadFile(f.configFile)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read configuration: %w", err)
+		}
+		c, err := config.Parse(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.configFile, err)
+		}
+		for _, r := range c.Rules {
+			if f.rule == "" || r.Name == f.rule {
+				rules = append(rules, r)
+			}
+		}
+		if len(rules) == 0 {
+			return nil, fmt.Errorf("%s: no rule named %q", f.configFile, f.rule)
+		}
+		base = rules[0]
+	}
+	if !f.compare && base != nil {
+		out := make([]target, len(rules))
+		for i, r := range rules {
+			out[i] = target{r.Name, r.Limiter}
+		}
+		return out, nil
+	}
+
+	// --compare, or one rule from the command line.
+	p := algorithms.Params{Limit: f.limit, Window: f.window, Burst: f.burst}
+	if base != nil {
+		p = algorithms.Params{Limit: base.Limit, Window: base.Window}
+		if base.Algorithm == algorithms.TokenBucket || base.Algorithm == algorithms.LeakyBucket {
+			p.Burst = base.Burst
+		}
+		if f.set["limit"] {
+			p.Limit = f.limit
+		}
+		if f.set["window"] {
+			p.Window = f.window
+		}
+		if f.set["burst"] {
+			p.Burst = f.burst
+		}
+	}
+	kinds := algorithms.Kinds[:]
+	if !f.compare {
+		k, ok := algorithms.ParseKind(f.algorithm)
+		if !ok {
+			return nil, fmt.Errorf("unknown algorithm %q (want one of %s)", f.algorithm, kindNames())
+		}
+		kinds = []algorithms.Kind{k}
+	}
+	var out []target
+	for _, k := range kinds {
+		kp := p
+		if k != algorithms.TokenBucket && k != algorithms.LeakyBucket {
+			kp.Burst = 0 // the window algorithms have no burst
+		}
+		lim, err := algorithms.New(k, kp)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		out = append(out, target{k.String(), lim})
+	}
+	return out, nil
+}
+
+func kindNames() string {
+	var s []string
+	for _, k := range algorithms.Kinds {
+		s = append(s, k.String())
+	}
+	return strings.Join(s, ", ")
+}
+
+// traffic builds the traffic the flags ask for; p0 gives the defaults.
+func (f *simFlags) trafficFor(p0 algorithms.Params) (*sim.Traffic, error) {
+	if f.csvFile != "" {
+		fh, err := os.Open(f.csvFile)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read traffic: %w", err)
+		}
+		defer fh.Close()
+		return sim.ReadCSV(fh, f.csvFile)
+	}
+	pat := sim.DefaultPattern(f.traffic, p0.Limit, p0.Window)
+	if f.set["duration"] {
+		pat.Duration = f.duration
+	}
+	if f.set["rate"] {
+		pat.Rate = f.rate
+	}
+	if f.set["burst-size"] {
+		pat.Burst = f.burstSize
+	}
+	if f.set["spread"] {
+		pat.Spread = f.spread
+	}
+	if f.set["idle"] {
+		pat.Idle = f.idle
+	}
+	pat.Keys, pat.Seed, pat.Cost = f.keys, f.seed, f.cost
+	return sim.Generate(pat)
+}
+
+// runSimulate implements `sluice simulate`.
+func runSimulate(args []string, stdout, stderr io.Writer) int {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fmt.Fprint(stdout, simulateUsage)
+			return 0
+		}
+	}
+	f, err := parseSimFlags(args, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice simulate: %v\n\n%s", err, simulateUsage)
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
+		return 1
+	}
+	targets, err := f.targets()
+	if err != nil {
+		return fail(err)
+	}
+	tr, err := f.trafficFor(targets[0].lim.Params())
+	if err != nil {
+		return fail(err)
+	}
+
+	start := time.Now()
+	rep := &sim.Report{Command: "sluice simulate " + quoteArgs(args), Traffic: tr}
+	for _, t := range targets {
+		res, err := sim.Run(tr, t.name, t.lim, sim.Options{Buckets: f.buckets})
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", t.name, err))
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	elapsed := time.Since(start)
+
+	var page bytes.Buffer
+	if err := sim.WriteReport(&page, rep); err != nil {
+		return fail(err)
+	}
+	if f.out == "-" {
+		_, err = stdout.Write(page.Bytes())
+	} else {
+		err = os.WriteFile(f.out, page.Bytes(), 0o644)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("writing the report: %w", err))
+	}
+	// With the report on standard output, the summary goes to stderr.
+	sw := stdout
+	if f.out == "-" {
+		sw = stderr
+	}
+	fmt.Fprintf(sw, "traffic: %s\n", tr.Description)
+	fmt.Fprintf(sw, "%d requests from %d key(s) over %s\n\n", len(tr.Requests), len(tr.Keys), fmtWindow(time.Duration(tr.End-tr.Start)))
+	tw := tabwriter.NewWriter(sw, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "rule\talgorithm\tlimit/window\tadmitted\tdenied\tmax in any window\tstate bytes/key")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%d\t%d\t%d\t%d\n", r.Name, r.Kind, r.Params.Limit, fmtWindow(r.Params.Window),
+			r.Admitted, r.Denied, r.MaxInWindow, r.StateBytesMax)
+	}
+	tw.Flush()
+	fmt.Fprintf(sw, "\nsimulated %d decisions in %s", len(tr.Requests)*len(targets), elapsed.Round(time.Microsecond))
+	if f.out != "-" {
+		fmt.Fprintf(sw, "; report written to %s", f.out)
+	}
+	fmt.Fprintln(sw)
+	return 0
+}
+
+// fmtWindow prints a window without Go's zero units ("1m", not "1m0s").
+func fmtWindow(d time.Duration) string {
+	return svgchart.FormatDuration(d.Seconds())
+}
+
+// quoteArgs joins args for display, quoting those a shell would split.
+func quoteArgs(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`|&;<>()*?[]#~") {
+			a = strconv.Quote(a)
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}
