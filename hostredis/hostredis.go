@@ -1,0 +1,348 @@
+// Package hostredis is the host side of Higress's Redis extension to
+// Proxy-Wasm, on a real Redis Cluster through go-redis's ClusterClient
+// (slot routing, MOVED/ASK, connection pooling).
+//
+// The guest speaks raw RESP: proxy_redis_init binds a cluster name to
+// credentials and a timeout (Init); proxy_redis_call hands over one command
+// as a RESP array of bulk strings (Call); the reply comes back, re-encoded as
+// RESP2 bytes, in proxy_on_redis_call_response (the callback), where the
+// guest reads it as buffer type 9. Timeouts and connection failures are a
+// nonzero Status with no reply, never a panic; errors Redis itself answers
+// (NOSCRIPT, WRONGTYPE, a CLUSTERDOWN that outlived the redirects) are
+// StatusOK with the error reply, exactly as a raw connection would show them.
+//
+// This package knows nothing of the Wasm host: the embedded host wires Init
+// and Call to its hostcalls and delivers the callback on the VM's thread.
+package hostredis
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-proxy/sluice/resp"
+)
+
+// Status is the status passed to proxy_on_redis_call_response. Zero is
+// success (the reply holds Redis's answer, which may be an error reply);
+// every other value means no answer arrived and the reply is empty. Guests
+// should treat any nonzero value as a failure (Higress's convention).
+type Status int32
+
+// Call statuses.
+const (
+	StatusOK           Status = 0
+	StatusNetworkError Status = 1 // connection refused/reset, pool exhausted, cluster unreachable
+	StatusTimeout      Status = 2 // no reply within the Init timeout
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusNetworkError:
+		return "network error"
+	case StatusTimeout:
+		return "timeout"
+	}
+	return "status " + strconv.Itoa(int(s))
+}
+
+// Errors returned synchronously by Init and Call (the hostcall's own result:
+// the host maps them to NotFound / BadArgument).
+var (
+	ErrUnknownCluster = errors.New("hostredis: unknown redis cluster")
+	ErrNotInitialized = errors.New("hostredis: redis cluster not initialized (proxy_redis_init)")
+	ErrBadCommand     = errors.New("hostredis: command is not a RESP array of bulk strings")
+)
+
+// DefaultTimeout applies when Init is given a timeout of zero.
+const DefaultTimeout = time.Second
+
+// Options tune the clients. The zero value uses go-redis's defaults.
+type Options struct {
+	// PoolSize is the connection pool size per cluster node (go-redis
+	// default: 10 × GOMAXPROCS).
+	PoolSize int
+	// MaxRedirects bounds MOVED/ASK/retry hops per command (default 3).
+	MaxRedirects int
+}
+
+// Clusters holds the configured Redis clusters and the clients bound to
+// them by Init. It is safe for concurrent use.
+type Clusters struct {
+	opts  Options
+	addrs map[string][]string
+
+	mu      sync.Mutex
+	bound   map[string]*binding // by cluster name
+	clients map[clientKey]*redis.ClusterClient
+	closed  bool
+}
+
+type clientKey struct {
+	name, user, pass string
+	timeout          time.Duration
+}
+
+type binding struct {
+	client  *redis.ClusterClient
+	timeout time.Duration
+}
+
+// New returns Clusters serving the named clusters, each given by the
+// addresses ("host:port") of one or more of its nodes. No connection is made
+// until the first call.
+func New(clusters map[string][]string, opts Options) *Clusters {
+	addrs := make(map[string][]string, len(clusters))
+	for name, a := range clusters {
+		addrs[name] = append([]string(nil), a...)
+	}
+	return &Clusters{opts: opts, addrs: addrs, bound: map[string]*binding{}, clients: map[clientKey]*redis.ClusterClient{}}
+}
+
+// ParseFlag parses the value of a --redis-cluster flag,
+// "NAME=ADDR,ADDR,...", into a name and its addresses.
+func ParseFlag(s string) (name string, addrs []string, err error) {
+	name, list, ok := strings.Cut(s, "=")
+	if !ok || name == "" || list == "" {
+		return "", nil, errors.New("redis cluster must be NAME=HOST:PORT[,HOST:PORT...]: " + strconv.Quote(s))
+	}
+	for _, a := range strings.Split(list, ",") {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return "", nil, errors.New("redis cluster " + strconv.Quote(name) + ": bad address " + strconv.Quote(a))
+		}
+		addrs = append(addrs, a)
+	}
+	return name, addrs, nil
+}
+
+// Init binds the cluster name to credentials and a per-call timeout
+// (proxy_redis_init). Later calls on name use them; Inits with identical
+// arguments share one client and its connection pool. An empty username
+// with a password authenticates as the default user. Redis Cluster has only
+// database 0, so there is no SELECT. Init does not connect: an unreachable
+// cluster shows up as failed calls, not as a failed plugin start.
+func (c *Clusters) Init(name, username, password string, timeout time.Duration) error {
+	addrs, ok := c.addrs[name]
+	if !ok {
+		return ErrUnknownCluster
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	k := clientKey{name, username, password, timeout}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("hostredis: closed")
+	}
+	cl := c.clients[k]
+	if cl == nil {
+		maxRedirects := c.opts.MaxRedirects
+		if maxRedirects == 0 {
+			maxRedirects = 3
+		}
+		cl = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:    addrs,
+			Username: username,
+			Password: password,
+			// RESP2 replies are what the guest decodes, and what Higress's
+			// Envoy forwards.
+			Protocol:              2,
+			DisableIdentity:       true,
+			DialTimeout:           timeout,
+			ReadTimeout:           timeout,
+			WriteTimeout:          timeout,
+			ContextTimeoutEnabled: true,
+			// A retried script could charge twice: only redirects retry.
+			MaxRetries:   -1,
+			MaxRedirects: maxRedirects,
+			PoolSize:     c.opts.PoolSize,
+		})
+		c.clients[k] = cl
+	}
+	c.bound[name] = &binding{client: cl, timeout: timeout}
+	return nil
+}
+
+// Call runs one command on the named cluster (proxy_redis_call). cmd is the
+// guest's RESP array of bulk strings; it is copied, so the caller may reuse
+// it. Call returns an error at once if the cluster is unknown or not
+// initialized or cmd is malformed; otherwise it returns nil and calls cb
+// exactly once, on another goroutine, with the status and the RESP2 reply,
+// no later than the Init timeout after Call (plus scheduling).
+func (c *Clusters) Call(ctx context.Context, name string, cmd []byte, cb func(Status, []byte)) error {
+	b, args, err := c.prepare(name, cmd)
+	if err != nil {
+		return err
+	}
+	go func() {
+		st, reply := b.do(ctx, args)
+		cb(st, reply)
+	}()
+	return nil
+}
+
+// Do is the synchronous form of Call: it returns the status and the reply.
+func (c *Clusters) Do(ctx context.Context, name string, cmd []byte) (Status, []byte, error) {
+	b, args, err := c.prepare(name, cmd)
+	if err != nil {
+		return 0, nil, err
+	}
+	st, reply := b.do(ctx, args)
+	return st, reply, nil
+}
+
+// Close closes every client; pending calls fail.
+func (c *Clusters) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	var first error
+	for k, cl := range c.clients {
+		if err := cl.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(c.clients, k)
+	}
+	clear(c.bound)
+	return first
+}
+
+func (c *Clusters) prepare(name string, cmd []byte) (*binding, []any, error) {
+	c.mu.Lock()
+	b := c.bound[name]
+	c.mu.Unlock()
+	if b == nil {
+		if _, ok := c.addrs[name]; !ok {
+			return nil, nil, ErrUnknownCluster
+		}
+		return nil, nil, ErrNotInitialized
+	}
+	args, err := ParseCommand(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, args, nil
+}
+
+// ParseCommand decodes a RESP command (a non-empty array of bulk strings)
+// into go-redis arguments, copying the bytes.
+func ParseCommand(cmd []byte) ([]any, error) {
+	v, err := resp.Parse(cmd)
+	if err != nil {
+		return nil, errors.Join(ErrBadCommand, err)
+	}
+	if v.Type != resp.Array || v.Null || len(v.Elems) == 0 {
+		return nil, ErrBadCommand
+	}
+	args := make([]any, len(v.Elems))
+	for i, e := range v.Elems {
+		if e.Type != resp.BulkString || e.Null {
+			return nil, ErrBadCommand
+		}
+		args[i] = string(e.Str)
+	}
+	return args, nil
+}
+
+func (b *binding) do(parent context.Context, args []any) (Status, []byte) {
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, b.timeout)
+	defer cancel()
+	type result struct {
+		v   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		cmd := redis.NewCmd(ctx, args...)
+		_ = b.client.Process(ctx, cmd)
+		done <- result{cmd.Val(), cmd.Err()}
+	}()
+	// go-redis honours the deadline on its sockets; the select makes the
+	// bound hold whatever state a connection or dial is in.
+	select {
+	case r := <-done:
+		return encodeResult(r.v, r.err)
+	case <-ctx.Done():
+		return StatusTimeout, nil
+	}
+}
+
+func encodeResult(v any, err error) (Status, []byte) {
+	switch {
+	case err == nil:
+		return StatusOK, AppendReply(nil, v)
+	case errors.Is(err, redis.Nil):
+		return StatusOK, append([]byte(nil), "$-1\r\n"...)
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !isNetError(err) {
+		return StatusOK, appendError(nil, rerr.Error())
+	}
+	if isTimeout(err) {
+		return StatusTimeout, nil
+	}
+	return StatusNetworkError, nil
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// AppendReply appends v, a reply value as go-redis returns it from a RESP2
+// connection, in RESP2 form. go-redis does not keep simple strings apart
+// from bulk strings, so both come back as bulk strings ("+OK" becomes
+// "$2\r\nOK"); the guest's decoder treats the two alike.
+func AppendReply(dst []byte, v any) []byte {
+	switch v := v.(type) {
+	case nil:
+		return append(dst, "$-1\r\n"...)
+	case string:
+		return resp.AppendBulkString(dst, v)
+	case []byte:
+		return resp.AppendBulk(dst, v)
+	case int64:
+		return resp.AppendValue(dst, resp.Value{Type: resp.Integer, Int: v})
+	case []any:
+		dst = resp.AppendArrayHeader(dst, len(v))
+		for _, e := range v {
+			dst = AppendReply(dst, e)
+		}
+		return dst
+	case error:
+		return appendError(dst, v.Error())
+	case bool: // RESP3 only; not produced with Protocol 2
+		if v {
+			return resp.AppendValue(dst, resp.Value{Type: resp.Integer, Int: 1})
+		}
+		return resp.AppendValue(dst, resp.Value{Type: resp.Integer})
+	case float64: // RESP3 only
+		return resp.AppendBulkString(dst, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return appendError(dst, "ERR hostredis: reply of unsupported type")
+}
+
+func appendError(dst []byte, msg string) []byte {
+	msg = strings.NewReplacer("\r", " ", "\n", " ").Replace(msg)
+	return resp.AppendValue(dst, resp.Value{Type: resp.Error, Str: []byte(msg)})
+}
