@@ -1,0 +1,573 @@
+// Command kitchen is a test guest for the host package: a Proxy-Wasm 0.2.1 HTTP filter in
+// standard Go (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared) that exercises one host
+// feature per request path. It is test code: small, explicit, no SDK.
+package main
+
+import (
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"unsafe"
+)
+
+func main() {}
+
+// ---- host calls ----
+
+//go:wasmimport env proxy_log
+func hLog(level uint32, p unsafe.Pointer, n uint32) uint32
+
+//go:wasmimport env proxy_get_log_level
+func hGetLogLevel(ret unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_get_current_time_nanoseconds
+func hTime(ret unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_set_tick_period_milliseconds
+func hSetTick(ms uint32) uint32
+
+//go:wasmimport env proxy_get_buffer_bytes
+func hGetBuffer(t, start, max uint32, rp, rn unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_set_buffer_bytes
+func hSetBuffer(t, start, size uint32, p unsafe.Pointer, n uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_pairs
+func hGetPairs(t uint32, rp, rn unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_set_header_map_pairs
+func hSetPairs(t uint32, p unsafe.Pointer, n uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_value
+func hGetHeader(t uint32, kp unsafe.Pointer, kn uint32, rp, rn unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_add_header_map_value
+func hAddHeader(t uint32, kp unsafe.Pointer, kn uint32, vp unsafe.Pointer, vn uint32) uint32
+
+//go:wasmimport env proxy_replace_header_map_value
+func hReplaceHeader(t uint32, kp unsafe.Pointer, kn uint32, vp unsafe.Pointer, vn uint32) uint32
+
+//go:wasmimport env proxy_remove_header_map_value
+func hRemoveHeader(t uint32, kp unsafe.Pointer, kn uint32) uint32
+
+//go:wasmimport env proxy_get_property
+func hGetProperty(pp unsafe.Pointer, pn uint32, rp, rn unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_send_local_response
+func hSendLocal(status uint32, dp unsafe.Pointer, dn uint32, bp unsafe.Pointer, bn uint32, hp unsafe.Pointer, hn uint32, grpc int32) uint32
+
+//go:wasmimport env proxy_continue_stream
+func hContinue(t uint32) uint32
+
+//go:wasmimport env proxy_set_effective_context
+func hSetEffective(id uint32) uint32
+
+//go:wasmimport env proxy_get_shared_data
+func hGetShared(kp unsafe.Pointer, kn uint32, rp, rn, rcas unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_set_shared_data
+func hSetShared(kp unsafe.Pointer, kn uint32, vp unsafe.Pointer, vn uint32, cas uint32) uint32
+
+//go:wasmimport env proxy_define_metric
+func hDefineMetric(t uint32, np unsafe.Pointer, nn uint32, rid unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_increment_metric
+func hIncMetric(id uint32, off int64) uint32
+
+//go:wasmimport env proxy_record_metric
+func hRecordMetric(id uint32, v uint64) uint32
+
+//go:wasmimport env proxy_get_metric
+func hGetMetric(id uint32, rv unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_http_call
+func hHTTPCall(up unsafe.Pointer, un uint32, hp unsafe.Pointer, hn uint32, bp unsafe.Pointer, bn uint32, tp unsafe.Pointer, tn uint32, timeout uint32, rid unsafe.Pointer) uint32
+
+// Not implemented by the host: must answer UNIMPLEMENTED (12).
+//
+//go:wasmimport env proxy_register_shared_queue
+func hRegisterQueue(np unsafe.Pointer, nn uint32, rid unsafe.Pointer) uint32
+
+// ---- memory ----
+
+// pinned keeps host-written buffers alive until the next callback has copied them.
+var pinned [][]byte
+
+//go:wasmexport proxy_on_memory_allocate
+func onAlloc(size uint32) uint32 {
+	if size == 0 {
+		size = 1
+	}
+	b := make([]byte, size)
+	pinned = append(pinned, b)
+	return uint32(uintptr(unsafe.Pointer(&b[0])))
+}
+
+func enter() { pinned = pinned[:0] }
+
+func sp(s string) (unsafe.Pointer, uint32) {
+	if len(s) == 0 {
+		return nil, 0
+	}
+	return unsafe.Pointer(unsafe.StringData(s)), uint32(len(s))
+}
+
+func bp(b []byte) (unsafe.Pointer, uint32) {
+	if len(b) == 0 {
+		return nil, 0
+	}
+	return unsafe.Pointer(&b[0]), uint32(len(b))
+}
+
+func str(p *byte, n uint32) string {
+	if p == nil || n == 0 {
+		return ""
+	}
+	return string(unsafe.Slice(p, n))
+}
+
+// ---- helpers ----
+
+func logf(level uint32, msg string) { p, n := sp(msg); hLog(level, p, n) }
+
+func getHeader(t uint32, k string) (string, uint32) {
+	var p *byte
+	var n uint32
+	kp, kn := sp(k)
+	st := hGetHeader(t, kp, kn, unsafe.Pointer(&p), unsafe.Pointer(&n))
+	return str(p, n), st
+}
+
+func addHeader(t uint32, k, v string) uint32 {
+	kp, kn := sp(k)
+	vp, vn := sp(v)
+	return hAddHeader(t, kp, kn, vp, vn)
+}
+
+func replaceHeader(t uint32, k, v string) uint32 {
+	kp, kn := sp(k)
+	vp, vn := sp(v)
+	return hReplaceHeader(t, kp, kn, vp, vn)
+}
+
+func removeHeader(t uint32, k string) uint32 {
+	kp, kn := sp(k)
+	return hRemoveHeader(t, kp, kn)
+}
+
+func getBuffer(t, start, max uint32) (string, uint32) {
+	var p *byte
+	var n uint32
+	st := hGetBuffer(t, start, max, unsafe.Pointer(&p), unsafe.Pointer(&n))
+	return str(p, n), st
+}
+
+func setBuffer(t, start, size uint32, data string) uint32 {
+	p, n := sp(data)
+	return hSetBuffer(t, start, size, p, n)
+}
+
+func getProperty(path ...string) (string, uint32) {
+	full := strings.Join(path, "\x00")
+	pp, pn := sp(full)
+	var p *byte
+	var n uint32
+	st := hGetProperty(pp, pn, unsafe.Pointer(&p), unsafe.Pointer(&n))
+	return str(p, n), st
+}
+
+func getPairs(t uint32) ([][2]string, uint32) {
+	var p *byte
+	var n uint32
+	st := hGetPairs(t, unsafe.Pointer(&p), unsafe.Pointer(&n))
+	if st != 0 {
+		return nil, st
+	}
+	return parsePairs([]byte(str(p, n))), 0
+}
+
+func serialize(kv [][2]string) []byte {
+	size := 4
+	for _, p := range kv {
+		size += 8 + len(p[0]) + len(p[1]) + 2
+	}
+	b := make([]byte, size)
+	binary.LittleEndian.PutUint32(b, uint32(len(kv)))
+	o := 4
+	for _, p := range kv {
+		binary.LittleEndian.PutUint32(b[o:], uint32(len(p[0])))
+		binary.LittleEndian.PutUint32(b[o+4:], uint32(len(p[1])))
+		o += 8
+	}
+	for _, p := range kv {
+		o += copy(b[o:], p[0]) + 1
+		o += copy(b[o:], p[1]) + 1
+	}
+	return b
+}
+
+func parsePairs(b []byte) [][2]string {
+	if len(b) < 4 {
+		return nil
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	d := 4 + 8*n
+	var out [][2]string
+	for i := 0; i < n; i++ {
+		ks := int(binary.LittleEndian.Uint32(b[4+8*i:]))
+		vs := int(binary.LittleEndian.Uint32(b[8+8*i:]))
+		k := string(b[d : d+ks])
+		d += ks + 1
+		v := string(b[d : d+vs])
+		d += vs + 1
+		out = append(out, [2]string{k, v})
+	}
+	return out
+}
+
+func sendLocal(status uint32, details, body string, headers [][2]string) uint32 {
+	dp, dn := sp(details)
+	b, bn := sp(body)
+	h, hn := bp(serialize(headers))
+	return hSendLocal(status, dp, dn, b, bn, h, hn, -1)
+}
+
+func getShared(key string) (string, uint32, uint32) {
+	kp, kn := sp(key)
+	var p *byte
+	var n, cas uint32
+	st := hGetShared(kp, kn, unsafe.Pointer(&p), unsafe.Pointer(&n), unsafe.Pointer(&cas))
+	return str(p, n), cas, st
+}
+
+func setShared(key, value string, cas uint32) uint32 {
+	kp, kn := sp(key)
+	vp, vn := sp(value)
+	return hSetShared(kp, kn, vp, vn, cas)
+}
+
+func defineMetric(t uint32, name string) uint32 {
+	np, nn := sp(name)
+	var id uint32
+	if st := hDefineMetric(t, np, nn, unsafe.Pointer(&id)); st != 0 {
+		logf(4, "define metric failed: "+name)
+	}
+	return id
+}
+
+func query(path, name string) string {
+	i := strings.IndexByte(path, '?')
+	if i < 0 {
+		return ""
+	}
+	for _, kv := range strings.Split(path[i+1:], "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// ---- plugin state ----
+
+const (
+	reqHeaders  = 0
+	respHeaders = 2
+	callHeaders = 6
+	bufReqBody  = 0
+	bufRespBody = 1
+	bufCallBody = 4
+	bufVMConfig = 6
+	bufPlugin   = 7
+)
+
+var (
+	config                                                string
+	mRequests, mGauge, mHist, mTicks, mLogs, mDeletes, mC uint32
+	tickWaiters                                           []uint32
+	callouts                                              = map[uint32]uint32{} // callout -> context
+	contexts                                              = map[uint32]*httpCtx{}
+)
+
+type httpCtx struct {
+	path     string
+	respBody bool
+}
+
+//go:wasmexport proxy_abi_version_0_2_1
+func abiVersion() {}
+
+//go:wasmexport proxy_on_context_create
+func onContextCreate(id, parent uint32) {
+	enter()
+	if parent != 0 {
+		contexts[id] = &httpCtx{}
+	}
+}
+
+//go:wasmexport proxy_on_vm_start
+func onVMStart(root, size uint32) uint32 {
+	enter()
+	vmc, _ := getBuffer(bufVMConfig, 0, size)
+	logf(2, "vm start, vm config: "+vmc)
+	return 1
+}
+
+//go:wasmexport proxy_on_configure
+func onConfigure(root, size uint32) uint32 {
+	enter()
+	config, _ = getBuffer(bufPlugin, 0, size)
+	mRequests = defineMetric(0, "kitchen_requests_total")
+	mGauge = defineMetric(1, "kitchen_gauge")
+	mHist = defineMetric(2, "kitchen_latency_ms")
+	mTicks = defineMetric(0, "kitchen_ticks_total")
+	mLogs = defineMetric(0, "kitchen_logs_total")
+	mDeletes = defineMetric(0, "kitchen_deletes_total")
+	mC = defineMetric(0, `kitchen_labelled_total{rule="a b"}`)
+	if v := query("?"+config, "tick"); v != "" {
+		ms, _ := strconv.Atoi(v)
+		hSetTick(uint32(ms))
+	}
+	logf(2, "configured: "+config)
+	return 1
+}
+
+//go:wasmexport proxy_on_tick
+func onTick(root uint32) {
+	enter()
+	hIncMetric(mTicks, 1)
+	w := tickWaiters
+	tickWaiters = nil
+	for _, id := range w {
+		if hSetEffective(id) != 0 {
+			continue
+		}
+		addHeader(reqHeaders, "x-resumed-by", "tick")
+		hContinue(0)
+	}
+}
+
+//go:wasmexport proxy_on_request_headers
+func onRequestHeaders(id, n, eos uint32) uint32 {
+	enter()
+	hIncMetric(mRequests, 1)
+	path, _ := getHeader(reqHeaders, ":path")
+	c := contexts[id]
+	c.path = path
+	route := path
+	if i := strings.IndexByte(route, '?'); i >= 0 {
+		route = route[:i]
+	}
+	switch route {
+	case "/echo-headers":
+		addHeader(reqHeaders, "x-added", "1")
+		replaceHeader(reqHeaders, "x-replace", "replaced")
+		removeHeader(reqHeaders, "x-remove")
+		v, st := getHeader(reqHeaders, "X-Mixed-Case")
+		addHeader(reqHeaders, "x-mixed-seen", v+"/"+strconv.Itoa(int(st)))
+		_, st = getHeader(reqHeaders, "x-absent")
+		addHeader(reqHeaders, "x-absent-status", strconv.Itoa(int(st)))
+		_, st = getHeader(respHeaders, "x-anything")
+		addHeader(reqHeaders, "x-resp-map-status", strconv.Itoa(int(st)))
+		return 0
+	case "/set-pairs":
+		kv, _ := getPairs(reqHeaders)
+		var out [][2]string
+		for _, p := range kv {
+			if p[0] == "x-drop" {
+				continue
+			}
+			out = append(out, p)
+		}
+		out = append(out, [2]string{"x-set-pairs", strconv.Itoa(len(kv))})
+		b, bn := bp(serialize(out))
+		hSetPairs(reqHeaders, b, bn)
+		return 0
+	case "/local":
+		sendLocal(403, "denied_by_kitchen", "nope\n", [][2]string{{"x-local", "yes"}})
+		return 1
+	case "/props":
+		var b strings.Builder
+		for _, p := range [][]string{
+			{"source", "address"}, {"destination", "address"}, {"request", "path"}, {"request", "url_path"},
+			{"request", "method"}, {"request", "host"}, {"request", "scheme"}, {"plugin_name"},
+			{"plugin_root_id"}, {"plugin_vm_id"}, {"no", "such"}, {"response", "code"},
+		} {
+			v, st := getProperty(p...)
+			b.WriteString(strings.Join(p, ".") + "=" + v + ";" + strconv.Itoa(int(st)) + "\n")
+		}
+		port, _ := getProperty("source", "port")
+		if len(port) == 8 {
+			b.WriteString("source.port=" + strconv.FormatUint(binary.LittleEndian.Uint64([]byte(port)), 10) + "\n")
+		}
+		hdrs, _ := getProperty("request", "headers")
+		b.WriteString("request.headers=" + strconv.Itoa(len(parsePairs([]byte(hdrs)))) + "\n")
+		sendLocal(200, "props", b.String(), nil)
+		return 1
+	case "/shared/get":
+		v, cas, st := getShared(query(path, "key"))
+		sendLocal(200, "", "value="+v+";cas="+strconv.FormatUint(uint64(cas), 10)+";status="+strconv.Itoa(int(st)), nil)
+		return 1
+	case "/shared/set":
+		cas, _ := strconv.ParseUint(query(path, "cas"), 10, 32)
+		st := setShared(query(path, "key"), query(path, "value"), uint32(cas))
+		sendLocal(200, "", "status="+strconv.Itoa(int(st)), nil)
+		return 1
+	case "/shared/incr":
+		key := query(path, "key")
+		for tries := 1; tries <= 1000; tries++ {
+			v, cas, st := getShared(key)
+			n := 0
+			if st == 0 {
+				n, _ = strconv.Atoi(v)
+			}
+			if setShared(key, strconv.Itoa(n+1), cas) == 0 {
+				addHeader(reqHeaders, "x-tries", strconv.Itoa(tries))
+				return 0
+			}
+		}
+		sendLocal(503, "", "too many cas retries", nil)
+		return 1
+	case "/metrics":
+		hIncMetric(mGauge, 5)
+		hIncMetric(mGauge, -2)
+		hRecordMetric(mHist, 7)
+		hRecordMetric(mHist, 700)
+		hIncMetric(mC, 2)
+		bad := hIncMetric(mRequests, -1)
+		var v uint64
+		hGetMetric(mGauge, unsafe.Pointer(&v))
+		var hv uint64
+		hst := hGetMetric(mHist, unsafe.Pointer(&hv))
+		sendLocal(200, "", "gauge="+strconv.FormatUint(v, 10)+";negcounter="+strconv.Itoa(int(bad))+";histget="+strconv.Itoa(int(hst)), nil)
+		return 1
+	case "/time":
+		var ns uint64
+		hTime(unsafe.Pointer(&ns))
+		var lvl uint32
+		hGetLogLevel(unsafe.Pointer(&lvl))
+		sendLocal(200, "", strconv.FormatUint(ns, 10)+" "+strconv.Itoa(int(lvl)), nil)
+		return 1
+	case "/unimpl":
+		name := "q"
+		np, nn := sp(name)
+		var qid uint32
+		st := hRegisterQueue(np, nn, unsafe.Pointer(&qid))
+		sendLocal(200, "", "status="+strconv.Itoa(int(st)), nil)
+		return 1
+	case "/pause-tick":
+		tickWaiters = append(tickWaiters, id)
+		return 1
+	case "/pause-call", "/pause-call-local":
+		up := query(path, "cluster")
+		if up == "" {
+			up = "backend"
+		}
+		upp, upn := sp(up)
+		h, hn := bp(serialize([][2]string{{":method", "GET"}, {":path", "/callout?from=" + strconv.Itoa(int(id))}, {":authority", "backend"}, {"x-from", "kitchen"}}))
+		var cid uint32
+		st := hHTTPCall(upp, upn, h, hn, nil, 0, nil, 0, 2000, unsafe.Pointer(&cid))
+		if st != 0 {
+			sendLocal(502, "", "http call refused: "+strconv.Itoa(int(st)), nil)
+			return 1
+		}
+		callouts[cid] = id
+		return 1
+	case "/body":
+		return 0
+	case "/log-levels":
+		for l := uint32(0); l <= 5; l++ {
+			logf(l, "level "+strconv.Itoa(int(l)))
+		}
+		return 0
+	}
+	return 0
+}
+
+//go:wasmexport proxy_on_http_call_response
+func onHTTPCallResponse(id, cid, nh, bodySize, nt uint32) {
+	enter()
+	ctxID := callouts[cid]
+	delete(callouts, cid)
+	if ctxID != id {
+		logf(4, "callout delivered to the wrong context")
+	}
+	c := contexts[id]
+	if nh == 0 {
+		sendLocal(503, "", "callout failed", nil)
+		return
+	}
+	status, _ := getHeader(callHeaders, ":status")
+	body, _ := getBuffer(bufCallBody, 0, bodySize)
+	if strings.HasPrefix(c.path, "/pause-call-local") {
+		sendLocal(429, "from_callout", "callout said "+status+": "+body, nil)
+		return
+	}
+	addHeader(reqHeaders, "x-callout-status", status)
+	addHeader(reqHeaders, "x-callout-body", body)
+	hContinue(0)
+}
+
+//go:wasmexport proxy_on_request_body
+func onRequestBody(id, size, eos uint32) uint32 {
+	enter()
+	if !strings.HasPrefix(contexts[id].path, "/body") {
+		return 0
+	}
+	if eos == 0 {
+		return 1 // buffer until the end
+	}
+	b, _ := getBuffer(bufReqBody, 0, size)
+	setBuffer(bufReqBody, 0, size, strings.ToUpper(b))
+	return 0
+}
+
+//go:wasmexport proxy_on_response_headers
+func onResponseHeaders(id, n, eos uint32) uint32 {
+	enter()
+	c := contexts[id]
+	addHeader(respHeaders, "x-kitchen-response", strconv.Itoa(int(id)))
+	if strings.HasPrefix(c.path, "/resp-status") {
+		replaceHeader(respHeaders, ":status", "201")
+	}
+	if strings.HasPrefix(c.path, "/resp-local") {
+		sendLocal(418, "", "teapot\n", nil)
+		return 1
+	}
+	code, st := getProperty("response", "code")
+	if st == 0 && len(code) == 8 {
+		addHeader(respHeaders, "x-response-code", strconv.FormatUint(binary.LittleEndian.Uint64([]byte(code)), 10))
+	}
+	return 0
+}
+
+//go:wasmexport proxy_on_response_body
+func onResponseBody(id, size, eos uint32) uint32 {
+	enter()
+	if !strings.HasPrefix(contexts[id].path, "/body") {
+		return 0
+	}
+	if eos == 0 {
+		return 1
+	}
+	b, _ := getBuffer(bufRespBody, 0, size)
+	setBuffer(bufRespBody, 0, size, "["+b+"]")
+	return 0
+}
+
+//go:wasmexport proxy_on_log
+func onLog(id uint32) {
+	enter()
+	hIncMetric(mLogs, 1)
+}
+
+//go:wasmexport proxy_on_done
+func onDone(id uint32) uint32 { enter(); return 1 }
+
+//go:wasmexport proxy_on_delete
+func onDelete(id uint32) {
+	enter()
+	delete(contexts, id)
+	hIncMetric(mDeletes, 1)
+}
