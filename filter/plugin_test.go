@@ -104,3 +104,304 @@ func TestMetricNames(t *testing.T) {
 		t.Errorf("MetricNames = %v", got)
 	}
 }
+
+func TestShadowModeNeverRejects(t *testing.T) {
+	cfg := `{"rules":[{"name":"shadow","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":2,"window":"1h","mode":"shadow"}]}`
+	forEachTarget(t, cfg, func(t *testing.T, tg target) {
+		for i := 0; i < 5; i++ {
+			r := tg.do(req("10.1.0.1:1"))
+			if r.Status != 200 {
+				t.Fatalf("request %d: status %d, shadow mode must not reject", i+1, r.Status)
+			}
+			want := max(1-i, 0)
+			if got := param(t, r.Header("ratelimit"), "r"); got != int64(want) {
+				t.Errorf("request %d: r=%d, want %d", i+1, got, want)
+			}
+		}
+		if a, s, d := tg.metric("sluice.shadow.allowed"), tg.metric("sluice.shadow.shadow_denied"), tg.metric("sluice.shadow.denied"); a != 2 || s != 3 || d != 0 {
+			t.Errorf("allowed %d shadow_denied %d denied %d, want 2 3 0", a, s, d)
+		}
+	})
+}
+
+// A request denied by one rule is charged to no rule.
+func TestDeniedRequestChargesNoRule(t *testing.T) {
+	cfg := `{"rules":[
+	  {"name":"ip","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+	  {"name":"apikey","key":[{"header":"x-api-key"}],"algorithm":"fixed_window","limit":2,"window":"1h"}]}`
+	forEachTarget(t, cfg, func(t *testing.T, tg target) {
+		src := "10.2.0.1:1"
+		for i := 0; i < 2; i++ {
+			if r := tg.do(req(src, "x-api-key", "k1")); r.Status != 200 {
+				t.Fatalf("request %d: %d", i+1, r.Status)
+			}
+		}
+		for i := 0; i < 3; i++ {
+			r := tg.do(req(src, "x-api-key", "k1"))
+			if r.Status != 429 {
+				t.Fatalf("over apikey limit: status %d", r.Status)
+			}
+			if got := r.Header("ratelimit"); !strings.HasPrefix(got, `"apikey";r=0;`) {
+				t.Errorf("denied by apikey, RateLimit %q", got)
+			}
+		}
+		// Without the key header only "ip" applies; it was charged twice.
+		r := tg.do(req(src))
+		if r.Status != 200 {
+			t.Fatalf("status %d", r.Status)
+		}
+		if got := r.Header("ratelimit"); !strings.HasPrefix(got, `"ip";r=2;`) {
+			t.Errorf("RateLimit %q, want ip with r=2 (denied requests not charged)", got)
+		}
+		if got := tg.metric("sluice.apikey.denied"); got != 3 {
+			t.Errorf("apikey denied = %d", got)
+		}
+		if got := tg.metric("sluice.ip.denied"); got != 0 {
+			t.Errorf("ip denied = %d", got)
+		}
+	})
+}
+
+// The response reports the most restrictive rule.
+func TestMostRestrictiveRuleReported(t *testing.T) {
+	cfg := `{"rules":[
+	  {"name":"wide","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":100,"window":"1h"},
+	  {"name":"narrow","key":[{"method":true}],"algorithm":"fixed_window","limit":3,"window":"1h"}]}`
+	forEachTarget(t, cfg, func(t *testing.T, tg target) {
+		r := tg.do(req("10.3.0.1:1"))
+		if got := r.Header("ratelimit"); !strings.HasPrefix(got, `"narrow";r=2;`) {
+			t.Errorf("RateLimit %q, want narrow", got)
+		}
+		if got := r.Header("ratelimit-policy"); got != `"narrow";q=3;w=3600` {
+			t.Errorf("RateLimit-Policy %q", got)
+		}
+	})
+}
+
+func TestMissingKeyPartRuleDoesNotApply(t *testing.T) {
+	cfg := `{"rules":[{"name":"k","key":[{"header":"x-api-key"},{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`
+	forEachTarget(t, cfg, func(t *testing.T, tg target) {
+		for i := 0; i < 3; i++ {
+			r := tg.do(req("10.4.0.1:1"))
+			if r.Status != 200 || r.Has("ratelimit") || r.Has("x-ratelimit-limit") {
+				t.Fatalf("no key header: status %d headers %v; the rule must not apply", r.Status, r.Headers)
+			}
+		}
+		tg.do(req("10.4.0.1:1", "x-api-key", "a"))
+		if r := tg.do(req("10.4.0.1:1", "x-api-key", "a")); r.Status != 429 {
+			t.Errorf("second keyed request: %d", r.Status)
+		}
+		if r := tg.do(req("10.4.0.1:1", "x-api-key", "")); r.Status != 200 {
+			t.Errorf("empty key header is missing: %d", r.Status)
+		}
+	})
+}
+
+func TestMatch(t *testing.T) {
+	cfg := `{"rules":[{"name":"api","match":{"path_prefix":"/api/","methods":["POST"],"headers":[{"name":"x-tenant","exact":"acme"}]},
+	  "key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`
+	forEachTarget(t, cfg, func(t *testing.T, tg target) {
+		do := func(method, path string, hdrs ...string) int {
+			r := req("10.5.0.1:1", hdrs...)
+			r.Method, r.Path = method, path
+			return tg.do(r).Status
+		}
+		if s := do("POST", "/api/x?y=1", "x-tenant", "acme"); s != 200 {
+			t.Fatalf("first: %d", s)
+		}
+		if s := do("POST", "/api/x", "x-tenant", "acme"); s != 429 {
+			t.Errorf("second matching: %d", s)
+		}
+		for _, c := range []struct{ m, p, tenant string }{
+			{"GET", "/api/x", "acme"}, {"POST", "/other", "acme"}, {"POST", "/api/x", "other"}, {"POST", "/apix", "acme"},
+		} {
+			if s := do(c.m, c.p, "x-tenant", c.tenant); s != 200 {
+				t.Errorf("%s %s tenant %s: %d, rule must not match", c.m, c.p, c.tenant, s)
+			}
+		}
+	})
+}
+
+func TestHeaderStyles(t *testing.T) {
+	all := []string{"ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
+	for _, c := range []struct {
+		style string
+		want  []string
+	}{
+		{"draft", all[:2]}, {"legacy", all[2:]}, {"none", nil}, {"both", all},
+	} {
+		t.Run(c.style, func(t *testing.T) {
+			cfg := `{"rules":[{"name":"s","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"90s"}],
+			  "response":{"status":503,"body":"slow down","headers":"` + c.style + `"}}`
+			forEachTarget(t, cfg, func(t *testing.T, tg target) {
+				check := func(r filtertest.Response, extra ...string) {
+					t.Helper()
+					want := append(append([]string(nil), c.want...), extra...)
+					for _, h := range all {
+						if r.Has(h) != contains(want, h) {
+							t.Errorf("status %d: header %s present=%v, want %v (headers %v)", r.Status, h, r.Has(h), !r.Has(h), r.Headers)
+						}
+					}
+				}
+				r := tg.do(req("10.6.0.1:1"))
+				check(r)
+				r = tg.do(req("10.6.0.1:1"))
+				if r.Status != 503 || r.Body != "slow down" || !r.Has("retry-after") {
+					t.Errorf("denied: %d %q %v", r.Status, r.Body, r.Headers)
+				}
+				check(r)
+				if c.style == "draft" || c.style == "both" {
+					if got := r.Header("ratelimit-policy"); got != `"s";q=1;w=90` {
+						t.Errorf("policy %q", got)
+					}
+				}
+			})
+		})
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestIPv6PrefixGroupsClients(t *testing.T) {
+	cfg := `{"rules":[{"name":"v6","key":[{"remote_ip":true,"ipv6_prefix":64}],"algorithm":"fixed_window","limit":2,"window":"1h"}]}`
+	forEachTarget(t, cfg, func(t *testing.T, tg target) {
+		if r := tg.do(req("[2001:db8:1:2::1]:443")); r.Status != 200 {
+			t.Fatal(r.Status)
+		}
+		if r := tg.do(req("[2001:db8:1:2:ffff::9]:80")); r.Status != 200 {
+			t.Fatal(r.Status)
+		}
+		if r := tg.do(req("[2001:db8:1:2::77]:80")); r.Status != 429 {
+			t.Errorf("same /64: %d, want 429", r.Status)
+		}
+		if r := tg.do(req("[2001:db8:1:3::1]:80")); r.Status != 200 {
+			t.Errorf("other /64: %d", r.Status)
+		}
+		// IPv4 is kept whole, bare addresses and mapped ones are the same client.
+		tg.do(req("192.0.2.1"))
+		tg.do(req("[::ffff:192.0.2.1]:5"))
+		if r := tg.do(req("192.0.2.1:7")); r.Status != 429 {
+			t.Errorf("192.0.2.1 third time: %d", r.Status)
+		}
+		if r := tg.do(req("192.0.2.2:7")); r.Status != 200 {
+			t.Errorf("192.0.2.2: %d", r.Status)
+		}
+	})
+}
+
+func TestXForwardedFor(t *testing.T) {
+	t.Run("untrusted", func(t *testing.T) {
+		cfg := `{"rules":[{"name":"ip","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`
+		forEachTarget(t, cfg, func(t *testing.T, tg target) {
+			tg.do(req("10.7.0.1:1", "x-forwarded-for", "1.1.1.1"))
+			// A forged X-Forwarded-For does not change the key.
+			if r := tg.do(req("10.7.0.1:1", "x-forwarded-for", "2.2.2.2")); r.Status != 429 {
+				t.Errorf("forged XFF changed the key: %d", r.Status)
+			}
+		})
+	})
+	t.Run("one-trusted-hop", func(t *testing.T) {
+		cfg := `{"rules":[{"name":"ip","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1}}`
+		forEachTarget(t, cfg, func(t *testing.T, tg target) {
+			if r := tg.do(req("10.7.0.9:1", "x-forwarded-for", "6.6.6.6, 3.3.3.3")); r.Status != 200 {
+				t.Fatal(r.Status)
+			}
+			// The client forges the left entry; the rightmost (added by
+			// the trusted proxy) is the key.
+			if r := tg.do(req("10.7.0.9:1", "x-forwarded-for", "7.7.7.7,3.3.3.3")); r.Status != 429 {
+				t.Errorf("same rightmost hop: %d", r.Status)
+			}
+			if r := tg.do(req("10.7.0.9:1", "x-forwarded-for", "3.3.3.3, 4.4.4.4")); r.Status != 200 {
+				t.Errorf("other client: %d", r.Status)
+			}
+			// Garbage falls back to the peer address.
+			if r := tg.do(req("10.7.0.10:1", "x-forwarded-for", "not-an-ip")); r.Status != 200 {
+				t.Errorf("garbage XFF: %d", r.Status)
+			}
+			if r := tg.do(req("10.7.0.10:1")); r.Status != 429 {
+				t.Errorf("garbage XFF used the peer address: %d", r.Status)
+			}
+		})
+	})
+}
+
+func TestQueryCookiePathKeys(t *testing.T) {
+	cfg := `{"rules":[
+	  {"name":"q","match":{"path_prefix":"/q"},"key":[{"query":"api_key"}],"algorithm":"fixed_window","limit":1,"window":"1h"},
+	  {"name":"c","match":{"path_prefix":"/c"},"key":[{"cookie":"session"}],"algorithm":"fixed_window","limit":1,"window":"1h"},
+	  {"name":"p","match":{"path_prefix":"/p"},"key":[{"path":true},{"method":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`
+	forEachTarget(t, cfg, func(t *testing.T, tg target) {
+		get := func(path string, hdrs ...string) int {
+			r := req("10.8.0.1:1", hdrs...)
+			r.Path = path
+			return tg.do(r).Status
+		}
+		steps := []struct {
+			path   string
+			hdrs   []string
+			status int
+		}{
+			{"/q?x=1&api_key=abc", nil, 200},
+			{"/q?api_key=ab%63", nil, 429}, // percent-decoded: same key
+			{"/q?api_key=abd", nil, 200},
+			{"/q?api_key=", nil, 200}, // empty: rule does not apply
+			{"/q", nil, 200},
+			{"/c", []string{"cookie", "a=1; session=s1"}, 200},
+			{"/c", []string{"cookie", `session="s1";b=2`}, 429},
+			{"/c", []string{"cookie", "session=s2"}, 200},
+			{"/c", []string{"cookie", "xsession=s1"}, 200},
+			{"/p/a?x=1", nil, 200},
+			{"/p/a?x=2", nil, 429}, // the query is not part of the path key
+			{"/p/b", nil, 200},
+		}
+		for _, s := range steps {
+			if got := get(s.path, s.hdrs...); got != s.status {
+				t.Errorf("%s %v: status %d, want %d", s.path, s.hdrs, got, s.status)
+			}
+		}
+	})
+}
+
+func TestBadConfigurationRefused(t *testing.T) {
+	bad := `{"rules":[{"name":"x","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"10x"}]}`
+	want := `rules[0].window: "10x" is not a duration`
+	t.Run("native", func(t *testing.T) {
+		h := filtertest.NewHost()
+		w := filtertest.NewWorker(h, filter.NewVM(h))
+		if w.Start(bad) {
+			t.Fatal("bad configuration accepted")
+		}
+		if len(h.Logs) == 0 || !strings.Contains(h.Logs[len(h.Logs)-1].Msg, want) || h.Logs[len(h.Logs)-1].Level != 5 {
+			t.Errorf("logs %v, want a critical log containing %q", h.Logs, want)
+		}
+	})
+	t.Run("wasm-proxytest", func(t *testing.T) {
+		host, st := newProxytestHost(t, bad)
+		if st {
+			t.Fatal("bad configuration accepted")
+		}
+		logs := strings.Join(host.GetCriticalLogs(), "\n")
+		if !strings.Contains(logs, want) {
+			t.Errorf("critical logs %q, want %q", logs, want)
+		}
+	})
+	t.Run("redis-rule-in-local-build", func(t *testing.T) {
+		cfg := `{"rules":[{"name":"x","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1s","backend":"redis"}],
+		  "redis":{"cluster":"redis"}}`
+		h := filtertest.NewHost()
+		w := filtertest.NewWorker(h, filter.NewVM(h))
+		if w.Start(cfg) {
+			t.Fatal("redis rule accepted by the local build")
+		}
+		if len(h.Logs) == 0 || !strings.Contains(h.Logs[len(h.Logs)-1].Msg, `rules[0].backend: "redis" needs sluice-redis.wasm`) {
+			t.Errorf("logs %v", h.Logs)
+		}
+	})
+}
