@@ -2,9 +2,12 @@ package sim
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
 )
 
 func TestReadCSVOffsets(t *testing.T) {
@@ -123,4 +126,33 @@ func FuzzReadCSV(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestReadCSVExampleFile(t *testing.T) {
+	f, err := os.Open("testdata/example.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr, err := ReadCSV(f, "testdata/example.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Requests) != 8 || len(tr.Keys) != 2 {
+		t.Fatalf("%d requests, %d keys", len(tr.Requests), len(tr.Keys))
+	}
+	lim, err := algorithms.New(algorithms.FixedWindow, algorithms.Params{Limit: 5, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(tr, "example", lim, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// alice: 1+1+3 = 5 units in the first minute, so 59.9 is denied; 60 and
+	// 60.1 open a new window. bob: 1 and 2. Over (0.1s, 1m0.1s] alice has
+	// 1+3+1+1 = 6 admitted units: the most in any minute.
+	if r.Admitted != 7 || r.Denied != 1 || r.MaxInWindow != 6 || r.MaxInWindowKey != "alice" {
+		t.Fatalf("admitted %d denied %d max %d (%s)", r.Admitted, r.Denied, r.MaxInWindow, r.MaxInWindowKey)
+	}
 }

@@ -79,6 +79,7 @@ type sectionData struct {
 	Burst                    int64
 	HasBurst                 bool
 	Ratio                    string // MaxInWindow / limit
+	CostUnits                bool   // some request costs more than 1
 	Over                     bool   // MaxInWindow > Params.Limit
 	Where                    string
 	TrafficSVG, RemainingSVG template.HTML
@@ -101,6 +102,7 @@ func newSection(n int, res *Result) (sectionData, error) {
 	if res.Offered > 0 {
 		sd.DeniedPct = strconv.FormatFloat(100*float64(res.Denied)/float64(res.Offered), 'f', 1, 64)
 	}
+	sd.CostUnits = res.OfferedCost != res.Offered
 	if res.MaxInWindow > 0 {
 		sd.Where = fmt.Sprintf("key %q, admitted between +%s and +%s", res.MaxInWindowKey,
 			fmtDuration(time.Duration(res.MaxInWindowFrom-res.Start)), fmtDuration(time.Duration(res.MaxInWindowTo-res.Start)))
@@ -228,7 +230,7 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 <dt>Denied</dt><dd data-metric="denied">{{.R.Denied}}</dd>
 <dd class="note">{{.DeniedPct}}% of requests denied</dd>
 <dt>Max admitted in any {{.Window}}</dt><dd data-metric="max-in-window"{{if .Over}} class="over"{{end}}>{{.R.MaxInWindow}}</dd>
-<dd class="note">{{.Ratio}}× the limit{{with .Where}}; {{.}}{{end}}</dd>
+<dd class="note">{{.Ratio}}× the limit{{if .CostUnits}}, counted in cost units{{end}}{{with .Where}}; {{.}}{{end}}</dd>
 <dt>State per key (bytes)</dt><dd data-metric="state-bytes">{{.R.StateBytesMax}}</dd>
 <dd class="note">largest encoded state seen; at most {{.R.MaxStateSize}} bytes for this rule; {{.R.StateBytesEnd}} bytes for all {{.R.Keys}} key(s) at the end</dd>
 </dl>

@@ -21,9 +21,9 @@ type Options struct {
 type Bucket struct {
 	// Offered and Admitted count requests (not cost units).
 	Offered, Admitted int64
-	// RemainingMin and RemainingLast are the smallest and the last
-	// Decision.Remaining of the bucket; -1 when the bucket has no request.
-	RemainingMin, RemainingLast int64
+	// RemainingMin is the smallest Decision.Remaining of the bucket; -1
+	// when the bucket has no request.
+	RemainingMin int64
 	// Available is how many requests of cost 1 the probe key (see
 	// Result.ProbeKey) could make at the end of the bucket: a decision
 	// computed on a copy of its state and thrown away, so it changes
@@ -128,7 +128,7 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 		Buckets: make([]Bucket, nb),
 	}
 	for i := range res.Buckets {
-		res.Buckets[i].RemainingMin, res.Buckets[i].RemainingLast = -1, -1
+		res.Buckets[i].RemainingMin = -1
 	}
 	width := int64(p.Window)
 	states := make([][]byte, len(tr.Keys))
@@ -186,7 +186,6 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 		if b.RemainingMin < 0 || d.Remaining < b.RemainingMin {
 			b.RemainingMin = d.Remaining
 		}
-		b.RemainingLast = d.Remaining
 		if !d.Allowed {
 			res.Denied++
 			continue
