@@ -299,7 +299,10 @@ func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*
 		return nil, ErrClosed
 	default:
 	}
-	s := h.newStream()
+	return h.exchangeOn(ctx, h.newStream(), req, upstream)
+}
+
+func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream Upstream) (*Response, error) {
 	s.remoteAddr, s.localAddr, s.protocol = req.RemoteAddr, req.LocalAddr, "HTTP/1.1"
 	method, path, scheme := req.Method, req.Path, req.Scheme
 	if method == "" {

@@ -291,8 +291,10 @@ var (
 )
 
 type httpCtx struct {
-	path     string
-	respBody bool
+	path string
+	// /shared/race: the value and cas read in on_request_headers, written on the next tick.
+	raceKey, raceValue string
+	raceCAS            uint32
 }
 
 //go:wasmexport proxy_abi_version_0_2_1
@@ -342,6 +344,10 @@ func onTick(root uint32) {
 	for _, id := range w {
 		if hSetEffective(id) != 0 {
 			continue
+		}
+		if c := contexts[id]; c != nil && c.raceKey != "" {
+			st := setShared(c.raceKey, c.raceValue+"+", c.raceCAS)
+			addHeader(reqHeaders, "x-race-set", strconv.Itoa(int(st)))
 		}
 		addHeader(reqHeaders, "x-resumed-by", "tick")
 		hContinue(0)
@@ -455,6 +461,14 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		var qid uint32
 		st := hRegisterQueue(np, nn, unsafe.Pointer(&qid))
 		sendLocal(200, "", "status="+strconv.Itoa(int(st)), nil)
+		return 1
+	case "/shared/race":
+		// Read now, write on the next tick: two requests on two workers interleave for sure.
+		c.raceKey = query(path, "key")
+		v, cas, st := getShared(c.raceKey)
+		c.raceValue, c.raceCAS = v, cas
+		addHeader(reqHeaders, "x-race-get", strconv.Itoa(int(st))+"/"+strconv.FormatUint(uint64(cas), 10))
+		tickWaiters = append(tickWaiters, id)
 		return 1
 	case "/pause-tick":
 		tickWaiters = append(tickWaiters, id)
