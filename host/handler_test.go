@@ -1,0 +1,178 @@
+package host
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// echoUpstream answers with the request line and headers it received, then the body.
+func echoUpstream() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/plain")
+		var b strings.Builder
+		b.WriteString(r.Method + " " + r.URL.RequestURI() + " host=" + r.Host + "\n")
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				b.WriteString(strings.ToLower(k) + ": " + v + "\n")
+			}
+		}
+		b.WriteString("body=" + string(body) + "\n")
+		io.WriteString(w, b.String())
+	})
+}
+
+func get(t *testing.T, c *http.Client, method, url string, body io.Reader, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+func TestHandler(t *testing.T) {
+	h, _ := newHost(t, "kitchen", Options{Workers: 2})
+	srv := httptest.NewServer(h.Handler(echoUpstream()))
+	defer srv.Close()
+	c := srv.Client()
+
+	resp, body := get(t, c, "GET", srv.URL+"/echo-headers?a=b", nil, "X-Replace", "x", "X-Remove", "y")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	for _, want := range []string{"GET /echo-headers?a=b host=127.0.0.1:", "x-added: 1\n", "x-replace: replaced\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("upstream saw no %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "x-remove") {
+		t.Errorf("x-remove reached the upstream:\n%s", body)
+	}
+	if resp.Header.Get("X-Kitchen-Response") == "" || resp.Header.Get("X-Response-Code") != "200" {
+		t.Errorf("response headers: %v", resp.Header)
+	}
+
+	resp, body = get(t, c, "GET", srv.URL+"/local", nil)
+	if resp.StatusCode != 403 || body != "nope\n" || resp.Header.Get("X-Local") != "yes" || resp.Header.Get("X-Kitchen-Response") == "" {
+		t.Errorf("local: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+
+	resp, body = get(t, c, "GET", srv.URL+"/props", nil)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, want := range []string{"source.address=127.0.0.1:", "destination.address=" + addr + ";0", "request.host=" + addr + ";0", "request.scheme=http;0"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("props lack %q:\n%s", want, body)
+		}
+	}
+
+	resp, body = get(t, c, "GET", srv.URL+"/resp-status", nil)
+	if resp.StatusCode != 201 {
+		t.Errorf("resp-status: %d", resp.StatusCode)
+	}
+	resp, body = get(t, c, "GET", srv.URL+"/resp-local", nil)
+	if resp.StatusCode != 418 || body != "teapot\n" {
+		t.Errorf("resp-local: %d %q", resp.StatusCode, body)
+	}
+}
+
+// chunked writes its body in pieces, flushing between them.
+func chunkedUpstream(parts ...string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Request-Body", string(in))
+		for _, p := range parts {
+			io.WriteString(w, p)
+			w.(http.Flusher).Flush()
+		}
+	})
+}
+
+func TestHandlerBodies(t *testing.T) {
+	h, _ := newHost(t, "kitchen", Options{Workers: 1})
+	srv := httptest.NewServer(h.Handler(chunkedUpstream("ab", "cd", "ef")))
+	defer srv.Close()
+	// A body in several reads: the guest buffers (Pause) until the end, then rewrites it.
+	pr, pw := io.Pipe()
+	go func() {
+		for _, s := range []string{"hel", "lo ", "world"} {
+			pw.Write([]byte(s))
+		}
+		pw.Close()
+	}()
+	resp, body := get(t, srv.Client(), "POST", srv.URL+"/body", pr)
+	if resp.Header.Get("X-Request-Body") != "HELLO WORLD" {
+		t.Errorf("upstream got %q", resp.Header.Get("X-Request-Body"))
+	}
+	if body != "[abcdef]" {
+		t.Errorf("client got %q, want [abcdef]", body)
+	}
+	// Untouched bodies stream through.
+	big := bytes.Repeat([]byte("z"), 1<<20)
+	resp, body = get(t, srv.Client(), "POST", srv.URL+"/plain", bytes.NewReader(big))
+	if len(resp.Header.Get("X-Request-Body")) != len(big) || body != "abcdef" {
+		t.Errorf("pass-through: %d bytes up, %q down", len(resp.Header.Get("X-Request-Body")), body)
+	}
+}
+
+func TestHandlerTrap(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		h, _ := newHost(t, "trapper", Options{Workers: 1, FailOpen: failOpen})
+		srv := httptest.NewServer(h.Handler(echoUpstream()))
+		for _, phase := range []string{"request", "response"} {
+			resp, body := get(t, srv.Client(), "GET", srv.URL+"/", nil, "x-trap", "panic", "x-trap-phase", phase)
+			want := 500
+			if failOpen {
+				want = 200
+			}
+			if resp.StatusCode != want {
+				t.Errorf("failOpen=%v phase=%s: status %d, want %d (%q)", failOpen, phase, resp.StatusCode, want, body)
+			}
+			resp, _ = get(t, srv.Client(), "GET", srv.URL+"/", nil)
+			if resp.StatusCode != 200 || resp.Header.Get("X-Vm-Served") != "1" {
+				t.Errorf("after trap: %d %v", resp.StatusCode, resp.Header)
+			}
+		}
+		if st := h.Stats(); st.VMRestarts != 2 || st.Failed != 2 {
+			t.Errorf("failOpen=%v: stats %+v", failOpen, st)
+		}
+		srv.Close()
+	}
+}
+
+func TestAdminHandler(t *testing.T) {
+	h, _ := newHost(t, "kitchen", Options{Workers: 2, PluginConfig: []byte(`{"rules":[]}`)})
+	mustExchange(t, h, &Request{Path: "/x"}, nil)
+	srv := httptest.NewServer(h.AdminHandler())
+	defer srv.Close()
+	resp, body := get(t, srv.Client(), "GET", srv.URL+"/metrics", nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, "kitchen_requests_total 1\n") || !strings.Contains(body, "sluice_host_requests_total 1\n") {
+		t.Errorf("/metrics %d:\n%s", resp.StatusCode, body)
+	}
+	resp, body = get(t, srv.Client(), "GET", srv.URL+"/status", nil)
+	for _, want := range []string{`"plugin_config": "{\"rules\":[]}"`, `"requests": 1`, `"vm_restarts": 0`, `"memory_bytes": `, `"abi_version": "0.2.1"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/status lacks %q:\n%s", want, body)
+		}
+	}
+	resp, body = get(t, srv.Client(), "GET", srv.URL+"/healthz", nil)
+	if resp.StatusCode != 200 || body != "ok\n" {
+		t.Errorf("/healthz %d %q", resp.StatusCode, body)
+	}
+}
