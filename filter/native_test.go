@@ -1,0 +1,345 @@
+package filter_test
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/filter"
+	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/filter/filtertest"
+)
+
+// Tests that move the clock or inject host failures run natively only (the
+// proxytest emulator's clock is fake and not controllable).
+
+func TestTokenBucketRetryAfterAndRecovery(t *testing.T) {
+	cfg := `{"rules":[{"name":"tb","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":10,"window":"10s","burst":2}]}`
+	n := startNative(t, cfg, t0)
+	for i := 0; i < 2; i++ {
+		if r := n.do(req("10.9.0.1:1")); r.Status != 200 {
+			t.Fatalf("burst request %d: %d", i+1, r.Status)
+		}
+	}
+	r := n.do(req("10.9.0.1:1"))
+	if r.Status != 429 || r.Header("retry-after") != "1" {
+		t.Fatalf("empty bucket: %d retry-after %q, want 429 and 1 (one token per second)", r.Status, r.Header("retry-after"))
+	}
+	n.advance(999 * time.Millisecond)
+	if r := n.do(req("10.9.0.1:1")); r.Status != 429 {
+		t.Fatalf("after 999ms: %d", r.Status)
+	}
+	n.advance(time.Millisecond)
+	r = n.do(req("10.9.0.1:1"))
+	if r.Status != 200 {
+		t.Fatalf("after 1s: %d", r.Status)
+	}
+	// Bucket empty again; full after 2s: t=2, legacy reset 2.
+	if got := r.Header("ratelimit"); got != `"tb";r=0;t=2` {
+		t.Errorf("RateLimit %q", got)
+	}
+	if got := r.Header("ratelimit-policy"); got != `"tb";q=10;w=10` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	if got := r.Header("x-ratelimit-limit"); got != "2" {
+		t.Errorf("X-RateLimit-Limit %q (bucket capacity)", got)
+	}
+}
+
+func TestFixedWindowExactReset(t *testing.T) {
+	cfg := `{"rules":[{"name":"fw","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`
+	n := startNative(t, cfg, t0) // 12:10 → window ends 13:00
+	r := n.do(req("10.9.0.2:1"))
+	if got := r.Header("ratelimit"); got != `"fw";r=0;t=3000` {
+		t.Errorf("RateLimit %q", got)
+	}
+	r = n.do(req("10.9.0.2:1"))
+	if r.Status != 429 || r.Header("retry-after") != "3000" || r.Header("x-ratelimit-reset") != "3000" {
+		t.Errorf("denied: %d %v", r.Status, r.Headers)
+	}
+	n.advance(50 * time.Minute)
+	if r := n.do(req("10.9.0.2:1")); r.Status != 200 {
+		t.Errorf("next window: %d", r.Status)
+	}
+}
+
+func TestStoreFailureModes(t *testing.T) {
+	for _, c := range []struct {
+		mode   string
+		status int
+	}{{"open", 200}, {"closed", 503}} {
+		t.Run(c.mode, func(t *testing.T) {
+			cfg := `{"rules":[{"name":"f","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}],"failure_mode":"` + c.mode + `"}`
+			n := startNative(t, cfg, t0)
+			n.w.Host.FailShared = abi.StatusInternalFailure
+			for i := 0; i < 3; i++ {
+				r := n.do(req("10.9.1.1:1"))
+				if r.Status != c.status {
+					t.Fatalf("request %d: %d, want %d", i+1, r.Status, c.status)
+				}
+				if r.Has("ratelimit") {
+					t.Errorf("headers from a failed store: %v", r.Headers)
+				}
+				if c.status == 503 && r.Body != "rate limiter unavailable\n" {
+					t.Errorf("body %q", r.Body)
+				}
+			}
+			if got := n.metric("sluice.f.store_errors"); got != 3 {
+				t.Errorf("store_errors %d", got)
+			}
+			n.w.Host.FailShared = 0
+			if r := n.do(req("10.9.1.1:1")); r.Status != 200 {
+				t.Errorf("store back: %d", r.Status)
+			}
+			if r := n.do(req("10.9.1.1:1")); r.Status != 429 {
+				t.Errorf("store back, limit: %d", r.Status)
+			}
+		})
+	}
+}
+
+// twoWorkers returns two workers (VMs) sharing shared data and metrics.
+func twoWorkers(t *testing.T, cfg string) (*filtertest.Worker, *filtertest.Worker) {
+	t.Helper()
+	a := filtertest.NewHost()
+	b := filtertest.NewHost()
+	b.Shared, b.Metrics = a.Shared, a.Metrics
+	a.Now_, b.Now_ = t0, t0
+	wa := filtertest.NewWorker(a, filter.NewVM(a))
+	wb := filtertest.NewWorker(b, filter.NewVM(b))
+	if !wa.Start(cfg) || !wb.Start(cfg) {
+		t.Fatal("start failed")
+	}
+	return wa, wb
+}
+
+// A worker that loses the compare-and-swap decides again on the new state:
+// no admission is lost or doubled, whichever worker wins.
+func TestLostCASRaceDecidesAgain(t *testing.T) {
+	for _, existing := range []bool{false, true} {
+		t.Run("slot-exists="+strconv.FormatBool(existing), func(t *testing.T) {
+			cfg := `{"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":2,"window":"1h"}]}`
+			wa, wb := twoWorkers(t, cfg)
+			if existing {
+				if r := wb.Do(req("10.9.2.1:1")); r.Status != 200 {
+					t.Fatal(r.Status)
+				}
+			}
+			// Worker A reads, then — before its set — worker B admits a
+			// request for the same key. A's set must fail and A decide
+			// again.
+			fired := 0
+			wa.Host.SetHook = func(string) {
+				if fired == 0 {
+					fired++
+					if r := wb.Do(req("10.9.2.1:1")); r.Status != 200 {
+						t.Errorf("B: %d", r.Status)
+					}
+				}
+			}
+			ra := wa.Do(req("10.9.2.1:1"))
+			wa.Host.SetHook = nil
+			if fired != 1 {
+				t.Fatal("hook did not fire")
+			}
+			admitted := 1 + map[bool]int{false: 0, true: 1}[existing]
+			if ra.Status == 200 {
+				admitted++
+			}
+			if admitted != 2 {
+				t.Errorf("admitted %d, want exactly the limit 2 (A: %d)", admitted, ra.Status)
+			}
+			if existing && ra.Status != 429 {
+				t.Errorf("A must be denied after re-deciding: %d", ra.Status)
+			}
+			if !existing && ra.Header("ratelimit") != "" && !strings.HasPrefix(ra.Header("ratelimit"), `"r";r=0;`) {
+				t.Errorf("A re-decided on the new state: RateLimit %q", ra.Header("ratelimit"))
+			}
+			if r := wb.Do(req("10.9.2.1:1")); r.Status != 429 {
+				t.Errorf("after the race the key is spent: %d", r.Status)
+			}
+		})
+	}
+}
+
+// Many workers hammering one key admit exactly the limit, for every
+// algorithm, including the race to create the key.
+func TestHammerExactAdmissions(t *testing.T) {
+	const workers, perWorker, limit = 8, 250, 100
+	for _, alg := range []string{"token_bucket", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window"} {
+		t.Run(alg, func(t *testing.T) {
+			cfg := `{"rules":[{"name":"h","key":[{"header":"x-k"}],"algorithm":"` + alg + `","limit":` + strconv.Itoa(limit) + `,"window":"1h"}],"failure_mode":"closed"}`
+			shared, metrics := filtertest.NewSharedData(), filtertest.NewMetrics()
+			ws := make([]*filtertest.Worker, workers)
+			for i := range ws {
+				h := filtertest.NewHost()
+				h.Shared, h.Metrics, h.Now_ = shared, metrics, t0
+				ws[i] = filtertest.NewWorker(h, filter.NewVM(h))
+				if !ws[i].Start(cfg) {
+					t.Fatal("start")
+				}
+			}
+			var mu sync.Mutex
+			counts := map[int]int{}
+			var wg sync.WaitGroup
+			for _, w := range ws {
+				wg.Add(1)
+				go func(w *filtertest.Worker) {
+					defer wg.Done()
+					local := map[int]int{}
+					for i := 0; i < perWorker; i++ {
+						local[w.Do(req("10.0.0.1:1", "x-k", "hot")).Status]++
+					}
+					mu.Lock()
+					for k, v := range local {
+						counts[k] += v
+					}
+					mu.Unlock()
+				}(w)
+			}
+			wg.Wait()
+			if counts[200] != limit || counts[429] != workers*perWorker-limit {
+				t.Errorf("statuses %v, want exactly %d admitted", counts, limit)
+			}
+			if v, _ := metrics.Get("sluice.h.store_errors"); v != 0 {
+				t.Errorf("store errors %d", v)
+			}
+			if v, _ := metrics.Get("sluice.h.allowed"); v != limit {
+				t.Errorf("allowed metric %d", v)
+			}
+		})
+	}
+}
+
+// 1,000,000 distinct keys: the rule's shared-data entries stay within
+// max_keys, and a client flooding fresh keys is still limited in total.
+func TestMillionDistinctKeysBounded(t *testing.T) {
+	const maxKeys, n = 1000, 1_000_000
+	cfg := `{"rules":[{"name":"b","key":[{"header":"x-k"}],"algorithm":"fixed_window","limit":1,"window":"1h","max_keys":` + strconv.Itoa(maxKeys) + `}]}`
+	nt := startNative(t, cfg, t0)
+	allowed := 0
+	for i := 0; i < n; i++ {
+		if nt.do(req("10.0.0.1:1", "x-k", "key-"+strconv.Itoa(i))).Status == 200 {
+			allowed++
+		}
+		if i%100_000 == 0 {
+			nt.advance(time.Millisecond)
+		}
+	}
+	entries := nt.w.Host.Shared.Len()
+	t.Logf("%d distinct keys: %d shared-data entries (max_keys %d), %d admitted", n, entries, maxKeys, allowed)
+	if entries > maxKeys {
+		t.Errorf("%d entries > max_keys %d", entries, maxKeys)
+	}
+	if allowed > maxKeys {
+		t.Errorf("%d admitted > max_keys × limit = %d: a key flood escaped limiting", allowed, maxKeys)
+	}
+	if allowed < maxKeys*9/10 {
+		t.Errorf("only %d of %d slots were used", allowed, maxKeys)
+	}
+	if got := nt.metric("sluice.b.slot_shared"); got != 0 {
+		t.Errorf("slot_shared %d: a shared slot admitted a request although its occupant was spent", got)
+	}
+	if got := nt.metric("sluice.b.denied"); got != int64(n-allowed) {
+		t.Errorf("denied metric %d, want %d", got, n-allowed)
+	}
+	if nt.vm.Streams() != 0 {
+		t.Errorf("%d stream contexts leaked", nt.vm.Streams())
+	}
+}
+
+// At capacity a new key shares a live slot (conservative); an idle slot is
+// reclaimed.
+func TestSlotSharingAndReclaim(t *testing.T) {
+	cfg := `{"rules":[{"name":"s","key":[{"header":"x-k"}],"algorithm":"fixed_window","limit":2,"window":"1m","max_keys":1}]}`
+	n := startNative(t, cfg, t0)
+	if r := n.do(req("10.0.0.1:1", "x-k", "a")); r.Status != 200 {
+		t.Fatal(r.Status)
+	}
+	// b shares a's live slot: one request left between them.
+	if r := n.do(req("10.0.0.1:1", "x-k", "b")); r.Status != 200 || r.Header("x-ratelimit-remaining") != "0" {
+		t.Fatalf("b sharing: %d %v", r.Status, r.Headers)
+	}
+	if got := n.metric("sluice.s.slot_shared"); got != 1 {
+		t.Errorf("slot_shared %d", got)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if r := n.do(req("10.0.0.1:1", "x-k", k)); r.Status != 429 {
+			t.Errorf("%s after the shared slot is spent: %d", k, r.Status)
+		}
+	}
+	// The window passes: a's slot is idle, c claims it with a fresh state.
+	n.advance(time.Minute)
+	if r := n.do(req("10.0.0.1:1", "x-k", "c")); r.Status != 200 || r.Header("x-ratelimit-remaining") != "1" {
+		t.Fatalf("c after reclaim: %d %v", r.Status, r.Headers)
+	}
+	if r := n.do(req("10.0.0.1:1", "x-k", "c")); r.Status != 200 {
+		t.Fatalf("c second: %d", r.Status)
+	}
+	if got := n.w.Host.Shared.Len(); got != 1 {
+		t.Errorf("%d entries, want 1", got)
+	}
+}
+
+// panicHost panics in the data path.
+type panicHost struct {
+	*filtertest.Host
+	armed *bool
+}
+
+func (p panicHost) GetProperty(path string) ([]byte, abi.Status) {
+	if *p.armed {
+		panic("boom")
+	}
+	return p.Host.GetProperty(path)
+}
+
+func TestPanicInDataPathRecovered(t *testing.T) {
+	for _, c := range []struct {
+		mode   string
+		status int
+	}{{"open", 200}, {"closed", 503}} {
+		t.Run(c.mode, func(t *testing.T) {
+			h := filtertest.NewHost()
+			h.Now_ = t0
+			armed := false
+			vm := filter.NewVM(panicHost{h, &armed})
+			w := filtertest.NewWorker(h, vm)
+			if !w.Start(`{"rules":[{"name":"p","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}],"failure_mode":"` + c.mode + `"}`) {
+				t.Fatal(h.Logs)
+			}
+			armed = true
+			if r := w.Do(req("10.0.0.1:1")); r.Status != c.status {
+				t.Errorf("status %d, want %d", r.Status, c.status)
+			}
+			if v, _ := h.Metrics.Get(filter.ErrorsMetric); v != 1 {
+				t.Errorf("errors metric %d", v)
+			}
+			if len(h.Logs) == 0 || !strings.Contains(h.Logs[len(h.Logs)-1].Msg, "boom") {
+				t.Errorf("logs %v", h.Logs)
+			}
+		})
+	}
+}
+
+// Some hosts return OK and an empty value for a missing header.
+func TestMissingHeaderAsEmptyValue(t *testing.T) {
+	n := startNative(t, `{"rules":[{"name":"k","key":[{"header":"x-api-key"}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`, t0)
+	n.w.Host.MissingHeaderOK = true
+	for i := 0; i < 3; i++ {
+		if r := n.do(req("10.0.0.1:1")); r.Status != 200 || r.Has("ratelimit") {
+			t.Fatalf("%d %v", r.Status, r.Headers)
+		}
+	}
+}
+
+func TestNoSourceAddressRuleDoesNotApply(t *testing.T) {
+	n := startNative(t, perIPConfig, t0)
+	for i := 0; i < 5; i++ {
+		if r := n.do(filtertest.Request{}); r.Status != 200 || r.Has("ratelimit") {
+			t.Fatalf("%d %v", r.Status, r.Headers)
+		}
+	}
+}
