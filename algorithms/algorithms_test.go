@@ -229,6 +229,9 @@ func TestSlidingLogQuietKeyIsFullyAvailable(t *testing.T) {
 		state, _ = decide(t, l, state, t0+int64(i)*int64(time.Millisecond), 1)
 	}
 	full := len(state)
+	if full > headerSize+9+99*3 { // 1 ms deltas take 3 bytes, counts of 1 none
+		t.Fatalf("100 entries 1 ms apart take %d bytes", full)
+	}
 	if _, d := decide(t, l, state, t0+int64(time.Minute)-1, 1); d.Allowed {
 		t.Fatal("admitted before anything expired")
 	}
@@ -472,13 +475,15 @@ func TestInconsistentStates(t *testing.T) {
 		{"unaligned window", SlidingWindow, u(SlidingWindow, T+1, 0, 1)},
 		{"prev above limit", SlidingWindow, u(SlidingWindow, T, 6, 1)},
 		{"zero current", SlidingWindow, u(SlidingWindow, T, 1, 0)},
-		{"count 0", SlidingLog, []byte{1, 4, 10, 0}},
-		{"above limit", SlidingLog, []byte{1, 4, 10, 3, 1, 3}},
-		{"not increasing", SlidingLog, []byte{1, 4, 10, 1, 0, 1}},
+		{"explicit count 1", SlidingLog, []byte{1, 4, 10<<1 | 1, 1}},
+		{"explicit count 0", SlidingLog, []byte{1, 4, 10<<1 | 1, 0}},
+		{"above limit", SlidingLog, []byte{1, 4, 10<<1 | 1, 3, 1<<1 | 1, 3}},
+		{"not increasing", SlidingLog, []byte{1, 4, 10 << 1, 0}},
 		{"wider than window", SlidingLog, appendEntry(appendEntry(appendHeader(nil, SlidingLog), -1, t0, 1), t0, t0+int64(time.Second), 1)},
 		{"truncated varint", SlidingLog, []byte{1, 4, 0x80}},
-		{"missing count", SlidingLog, []byte{1, 4, 10}},
-		{"time overflow", SlidingLog, []byte{1, 4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1}},
+		{"missing count", SlidingLog, []byte{1, 4, 10<<1 | 1}},
+		{"time overflow", SlidingLog, []byte{1, 4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		{"delta overflow", SlidingLog, append(appendEntry(appendHeader(nil, SlidingLog), -1, maxTime, 1), 2<<1)},
 	}
 	for _, tt := range tests {
 		l := mustNew(t, tt.k, Params{Limit: 5, Window: time.Second})

@@ -9,12 +9,14 @@ import (
 // is admitted iff the cost admitted in (t − Window, t] plus c is at most
 // Limit; so every interval of length Window holds at most Limit.
 //
-// State: header, then entries oldest first, each a uvarint time (the first
-// absolute Unix ns, the others the positive delta from the previous entry)
-// and a uvarint count (>= 1; requests admitted at the same nanosecond share
-// one entry). Entries older than the window are pruned whenever the log is
-// written, so at most Limit entries remain: O(Limit) bytes, at most
-// 2 + Limit × 11. Because later entries are stored as deltas, pruning
+// State: header, then entries oldest first. Requests admitted at the same
+// nanosecond share one entry. An entry is a uvarint h = d<<1 | more, where d
+// is the time (the first entry: absolute Unix ns; the others: the positive
+// delta from the previous entry), followed, when more is 1, by a uvarint
+// count >= 2 (otherwise the count is 1). Entries older than the window are
+// pruned whenever the log is written, so at most Limit entries remain:
+// O(Limit) bytes, typically 3 bytes per entry (millisecond gaps), at most
+// 2 + Limit × 12. Because later entries are stored as deltas, pruning
 // re-encodes only the first surviving entry and copies the rest as bytes.
 type slidingLog struct{ common }
 
@@ -22,7 +24,7 @@ func (l *slidingLog) Kind() Kind { return SlidingLog }
 
 func (l *slidingLog) MaxStateSize() int {
 	var b [binary.MaxVarintLen64]byte
-	entry := len(binary.AppendUvarint(b[:0], uint64(maxTime))) + len(binary.AppendUvarint(b[:0], l.limit))
+	entry := len(binary.AppendUvarint(b[:0], uint64(maxTime)<<1|1)) + len(binary.AppendUvarint(b[:0], l.limit))
 	return headerSize + int(l.limit)*entry
 }
 
@@ -36,34 +38,38 @@ type logIter struct {
 func newLogIter(body []byte) logIter { return logIter{b: body, first: true} }
 
 // next returns the next entry; ok is false at the end; bad reports a
-// malformed entry. countAt is the offset of the count varint from the
-// start of the entry.
-func (it *logIter) next() (t int64, count uint64, countAt int, ok, bad bool) {
+// malformed entry.
+func (it *logIter) next() (t int64, count uint64, ok, bad bool) {
 	if len(it.b) == 0 {
-		return 0, 0, 0, false, false
+		return 0, 0, false, false
 	}
-	d, n := binary.Uvarint(it.b)
+	h, n := binary.Uvarint(it.b)
 	if n <= 0 {
-		return 0, 0, 0, false, true
+		return 0, 0, false, true
 	}
-	count, m := binary.Uvarint(it.b[n:])
-	if m <= 0 {
-		return 0, 0, 0, false, true
+	count = 1
+	if h&1 != 0 {
+		c, m := binary.Uvarint(it.b[n:])
+		if m <= 0 || c < 2 {
+			return 0, 0, false, true
+		}
+		count, n = c, n+m
 	}
-	it.b = it.b[n+m:]
+	it.b = it.b[n:]
+	d := h >> 1
 	if it.first {
 		it.first = false
 		if d > uint64(maxTime) {
-			return 0, 0, 0, false, true
+			return 0, 0, false, true
 		}
 		it.t = int64(d)
 	} else {
 		if d == 0 || d > uint64(maxTime-it.t) {
-			return 0, 0, 0, false, true
+			return 0, 0, false, true
 		}
 		it.t += int64(d)
 	}
-	return it.t, count, n, true, false
+	return it.t, count, true, false
 }
 
 // logScan is what one pass over a log learns about it at time eff.
@@ -75,7 +81,8 @@ type logScan struct {
 	firstCount uint64
 	afterFirst int    // and the body offset just after it (-1: no live entry)
 	lastCount  uint64 // the newest entry's count,
-	lastCntAt  int    // and the body offset of its count varint
+	lastAt     int    // its body offset,
+	beforeLast int64  // and the time of the entry before it
 }
 
 // scan validates body and measures it at eff (assumed >= every entry's
@@ -87,8 +94,8 @@ func (l *slidingLog) scan(body []byte, eff int64) (s logScan, err error) {
 	oldest := int64(-1)
 	it := newLogIter(body)
 	for {
-		start := len(body) - len(it.b)
-		t, count, countAt, ok, bad := it.next()
+		start, before := len(body)-len(it.b), s.newest
+		t, count, ok, bad := it.next()
 		if bad {
 			return s, corrupt("sliding_log entry malformed")
 		}
@@ -102,7 +109,7 @@ func (l *slidingLog) scan(body []byte, eff int64) (s logScan, err error) {
 		if oldest < 0 {
 			oldest = t
 		}
-		s.newest, s.lastCount, s.lastCntAt = t, count, start+countAt
+		s.newest, s.lastCount, s.lastAt, s.beforeLast = t, count, start, before
 		if t > cutoff {
 			s.used += count
 			if s.afterFirst < 0 {
@@ -154,7 +161,7 @@ func (l *slidingLog) Decide(dst, state []byte, now, cost int64) ([]byte, Decisio
 			need := s.used + c - l.limit
 			it := newLogIter(state[headerSize:])
 			for {
-				t, count, _, ok, _ := it.next()
+				t, count, ok, _ := it.next()
 				if !ok {
 					break
 				}
@@ -188,8 +195,8 @@ func (l *slidingLog) Decide(dst, state []byte, now, cost int64) ([]byte, Decisio
 		body := state[headerSize:]
 		dst = appendEntry(dst, -1, s.firstT, s.firstCount)
 		if s.newest == eff {
-			dst = append(dst, body[s.afterFirst:s.lastCntAt]...)
-			dst = binary.AppendUvarint(dst, s.lastCount+c)
+			dst = append(dst, body[s.afterFirst:s.lastAt]...)
+			dst = appendEntry(dst, s.beforeLast, eff, s.lastCount+c)
 		} else {
 			dst = append(dst, body[s.afterFirst:]...)
 			dst = appendEntry(dst, s.newest, eff, c)
@@ -204,13 +211,17 @@ func (l *slidingLog) Decide(dst, state []byte, now, cost int64) ([]byte, Decisio
 	}, nil
 }
 
+// appendEntry encodes an entry at t (absolute when prev < 0, else as the
+// delta from prev) with its count.
 func appendEntry(dst []byte, prev, t int64, count uint64) []byte {
-	if prev < 0 {
-		dst = binary.AppendUvarint(dst, uint64(t))
-	} else {
-		dst = binary.AppendUvarint(dst, uint64(t-prev))
+	d := uint64(t)
+	if prev >= 0 {
+		d = uint64(t - prev)
 	}
-	return binary.AppendUvarint(dst, count)
+	if count == 1 {
+		return binary.AppendUvarint(dst, d<<1)
+	}
+	return binary.AppendUvarint(binary.AppendUvarint(dst, d<<1|1), count)
 }
 
 func (l *slidingLog) Idle(state []byte, now int64) bool {
