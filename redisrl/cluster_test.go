@@ -1,0 +1,381 @@
+package redisrl
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/hostredis"
+	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/resp"
+)
+
+// These tests run the scripts on a real 3-master Redis Cluster, through the
+// same path the embedded host uses (raw RESP in, raw RESP out, hostredis).
+
+var cluster *rediscluster.Cluster
+
+func TestMain(m *testing.M) { os.Exit(rediscluster.Main(m, 3, &cluster)) }
+
+// host is one proxy instance's view of the cluster.
+type host struct {
+	c        *hostredis.Clusters
+	noscript atomic.Int64 // EVALSHA answered NOSCRIPT, EVAL sent
+}
+
+func newHost(t testing.TB) *host {
+	t.Helper()
+	c := hostredis.New(map[string][]string{"rc": cluster.Addrs}, hostredis.Options{})
+	if err := c.Init("rc", "", "", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &host{c: c}
+}
+
+func (h *host) send(cmd []byte) (Result, error) {
+	st, reply, err := h.c.Do(context.Background(), "rc", cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	if st != hostredis.StatusOK {
+		return Result{}, errors.New("redis call failed: " + st.String())
+	}
+	var d resp.Decoder
+	v, err := d.Parse(reply)
+	if err != nil {
+		return Result{}, err
+	}
+	return ParseReply(v)
+}
+
+// run is what the filter does: EVALSHA, and EVAL when the node answers
+// NOSCRIPT.
+func (h *host) run(r *Request) (Result, error) {
+	res, err := h.send(r.AppendEvalSHA(nil))
+	if IsNoScript(err) {
+		h.noscript.Add(1)
+		return h.send(r.AppendEval(nil))
+	}
+	return res, err
+}
+
+func testKey(t testing.TB, k algorithms.Kind, key string) []byte {
+	return AppendKey(nil, k, t.Name(), key)
+}
+
+func params(k algorithms.Kind, limit int64, window time.Duration, burst int64) algorithms.Params {
+	return algorithms.Params{Limit: limit, Window: window, Burst: burst}
+}
+
+const us = time.Microsecond
+
+// ceilUS is the script's view of a duration the reference computes in ns.
+func ceilUS(d time.Duration) time.Duration {
+	return (d + us - 1) / us * us
+}
+
+// The scripts decide exactly like package algorithms, step by step, on
+// pinned instants (including the clock going backwards and requests costing
+// more than the capacity).
+func TestConformanceWithAlgorithms(t *testing.T) {
+	h := newHost(t)
+	sets := []algorithms.Params{
+		{Limit: 5, Window: time.Hour, Burst: 8},
+		{Limit: 7, Window: time.Hour, Burst: 3},
+		{Limit: 3, Window: 10*time.Minute + 7*us},
+	}
+	for _, kind := range algorithms.Kinds {
+		for si, p := range sets {
+			t.Run(kind.String()+"/"+strconv.Itoa(si), func(t *testing.T) {
+				ref, err := algorithms.New(kind, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := Validate(kind, p); err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(uint64(kind), uint64(si)))
+				key := testKey(t, kind, "k")
+				now := int64(1_700_000_000_123_456) // µs
+				var state []byte
+				nAllowed := 0
+				defer func() { t.Logf("%d of 150 admitted", nAllowed) }()
+				for step := 0; step < 150; step++ {
+					switch r := rng.IntN(100); {
+					case r < 10:
+						now -= rng.Int64N(int64(p.Window/us) / 4) // clock goes backwards
+					case r < 20: // same instant
+					default:
+						now += 1 + rng.Int64N(int64(p.Window/us)/5)
+					}
+					cost := int64(1)
+					if r := rng.IntN(100); r < 15 {
+						cost = 2
+					} else if r < 18 {
+						cost = ref.Params().Burst + 1
+					}
+					newState, want, err := ref.Decide(nil, state, now*1000, cost)
+					if err != nil {
+						t.Fatal(err)
+					}
+					state = newState
+					if want.Allowed {
+						nAllowed++
+					}
+					got, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: cost, Now: now})
+					if err != nil {
+						t.Fatalf("step %d: %v", step, err)
+					}
+					want.ResetAfter = ceilUS(want.ResetAfter)
+					want.RetryAfter = ceilUS(want.RetryAfter)
+					if got.Decision != want {
+						t.Fatalf("step %d (now %d, cost %d): script %+v, reference %+v", step, now, cost, got.Decision, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// 3,000 concurrent requests on one key from three hosts (three clients of the
+// cluster), limit 100 per hour: exactly 100 admitted, for every algorithm.
+// Then a spent key is denied with an honest Retry-After, and its TTL is
+// sized to the time it takes to become idle.
+func TestExactAdmissionUnderConcurrency(t *testing.T) {
+	hosts := []*host{newHost(t), newHost(t), newHost(t)}
+	for _, kind := range algorithms.Kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			p := params(kind, 100, time.Hour, 0)
+			key := testKey(t, kind, "203.0.113.7")
+			const n = 3000
+			var admitted, failed atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func(h *host) {
+					defer wg.Done()
+					<-start
+					res, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 1})
+					if err != nil {
+						failed.Add(1)
+						return
+					}
+					if res.Allowed {
+						admitted.Add(1)
+					}
+				}(hosts[i%len(hosts)])
+			}
+			close(start)
+			wg.Wait()
+			if failed.Load() != 0 || admitted.Load() != 100 {
+				t.Fatalf("admitted %d of %d (failed %d), want exactly 100", admitted.Load(), n, failed.Load())
+			}
+
+			// Spent: denied, Retry-After within (0, window].
+			res, err := hosts[0].run(&Request{Kind: kind, Params: p, Key: key, Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed || res.Remaining != 0 || res.Limit != 100 || res.RetryAfter <= 0 || res.RetryAfter > time.Hour {
+				t.Fatalf("spent key: %+v", res.Decision)
+			}
+			if res.ResetAfter < res.RetryAfter || res.ResetAfter > 2*time.Hour {
+				t.Fatalf("reset after %v, retry after %v", res.ResetAfter, res.RetryAfter)
+			}
+
+			// TTL: set, and equal to the time until the key is idle.
+			n0, err := cluster.NodeOf(string(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc := cluster.Client(n0)
+			defer pc.Close()
+			pttl, err := pc.PTTL(context.Background(), string(key)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			resetMS := res.ResetAfter.Milliseconds()
+			if pttl <= 0 || pttl > time.Duration(resetMS+2)*time.Millisecond || pttl < time.Duration(resetMS-1000)*time.Millisecond {
+				t.Fatalf("PTTL %v, want about the reset-after %v", pttl, res.ResetAfter)
+			}
+		})
+	}
+}
+
+// After SCRIPT FLUSH every EVALSHA answers NOSCRIPT; the EVAL fallback
+// decides and re-caches the script.
+func TestNoScriptFallback(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	for _, kind := range algorithms.Kinds {
+		p := params(kind, 2, time.Hour, 0)
+		key := testKey(t, kind, "k")
+		owner, err := cluster.NodeOf(string(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := cluster.Client(owner)
+		if err := pc.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := h.noscript.Load()
+		res, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 1})
+		if err != nil || !res.Allowed || res.Remaining != 1 {
+			t.Fatalf("%v after flush: %+v %v", kind, res, err)
+		}
+		if h.noscript.Load() != before+1 {
+			t.Fatalf("%v: no NOSCRIPT fallback happened", kind)
+		}
+		exists, err := pc.ScriptExists(ctx, ScriptFor(kind).SHA1).Result()
+		pc.Close()
+		if err != nil || !exists[0] {
+			t.Fatalf("%v: script not cached after EVAL: %v %v", kind, exists, err)
+		}
+		res, err = h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 1})
+		if err != nil || !res.Allowed || res.Remaining != 0 || h.noscript.Load() != before+1 {
+			t.Fatalf("%v second call: %+v %v (noscript %d)", kind, res, err, h.noscript.Load()-before)
+		}
+	}
+}
+
+// A refund undoes exactly one admission: the key then decides as if the
+// refunded request had never been admitted.
+func TestRefundUndoesAdmission(t *testing.T) {
+	h := newHost(t)
+	for _, kind := range algorithms.Kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			p := params(kind, 3, time.Hour, 0)
+			ref, _ := algorithms.New(kind, p)
+			key := testKey(t, kind, "k")
+			now := int64(1_700_000_000_000_000) + 1234
+			decide := func(at, cost int64) Result {
+				t.Helper()
+				res, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: cost, Now: at})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+			first := decide(now, 1)
+			second := decide(now+1000, 2)
+			if !first.Allowed || !second.Allowed {
+				t.Fatalf("admissions: %+v %+v", first, second)
+			}
+			if _, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 2, Now: now + 2000, Refund: &second}); err != nil {
+				t.Fatal(err)
+			}
+			// Reference: only the first admission.
+			st, _, _ := ref.Decide(nil, nil, now*1000, 1)
+			_, want, _ := ref.Decide(nil, st, (now+3000)*1000, 1)
+			got := decide(now+3000, 1)
+			want.ResetAfter, want.RetryAfter = ceilUS(want.ResetAfter), ceilUS(want.RetryAfter)
+			if got.Decision != want {
+				t.Fatalf("after refund: %+v, want %+v", got.Decision, want)
+			}
+		})
+	}
+}
+
+// A request matching two Redis rules, one of which denies it, is not charged
+// by the other: it is decided by both, then refunded on the one that
+// admitted it.
+func TestMultiRuleDenialIsNotCharged(t *testing.T) {
+	h := newHost(t)
+	wide := Request{Kind: algorithms.SlidingWindow, Params: params(algorithms.SlidingWindow, 10, time.Hour, 0),
+		Key: AppendKey(nil, algorithms.SlidingWindow, t.Name()+"-wide", "tenant")}
+	narrow := Request{Kind: algorithms.TokenBucket, Params: params(algorithms.TokenBucket, 1, time.Hour, 0),
+		Key: AppendKey(nil, algorithms.TokenBucket, t.Name()+"-narrow", "client")}
+	if rediscluster.Slot(string(wide.Key)) == rediscluster.Slot(string(narrow.Key)) {
+		t.Log("both rules landed in one slot; the scheme does not depend on it")
+	}
+	request := func() bool {
+		rules := []Request{wide, narrow}
+		results := make([]Result, len(rules))
+		var wg sync.WaitGroup
+		for i := range rules {
+			wg.Add(1)
+			go func(i int) { // in parallel, as the filter dispatches them
+				defer wg.Done()
+				r := rules[i]
+				r.Cost = 1
+				res, err := h.run(&r)
+				if err != nil {
+					t.Error(err)
+				}
+				results[i] = res
+			}(i)
+		}
+		wg.Wait()
+		allowed := true
+		for _, r := range results {
+			allowed = allowed && r.Allowed
+		}
+		if !allowed {
+			for i, r := range results {
+				if r.Allowed {
+					rf := rules[i]
+					rf.Cost, rf.Refund = 1, &results[i]
+					if _, err := h.run(&rf); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}
+		return allowed
+	}
+	if !request() {
+		t.Fatal("first request denied")
+	}
+	for i := 0; i < 5; i++ {
+		if request() {
+			t.Fatalf("request %d admitted past the narrow rule", i+2)
+		}
+	}
+	// The wide rule was charged once, by the admitted request only.
+	wide.Cost = 1
+	res, err := h.run(&wide)
+	if err != nil || !res.Allowed || res.Remaining != 8 {
+		t.Fatalf("wide rule after 5 denials: %+v %v (want remaining 8 = 10 - 1 admitted - this one)", res.Decision, err)
+	}
+}
+
+func BenchmarkDecideRoundTrip(b *testing.B) {
+	h := newHost(b)
+	for _, kind := range algorithms.Kinds {
+		b.Run(kind.String(), func(b *testing.B) {
+			p := params(kind, 1_000_000_000, time.Hour, 0)
+			if kind == algorithms.SlidingLog {
+				p.Limit = algorithms.MaxSlidingLogLimit
+			}
+			r := &Request{Kind: kind, Params: p, Key: AppendKey(nil, kind, b.Name(), "k"), Cost: 1}
+			buf := make([]byte, 0, 512)
+			var d resp.Decoder
+			if _, err := h.run(r); err != nil { // cache the script
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				st, reply, err := h.c.Do(context.Background(), "rc", r.AppendEvalSHA(buf[:0]))
+				if err != nil || st != hostredis.StatusOK {
+					b.Fatal(err, st)
+				}
+				v, err := d.Parse(reply)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := ParseReply(v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

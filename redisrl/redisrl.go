@@ -1,0 +1,299 @@
+// Package redisrl is the Redis side of sluice's rate limiting: one Lua script
+// per algorithm, the commands that run them and the parser of their replies.
+//
+// Each decision is one round trip: EVALSHA of the algorithm's script on the
+// one key of the (rule, key) pair, or EVAL with the source when the node
+// answers NOSCRIPT. The script reads the time from Redis TIME, so every
+// instance sharing the cluster agrees on it, and gives every key it writes a
+// PEXPIRE sized to the moment the key becomes equivalent to a fresh one.
+// The semantics are those of package algorithms (exact integer arithmetic in
+// microseconds), and a conformance test checks the scripts against it.
+//
+// Several rules charge independently, each on its own key (and so possibly
+// its own cluster node): a request is decided by all its rules in parallel
+// and, when any of them denies it, the rules that admitted it are refunded
+// (Request.Refund) — see the package README section in the report and
+// RATIONALE.md.
+//
+// The package is used by the Wasm guest: it depends only on the standard
+// library, algorithms and resp, and building a command does not allocate.
+package redisrl
+
+import (
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/resp"
+)
+
+// Script is one algorithm's Lua script.
+type Script struct {
+	Kind   algorithms.Kind
+	Source string // the full Lua text, sent by EVAL
+	SHA1   string // hex SHA-1 of Source, sent by EVALSHA
+	suffix string // key suffix
+}
+
+var scripts [6]Script
+
+func init() {
+	for _, s := range []Script{
+		{Kind: algorithms.TokenBucket, Source: tokenBucketBody, suffix: "tb"},
+		{Kind: algorithms.LeakyBucket, Source: leakyBucketBody, suffix: "lb"},
+		{Kind: algorithms.FixedWindow, Source: fixedWindowBody, suffix: "fw"},
+		{Kind: algorithms.SlidingLog, Source: slidingLogBody, suffix: "sl"},
+		{Kind: algorithms.SlidingWindow, Source: slidingWindowBody, suffix: "sw"},
+	} {
+		s.Source = "-- sluice " + s.Kind.String() + " v1\n" + prelude + s.Source
+		sum := sha1.Sum([]byte(s.Source))
+		s.SHA1 = hex.EncodeToString(sum[:])
+		scripts[s.Kind] = s
+	}
+}
+
+// ScriptFor returns the script of algorithm k, or nil for an unknown Kind.
+func ScriptFor(k algorithms.Kind) *Script {
+	if int(k) >= len(scripts) || scripts[k].Source == "" {
+		return nil
+	}
+	return &scripts[k]
+}
+
+// maxExact is 2^53: Lua numbers (doubles) hold every integer up to it.
+const maxExact = 1 << 53
+
+// Validate reports whether rule parameters (as normalised by algorithms.New)
+// can be enforced exactly by the scripts: the window must be a whole number
+// of microseconds, and the scaled capacity (burst × window in µs for the
+// buckets, limit × window for sliding_window) must stay below 2^53 so that
+// the scripts' integer arithmetic in doubles is exact. The error names the
+// field like algorithms.ParamError.
+func Validate(k algorithms.Kind, p algorithms.Params) error {
+	if ScriptFor(k) == nil {
+		return &algorithms.ParamError{Field: "algorithm", Reason: "is unknown: " + strconv.Itoa(int(k))}
+	}
+	if p.Window%time.Microsecond != 0 || p.Window <= 0 {
+		return &algorithms.ParamError{Field: "window", Reason: "must be a positive whole number of microseconds for the redis backend"}
+	}
+	w := int64(p.Window / time.Microsecond)
+	burst := p.Burst
+	if burst == 0 {
+		burst = p.Limit
+	}
+	var scaled int64
+	switch k {
+	case algorithms.TokenBucket, algorithms.LeakyBucket:
+		scaled = burst
+	case algorithms.SlidingWindow:
+		scaled = p.Limit
+	}
+	if scaled > 0 && (scaled > (maxExact-algorithms.MaxLimit)/w) {
+		return &algorithms.ParamError{Field: "window", Reason: "is too long for this limit/burst on the redis backend (limit × window in µs must stay below 2^53)"}
+	}
+	return nil
+}
+
+// Key layout: "sluice:{<rule>|<key>}:<alg>". The braces make the whole
+// (rule, key) pair the cluster hash tag. A part is written as is when it is
+// at most maxRawPart bytes of printable ASCII other than the characters
+// with a meaning here ({ } | #); otherwise it is replaced by '#' and the
+// first 16 bytes of its SHA-256 in hex, so keys are bounded (< 220 bytes),
+// never ambiguous and never break the hash tag.
+const (
+	keyPrefix  = "sluice:{"
+	maxRawPart = 96
+	hashedPart = 1 + 32
+	// MaxKeyLen bounds the length of every key AppendKey builds.
+	MaxKeyLen = len(keyPrefix) + 2*maxRawPart + len("|}:tb")
+)
+
+func rawPart(s string) bool {
+	if len(s) > maxRawPart {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c <= ' ' || c >= 0x7f, c == '{', c == '}', c == '|', c == '#':
+			return false
+		}
+	}
+	return true
+}
+
+func appendPart(dst []byte, s string) []byte {
+	if rawPart(s) {
+		return append(dst, s...)
+	}
+	sum := sha256.Sum256([]byte(s))
+	dst = append(dst, '#')
+	return hex.AppendEncode(dst, sum[:16])
+}
+
+func partLen(s string) int {
+	if rawPart(s) {
+		return len(s)
+	}
+	return hashedPart
+}
+
+// KeyLen returns the length of the key AppendKey builds.
+func KeyLen(k algorithms.Kind, rule, key string) int {
+	return len(keyPrefix) + partLen(rule) + 1 + partLen(key) + 2 + 2
+}
+
+// AppendKey appends the Redis key of a (rule, key) pair for algorithm k.
+func AppendKey(dst []byte, k algorithms.Kind, rule, key string) []byte {
+	dst = append(dst, keyPrefix...)
+	dst = appendPart(dst, rule)
+	dst = append(dst, '|')
+	dst = appendPart(dst, key)
+	dst = append(dst, '}', ':')
+	if s := ScriptFor(k); s != nil {
+		return append(dst, s.suffix...)
+	}
+	return append(dst, "xx"...)
+}
+
+// Request is one call of a script.
+type Request struct {
+	Kind   algorithms.Kind
+	Params algorithms.Params // Burst 0 means Limit
+	// Key is the Redis key (AppendKey).
+	Key []byte
+	// Cost is the number of units the request takes (>= 1).
+	Cost int64
+	// Now is the time in Unix microseconds. Zero (always, in production)
+	// makes the script read Redis TIME; tests set it to pin instants.
+	Now int64
+	// Refund, when set, undoes the admission this earlier reply reported
+	// (same Kind, Params, Key and Cost) instead of deciding.
+	Refund *Result
+}
+
+// AppendEvalSHA appends the EVALSHA command of r.
+func (r *Request) AppendEvalSHA(dst []byte) []byte {
+	s := ScriptFor(r.Kind)
+	if s == nil {
+		return dst
+	}
+	return r.appendCall(dst, "EVALSHA", s.SHA1)
+}
+
+// AppendEval appends the EVAL command of r (the fallback after NOSCRIPT).
+func (r *Request) AppendEval(dst []byte) []byte {
+	s := ScriptFor(r.Kind)
+	if s == nil {
+		return dst
+	}
+	return r.appendCall(dst, "EVAL", s.Source)
+}
+
+func (r *Request) appendCall(dst []byte, cmd, script string) []byte {
+	burst := r.Params.Burst
+	if burst == 0 || (r.Kind != algorithms.TokenBucket && r.Kind != algorithms.LeakyBucket) {
+		burst = r.Params.Limit
+	}
+	dst = resp.AppendArrayHeader(dst, 3+1+8)
+	dst = resp.AppendBulkString(dst, cmd)
+	dst = resp.AppendBulkString(dst, script)
+	dst = resp.AppendBulkString(dst, "1")
+	dst = resp.AppendBulk(dst, r.Key)
+	dst = resp.AppendBulkInt(dst, r.Params.Limit)
+	dst = resp.AppendBulkInt(dst, int64(r.Params.Window/time.Microsecond))
+	dst = resp.AppendBulkInt(dst, burst)
+	dst = resp.AppendBulkInt(dst, r.Cost)
+	dst = resp.AppendBulkInt(dst, r.Now)
+	if r.Refund == nil {
+		dst = resp.AppendBulkString(dst, "0")
+		dst = resp.AppendBulkString(dst, "0")
+		return resp.AppendBulkString(dst, "0")
+	}
+	dst = resp.AppendBulkString(dst, "1")
+	dst = resp.AppendBulkInt(dst, r.Refund.Stamp)
+	return resp.AppendBulkInt(dst, r.Refund.Ref)
+}
+
+// Result is a script's reply.
+type Result struct {
+	algorithms.Decision
+	// Stamp is the effective time of the decision (Unix µs, Redis clock).
+	Stamp int64
+	// Ref is the handle a refund of this admission needs.
+	Ref int64
+}
+
+// ReplyLen is the number of integers in a script's reply.
+const ReplyLen = 7
+
+// ErrBadReply is wrapped by every error about a reply of the wrong shape.
+var ErrBadReply = errors.New("redisrl: unexpected script reply")
+
+func badReply(msg string) error { return &replyError{msg} }
+
+type replyError struct{ msg string }
+
+func (e *replyError) Error() string { return "redisrl: unexpected script reply: " + e.msg }
+func (e *replyError) Unwrap() error { return ErrBadReply }
+
+// ParseReply converts a script's reply into a Result. An error reply is
+// returned as a *resp.ReplyError (check NOSCRIPT with IsNoScript); anything
+// that is not an array of ReplyLen integers with values in range is an
+// error wrapping ErrBadReply.
+func ParseReply(v resp.Value) (Result, error) {
+	if v.Type == resp.Error {
+		return Result{}, v.Err()
+	}
+	if v.Type != resp.Array || v.Null {
+		return Result{}, badReply("a " + v.Type.String() + " instead of an array")
+	}
+	if len(v.Elems) != ReplyLen {
+		return Result{}, badReply(strconv.Itoa(len(v.Elems)) + " elements instead of " + strconv.Itoa(ReplyLen))
+	}
+	var n [ReplyLen]int64
+	for i, e := range v.Elems {
+		if e.Type != resp.Integer {
+			return Result{}, badReply("element " + strconv.Itoa(i) + " is a " + e.Type.String())
+		}
+		n[i] = e.Int
+	}
+	const maxDur = int64(1<<63-1) / int64(time.Microsecond)
+	switch {
+	case n[0] != 0 && n[0] != 1:
+		return Result{}, badReply("allowed is " + strconv.FormatInt(n[0], 10))
+	case n[1] < 1:
+		return Result{}, badReply("limit is " + strconv.FormatInt(n[1], 10))
+	case n[2] < 0 || n[2] > n[1]:
+		return Result{}, badReply("remaining " + strconv.FormatInt(n[2], 10) + " outside 0.." + strconv.FormatInt(n[1], 10))
+	case n[3] < 0 || n[3] > maxDur || n[4] < 0 || n[4] > maxDur:
+		return Result{}, badReply("reset/retry after out of range")
+	case n[0] == 1 && n[4] != 0:
+		return Result{}, badReply("retry after on an admitted request")
+	case n[0] == 0 && n[4] == 0:
+		return Result{}, badReply("no retry after on a denied request")
+	case n[5] < 0 || n[6] < 0:
+		return Result{}, badReply("negative stamp or ref")
+	}
+	return Result{
+		Decision: algorithms.Decision{
+			Allowed:    n[0] == 1,
+			Limit:      n[1],
+			Remaining:  n[2],
+			ResetAfter: time.Duration(n[3]) * time.Microsecond,
+			RetryAfter: time.Duration(n[4]) * time.Microsecond,
+		},
+		Stamp: n[5],
+		Ref:   n[6],
+	}, nil
+}
+
+// IsNoScript reports whether err is Redis's NOSCRIPT error: the node does not
+// have the script cached, and the caller must send AppendEval instead.
+func IsNoScript(err error) bool {
+	var re *resp.ReplyError
+	return errors.As(err, &re) && re.Code == resp.CodeNoScript
+}

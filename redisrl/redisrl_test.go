@@ -1,0 +1,211 @@
+package redisrl
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/resp"
+)
+
+func TestScripts(t *testing.T) {
+	seen := map[string]bool{}
+	for _, k := range algorithms.Kinds {
+		s := ScriptFor(k)
+		if s == nil || s.Kind != k {
+			t.Fatalf("no script for %v", k)
+		}
+		sum := sha1.Sum([]byte(s.Source))
+		if s.SHA1 != hex.EncodeToString(sum[:]) || seen[s.SHA1] {
+			t.Errorf("%v: bad or duplicate SHA1 %s", k, s.SHA1)
+		}
+		seen[s.SHA1] = true
+		if !strings.Contains(s.Source, "redis.call('TIME')") || !strings.Contains(s.Source, "PEXPIRE") {
+			t.Errorf("%v: script does not read TIME or set PEXPIRE", k)
+		}
+	}
+	if ScriptFor(0) != nil || ScriptFor(99) != nil {
+		t.Error("script for an invalid kind")
+	}
+}
+
+func TestKeys(t *testing.T) {
+	k := AppendKey(nil, algorithms.TokenBucket, "api-per-key", "203.0.113.7")
+	if string(k) != "sluice:{api-per-key|203.0.113.7}:tb" {
+		t.Fatalf("got %q", k)
+	}
+	if KeyLen(algorithms.TokenBucket, "api-per-key", "203.0.113.7") != len(k) {
+		t.Fatal("KeyLen")
+	}
+	// IPv6 and header values with ':' stay readable.
+	if k := AppendKey(nil, algorithms.FixedWindow, "r", "2001:db8::1"); string(k) != "sluice:{r|2001:db8::1}:fw" {
+		t.Fatalf("got %q", k)
+	}
+	// Unsafe or long parts are hashed: bounded, tag intact, unambiguous.
+	long := strings.Repeat("x", 10_000)
+	cases := [][2]string{
+		{"r", long}, {"r", "a}b"}, {"r", "a{b"}, {"r", "a|b"}, {"a|b", "c"}, {"a", "b|c"}, {"r", "#x"},
+		{"r", "with space"}, {"r", "\x00\xff"}, {"r", ""}, {"", "k"}, {strings.Repeat("r", 97), "k"},
+	}
+	keys := map[string]bool{}
+	for _, c := range cases {
+		for _, kind := range algorithms.Kinds {
+			key := AppendKey(nil, kind, c[0], c[1])
+			if len(key) > MaxKeyLen || KeyLen(kind, c[0], c[1]) != len(key) {
+				t.Errorf("%q: key of %d bytes (max %d, KeyLen %d)", c, len(key), MaxKeyLen, KeyLen(kind, c[0], c[1]))
+			}
+			s := string(key)
+			open, close := strings.IndexByte(s, '{'), strings.IndexByte(s, '}')
+			if open != len("sluice:") || close != strings.LastIndexByte(s, '}') || strings.Count(s, "{") != 1 {
+				t.Errorf("%q: hash tag broken in %q", c, s)
+			}
+			if keys[s] {
+				t.Errorf("%q: key %q collides", c, s)
+			}
+			keys[s] = true
+			// Every algorithm's key of one (rule, key) pair is in the same slot.
+			if rediscluster.Slot(s) != rediscluster.Slot(string(AppendKey(nil, algorithms.TokenBucket, c[0], c[1]))) {
+				t.Errorf("%q: %v key in another slot", c, kind)
+			}
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := []struct {
+		k algorithms.Kind
+		p algorithms.Params
+	}{
+		{algorithms.TokenBucket, algorithms.Params{Limit: 100, Window: time.Hour}},
+		{algorithms.LeakyBucket, algorithms.Params{Limit: 1_000_000, Window: time.Hour, Burst: 1_000_000}},
+		{algorithms.SlidingWindow, algorithms.Params{Limit: 100_000, Window: 24 * time.Hour}},
+		{algorithms.FixedWindow, algorithms.Params{Limit: algorithms.MaxLimit, Window: algorithms.MaxWindow}},
+		{algorithms.SlidingLog, algorithms.Params{Limit: algorithms.MaxSlidingLogLimit, Window: algorithms.MaxWindow}},
+		{algorithms.FixedWindow, algorithms.Params{Limit: 1, Window: time.Microsecond}},
+	}
+	for _, c := range ok {
+		if err := Validate(c.k, c.p); err != nil {
+			t.Errorf("%v %+v: %v", c.k, c.p, err)
+		}
+	}
+	bad := []struct {
+		k    algorithms.Kind
+		p    algorithms.Params
+		want string
+	}{
+		{algorithms.FixedWindow, algorithms.Params{Limit: 1, Window: 1500 * time.Nanosecond}, "window must be a positive whole number of microseconds for the redis backend"},
+		{algorithms.TokenBucket, algorithms.Params{Limit: 1, Window: 0}, "window must be a positive whole number"},
+		{algorithms.TokenBucket, algorithms.Params{Limit: 10, Window: 366 * 24 * time.Hour, Burst: 1_000_000}, "window is too long for this limit/burst on the redis backend"},
+		{algorithms.SlidingWindow, algorithms.Params{Limit: algorithms.MaxLimit, Window: 24 * time.Hour}, "window is too long"},
+		{0, algorithms.Params{Limit: 1, Window: time.Second}, "algorithm is unknown: 0"},
+	}
+	for _, c := range bad {
+		err := Validate(c.k, c.p)
+		var pe *algorithms.ParamError
+		if err == nil || !errors.As(err, &pe) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %+v: %v, want %q", c.k, c.p, err, c.want)
+		}
+	}
+}
+
+func TestCommands(t *testing.T) {
+	r := &Request{Kind: algorithms.LeakyBucket, Params: algorithms.Params{Limit: 100, Window: time.Hour, Burst: 20},
+		Key: []byte("sluice:{r|k}:lb"), Cost: 1}
+	v, err := resp.Parse(r.AppendEvalSHA(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, e := range v.Elems {
+		args = append(args, string(e.Str))
+	}
+	want := []string{"EVALSHA", ScriptFor(algorithms.LeakyBucket).SHA1, "1", "sluice:{r|k}:lb", "100", "3600000000", "20", "1", "0", "0", "0", "0"}
+	if strings.Join(args, " ") != strings.Join(want, " ") {
+		t.Fatalf("EVALSHA args %q\nwant %q", args, want)
+	}
+	// Refund of an earlier admission; burst is ignored by window algorithms.
+	r = &Request{Kind: algorithms.SlidingLog, Params: algorithms.Params{Limit: 5, Window: time.Second, Burst: 9},
+		Key: []byte("k"), Cost: 2, Now: 77, Refund: &Result{Stamp: 1234, Ref: 3}}
+	v, err = resp.Parse(r.AppendEval(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = args[:0]
+	for _, e := range v.Elems {
+		args = append(args, string(e.Str))
+	}
+	want = []string{"EVAL", ScriptFor(algorithms.SlidingLog).Source, "1", "k", "5", "1000000", "5", "2", "77", "1", "1234", "3"}
+	if strings.Join(args, "|") != strings.Join(want, "|") {
+		t.Fatalf("EVAL args %q", args[2:])
+	}
+	if got := (&Request{Kind: 0}).AppendEvalSHA([]byte("x")); string(got) != "x" {
+		t.Fatal("unknown kind appended something")
+	}
+}
+
+func TestBuildCommandZeroAlloc(t *testing.T) {
+	buf := make([]byte, 0, 512)
+	keyBuf := make([]byte, 0, MaxKeyLen)
+	allocs := testing.AllocsPerRun(1000, func() {
+		key := AppendKey(keyBuf[:0], algorithms.SlidingWindow, "api-per-key", "203.0.113.7")
+		r := Request{Kind: algorithms.SlidingWindow, Params: algorithms.Params{Limit: 100, Window: time.Minute}, Key: key, Cost: 1}
+		buf = r.AppendEvalSHA(buf[:0])
+	})
+	if allocs != 0 {
+		t.Fatalf("building a command allocated %v times, want 0", allocs)
+	}
+}
+
+func TestParseReply(t *testing.T) {
+	good := "*7\r\n:0\r\n:100\r\n:0\r\n:3600000000\r\n:36000000\r\n:1700000000000000\r\n:0\r\n"
+	v, _ := resp.Parse([]byte(good))
+	res, err := ParseReply(v)
+	want := Result{Decision: algorithms.Decision{Limit: 100, ResetAfter: time.Hour, RetryAfter: 36 * time.Second}, Stamp: 1700000000000000}
+	if err != nil || res != want {
+		t.Fatalf("got %+v %v", res, err)
+	}
+	bad := map[string]string{
+		":1\r\n":             "a integer instead of an array",
+		"*-1\r\n":            "array instead of an array",
+		"$-1\r\n":            "bulk string instead",
+		"*2\r\n:1\r\n:1\r\n": "2 elements instead of 7",
+		"*7\r\n:1\r\n:100\r\n$2\r\n99\r\n:0\r\n:0\r\n:0\r\n:0\r\n":             "element 2 is a bulk string",
+		"*7\r\n:2\r\n:100\r\n:99\r\n:0\r\n:0\r\n:0\r\n:0\r\n":                  "allowed is 2",
+		"*7\r\n:1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:0\r\n:0\r\n":                     "limit is 0",
+		"*7\r\n:1\r\n:100\r\n:101\r\n:0\r\n:0\r\n:0\r\n:0\r\n":                 "remaining 101 outside 0..100",
+		"*7\r\n:1\r\n:100\r\n:-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n":                  "remaining -1",
+		"*7\r\n:1\r\n:100\r\n:1\r\n:-5\r\n:0\r\n:0\r\n:0\r\n":                  "reset/retry after out of range",
+		"*7\r\n:1\r\n:100\r\n:1\r\n:9223372036854775807\r\n:0\r\n:0\r\n:0\r\n": "out of range",
+		"*7\r\n:1\r\n:100\r\n:1\r\n:5\r\n:5\r\n:0\r\n:0\r\n":                   "retry after on an admitted request",
+		"*7\r\n:0\r\n:100\r\n:0\r\n:5\r\n:0\r\n:0\r\n:0\r\n":                   "no retry after on a denied request",
+		"*7\r\n:1\r\n:100\r\n:1\r\n:5\r\n:0\r\n:-1\r\n:0\r\n":                  "negative stamp or ref",
+	}
+	for in, msg := range bad {
+		v, err := resp.Parse([]byte(in))
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		_, err = ParseReply(v)
+		if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: %v, want %q", in, err, msg)
+		}
+	}
+	for in, code := range map[string]resp.ErrorCode{
+		"-NOSCRIPT No matching script. Please use EVAL.\r\n": resp.CodeNoScript,
+		"-MOVED 12 127.0.0.1:7000\r\n":                       resp.CodeMoved,
+		"-CLUSTERDOWN The cluster is down\r\n":               resp.CodeClusterDown,
+		"-ERR sluice: bad arguments\r\n":                     resp.CodeErr,
+	} {
+		v, _ := resp.Parse([]byte(in))
+		_, err := ParseReply(v)
+		var re *resp.ReplyError
+		if !errors.As(err, &re) || re.Code != code || IsNoScript(err) != (code == resp.CodeNoScript) {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+}
