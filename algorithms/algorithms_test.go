@@ -582,3 +582,39 @@ func TestDecideInPlace(t *testing.T) {
 		}
 	})
 }
+
+// A Limiter holds only immutable parameters: goroutines sharing one (each
+// with its own state) decide exactly as they would alone. Run with -race.
+func TestConcurrentUse(t *testing.T) {
+	forEachKind(t, Params{Limit: 20, Window: time.Second, Burst: 10}, func(t *testing.T, l Limiter) {
+		reqs := workload(11, 2000, time.Second, 3, 0)
+		var want []Decision
+		var state []byte
+		for _, r := range reqs {
+			var d Decision
+			state, d = decide(t, l, state, r.at, r.cost)
+			want = append(want, d)
+		}
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() {
+				buf := make([]byte, 0, l.MaxStateSize())
+				var st []byte
+				for i, r := range reqs {
+					out, d, err := l.Decide(buf[:0], st, r.at, r.cost)
+					if err != nil || d != want[i] {
+						errs <- errors.New("concurrent decision differs")
+						return
+					}
+					buf, st = st, out
+				}
+				errs <- nil
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
