@@ -20,8 +20,8 @@
 //	leaky_bucket    26 bytes  theoretical arrival time (ns + fraction), last admission
 //	fixed_window    18 bytes  window start, count
 //	sliding_window  26 bytes  current window start, previous count, current count
-//	sliding_log     2 + ~4 bytes per distinct admission instant in the window
-//	                (varint deltas; at most 2 + 11 × Limit)
+//	sliding_log     ~3 bytes per distinct admission instant in the window
+//	                (varint deltas; at most 2 + 12 × Limit)
 package algorithms
 
 import (
