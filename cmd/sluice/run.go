@@ -1,0 +1,369 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-proxy/sluice/host"
+)
+
+//go:embed default-config.json
+var defaultConfig []byte
+
+func init() {
+	commands["run"] = command{summary: "serve HTTP through the filter on an embedded Proxy-Wasm host", run: runRun}
+}
+
+const runUsage = `usage: sluice run [flags]
+
+Serves HTTP on --listen through a Proxy-Wasm filter (default: dist/sluice.wasm) running
+on an embedded host (one VM per worker), forwarding what the filter lets through to
+--upstream, or to a built-in echo server when --upstream is not given.
+
+Flags:
+`
+
+// runHook lets another file of this package add flags and host options to `sluice run`
+// (for example --redis-cluster). flags is called before parsing; apply after, and may return
+// a cleanup function.
+type runHook struct {
+	flags func(fs *flag.FlagSet)
+	apply func(opts *host.Options) (cleanup func(), err error)
+}
+
+var runHooks []runHook
+
+// adminRoutes lets another file add routes to the admin server (for example a dashboard).
+// The host's own /metrics, /status and /healthz are registered first.
+var adminRoutes []func(mux *http.ServeMux, h *host.Host)
+
+// runConfig is the parsed command line of `sluice run`.
+type runConfig struct {
+	wasm, configPath, listen, upstream, admin, vmID, logLevel string
+	workers                                                   int
+	failOpen                                                  bool
+	memoryMB                                                  int
+	clusters                                                  clusterFlag
+}
+
+type clusterFlag map[string]string
+
+func (c clusterFlag) String() string {
+	var s []string
+	for k, v := range c {
+		s = append(s, k+"="+v)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+func (c clusterFlag) Set(v string) error {
+	name, u, ok := strings.Cut(v, "=")
+	if !ok || name == "" || u == "" {
+		return fmt.Errorf("want NAME=URL, got %q", v)
+	}
+	if _, err := url.ParseRequestURI(u); err != nil {
+		return fmt.Errorf("cluster %s: %v", name, err)
+	}
+	c[name] = u
+	return nil
+}
+
+func runRun(args []string, stdout, stderr io.Writer) int {
+	cfg := runConfig{clusters: clusterFlag{}}
+	fs := flag.NewFlagSet("sluice run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, runUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.wasm, "wasm", "dist/sluice.wasm", "Proxy-Wasm module to run")
+	fs.StringVar(&cfg.configPath, "config", "", "plugin configuration file (default: the embedded example, 5 requests per 10s per client IP)")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
+	fs.StringVar(&cfg.upstream, "upstream", "", "URL to forward allowed requests to (default: a built-in echo server)")
+	fs.IntVar(&cfg.workers, "workers", runtime.NumCPU(), "workers, each with its own VM")
+	fs.StringVar(&cfg.admin, "admin", "", "address for the admin server (/metrics, /status, /healthz); empty: none")
+	fs.BoolVar(&cfg.failOpen, "fail-open", false, "let a request through unfiltered when the filter traps (default: answer 500)")
+	fs.StringVar(&cfg.vmID, "vm-id", "sluice", "vm_id: names the shared-data map")
+	fs.IntVar(&cfg.memoryMB, "memory-limit-mb", 256, "linear memory cap per VM, in MiB")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error (also what the filter's proxy_get_log_level sees)")
+	fs.Var(cfg.clusters, "cluster", "NAME=URL: an upstream for the filter's proxy_http_call (repeatable)")
+	for _, hk := range runHooks {
+		if hk.flags != nil {
+			hk.flags(fs)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice run: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := startRun(ctx, cfg, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice run: %v\n", err)
+		return 1
+	}
+	if err := srv.wait(); err != nil {
+		fmt.Fprintf(stderr, "sluice run: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runServer is a started `sluice run`.
+type runServer struct {
+	host                *host.Host
+	listenAddr          string // the address actually bound
+	adminAddr           string
+	errc                chan error
+	done                chan struct{}
+	servers             []*http.Server
+	cleanups            []func()
+	shutdownGracePeriod time.Duration
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(s))
+	return l, err
+}
+
+// startRun loads the module and configuration, starts the host and the listeners, and
+// returns once they accept connections. Everything stops when ctx ends.
+func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*runServer, error) {
+	level, err := parseLevel(cfg.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %v", err)
+	}
+	if cfg.workers < 1 {
+		return nil, fmt.Errorf("--workers must be at least 1, got %d", cfg.workers)
+	}
+	if cfg.memoryMB < 1 || cfg.memoryMB > 4096 {
+		return nil, fmt.Errorf("--memory-limit-mb must be in 1..4096, got %d", cfg.memoryMB)
+	}
+	wasm, err := os.ReadFile(cfg.wasm)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, os.ErrNotExist) && cfg.wasm == "dist/sluice.wasm" {
+			hint = " (build it with `make wasm`, or pass --wasm)"
+		}
+		return nil, fmt.Errorf("reading --wasm: %v%s", err, hint)
+	}
+	pluginConfig, configName := defaultConfig, "embedded default (5 requests per 10s per client IP)"
+	if cfg.configPath != "" {
+		if pluginConfig, err = os.ReadFile(cfg.configPath); err != nil {
+			return nil, fmt.Errorf("reading --config: %v", err)
+		}
+		configName = cfg.configPath
+	}
+	var upstream http.Handler = echoHandler()
+	upstreamName := "built-in echo"
+	if cfg.upstream != "" {
+		u, err := url.Parse(cfg.upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--upstream: want an http:// or https:// URL, got %q", cfg.upstream)
+		}
+		upstream = reverseProxy(u)
+		upstreamName = u.String()
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	opts := host.Options{
+		Wasm:             wasm,
+		PluginConfig:     pluginConfig,
+		VMID:             cfg.vmID,
+		PluginName:       "sluice",
+		Workers:          cfg.workers,
+		FailOpen:         cfg.failOpen,
+		MemoryLimitPages: uint32(cfg.memoryMB) * 16,
+		Logger:           logger,
+		LogLevel:         level,
+		Clusters:         cfg.clusters,
+	}
+	rs := &runServer{errc: make(chan error, 2), done: make(chan struct{}), shutdownGracePeriod: 10 * time.Second}
+	fail := func(err error) (*runServer, error) {
+		for _, c := range rs.cleanups {
+			c()
+		}
+		return nil, err
+	}
+	for _, hk := range runHooks {
+		if hk.apply == nil {
+			continue
+		}
+		cleanup, err := hk.apply(&opts)
+		if err != nil {
+			return fail(err)
+		}
+		if cleanup != nil {
+			rs.cleanups = append(rs.cleanups, cleanup)
+		}
+	}
+	h, err := host.New(ctx, opts)
+	if err != nil {
+		return fail(fmt.Errorf("starting the filter %s: %v", cfg.wasm, err))
+	}
+	rs.host = h
+	rs.cleanups = append(rs.cleanups, func() { h.Close(context.Background()) })
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fail(fmt.Errorf("--listen: %v", err))
+	}
+	rs.listenAddr = ln.Addr().String()
+	main := &http.Server{Handler: h.Handler(upstream), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	rs.servers = append(rs.servers, main)
+	var adminLn net.Listener
+	if cfg.admin != "" {
+		if adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
+			ln.Close()
+			return fail(fmt.Errorf("--admin: %v", err))
+		}
+		rs.adminAddr = adminLn.Addr().String()
+		mux := http.NewServeMux()
+		admin := h.AdminHandler()
+		for _, p := range []string{"/metrics", "/status", "/healthz"} {
+			mux.Handle(p, admin)
+		}
+		for _, add := range adminRoutes {
+			add(mux, h)
+		}
+		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, "sluice admin: /metrics /status /healthz\n")
+		})
+		rs.servers = append(rs.servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	}
+	fmt.Fprintf(stdout, "sluice: filter %s (Proxy-Wasm %s), %d workers, vm_id %q, config: %s\n", cfg.wasm, h.ABIVersion(), cfg.workers, cfg.vmID, configName)
+	fmt.Fprintf(stdout, "sluice: listening on http://%s -> %s\n", rs.listenAddr, upstreamName)
+	if adminLn != nil {
+		fmt.Fprintf(stdout, "sluice: admin on http://%s (/metrics /status /healthz)\n", rs.adminAddr)
+	}
+	go func() { rs.errc <- serveOrClosed(main, ln) }()
+	if adminLn != nil {
+		go func() { rs.errc <- serveOrClosed(rs.servers[1], adminLn) }()
+	}
+	go func() {
+		<-ctx.Done()
+		rs.shutdown()
+	}()
+	return rs, nil
+}
+
+func serveOrClosed(s *http.Server, ln net.Listener) error {
+	if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// shutdown stops accepting, lets requests in flight finish (bounded), then closes the host.
+func (rs *runServer) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), rs.shutdownGracePeriod)
+	defer cancel()
+	for _, s := range rs.servers {
+		s.Shutdown(ctx)
+	}
+	for _, c := range rs.cleanups {
+		c()
+	}
+	close(rs.done)
+}
+
+// wait blocks until shutdown finished; it returns the first serving error, if any.
+func (rs *runServer) wait() error {
+	<-rs.done
+	for {
+		select {
+		case err := <-rs.errc:
+			if err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// reverseProxy forwards to target, keeping the client's Host (as Envoy keeps :authority)
+// and appending the peer to X-Forwarded-For.
+func reverseProxy(target *url.URL) http.Handler {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			prior := pr.In.Header.Values("X-Forwarded-For")
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host
+			if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+				pr.Out.Header.Set("X-Forwarded-For", strings.Join(append(prior, ip), ", "))
+			}
+			pr.Out.Header.Set("X-Forwarded-Proto", "http")
+			if pr.In.TLS != nil {
+				pr.Out.Header.Set("X-Forwarded-Proto", "https")
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, "upstream unavailable\n")
+		},
+	}
+}
+
+// echoHandler is the built-in upstream: it answers with what it received — the request line,
+// the headers (sorted) and the body size — as text, or as JSON when the client accepts
+// application/json.
+func echoHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		names := make([]string, 0, len(r.Header))
+		for k := range r.Header {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		if strings.Contains(r.Header.Get("Accept"), "application/json") {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(struct {
+				Method    string              `json:"method"`
+				Path      string              `json:"path"`
+				Host      string              `json:"host"`
+				Headers   map[string][]string `json:"headers"`
+				BodyBytes int64               `json:"body_bytes"`
+			}{r.Method, r.URL.RequestURI(), r.Host, r.Header, n})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s %s %s\nHost: %s\n", r.Method, r.URL.RequestURI(), r.Proto, r.Host)
+		for _, k := range names {
+			for _, v := range r.Header[k] {
+				fmt.Fprintf(&b, "%s: %s\n", k, v)
+			}
+		}
+		fmt.Fprintf(&b, "\n(%d body bytes)\n", n)
+		io.WriteString(w, b.String())
+	})
+}
