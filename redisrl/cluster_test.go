@@ -91,6 +91,7 @@ func TestConformanceWithAlgorithms(t *testing.T) {
 		{Limit: 5, Window: time.Hour, Burst: 8},
 		{Limit: 7, Window: time.Hour, Burst: 3},
 		{Limit: 3, Window: 10*time.Minute + 7*us},
+		{Limit: 13, Window: 7*time.Minute + 11*us, Burst: 5},
 	}
 	for _, kind := range algorithms.Kinds {
 		for si, p := range sets {
@@ -107,14 +108,27 @@ func TestConformanceWithAlgorithms(t *testing.T) {
 				now := int64(1_700_000_000_123_456) // µs
 				var state []byte
 				nAllowed := 0
-				defer func() { t.Logf("%d of 150 admitted", nAllowed) }()
+				defer func() {
+					if nAllowed < 10 || nAllowed > 140 {
+						t.Errorf("%d of 150 admitted: the workload does not exercise both outcomes", nAllowed)
+					}
+				}()
+				owner, err := cluster.NodeOf(string(key))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pc := cluster.Client(owner)
+				defer pc.Close()
+				ctx := context.Background()
 				for step := 0; step < 150; step++ {
 					switch r := rng.IntN(100); {
 					case r < 10:
 						now -= rng.Int64N(int64(p.Window/us) / 4) // clock goes backwards
 					case r < 20: // same instant
+					case r < 25:
+						now += rng.Int64N(2 * int64(p.Window/us)) // often idle again
 					default:
-						now += 1 + rng.Int64N(int64(p.Window/us)/5)
+						now += 1 + rng.Int64N(2*int64(p.Window/us)/p.Limit) // about the limit's rate
 					}
 					cost := int64(1)
 					if r := rng.IntN(100); r < 15 {
@@ -138,6 +152,29 @@ func TestConformanceWithAlgorithms(t *testing.T) {
 					want.RetryAfter = ceilUS(want.RetryAfter)
 					if got.Decision != want {
 						t.Fatalf("step %d (now %d, cost %d): script %+v, reference %+v", step, now, cost, got.Decision, want)
+					}
+					if !got.Allowed {
+						continue
+					}
+					// The admission set the TTL to the time until the key is
+					// idle (plus one rounding millisecond), and the
+					// reference agrees the key is idle by then, so its
+					// vanishing changes no decision.
+					pttl, err := pc.PTTL(ctx, string(key)).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					sized := (got.ResetAfter+time.Millisecond-1)/time.Millisecond*time.Millisecond + time.Millisecond
+					if pttl <= 0 || pttl > sized || pttl < sized-50*time.Millisecond {
+						t.Fatalf("step %d: PTTL %v, want %v (reset after %v)", step, pttl, sized, got.ResetAfter)
+					}
+					if !ref.Idle(state, now*1000+int64(got.ResetAfter)) {
+						t.Fatalf("step %d: reference not idle after reset-after %v", step, got.ResetAfter)
+					}
+					// Real time must not expire the key while the pinned
+					// clock stands still: keep it for the rest of the test.
+					if err := pc.Persist(ctx, string(key)).Err(); err != nil {
+						t.Fatal(err)
 					}
 				}
 			})

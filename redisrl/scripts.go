@@ -208,7 +208,7 @@ return {1, L, remaining(prev, cur), late(resetAfter(prev, cur)), 0, eff, 0}
 // sliding_log. State: a sorted set with one member per admitted unit of
 // cost, scored by its time in µs and named "<time>:<index>" (indexes at one
 // time are consecutive from 1, so names never collide). Entries at or before
-// eff − W have expired and are pruned on every call.
+// eff − W have expired; they are ignored, and pruned by the next admission.
 const slidingLogBody = `
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if newest[2] then
@@ -216,25 +216,28 @@ if newest[2] then
   if t > eff then eff = t end
 end
 local cutoff = eff - W
-redis.call('ZREMRANGEBYSCORE', key, '-inf', num(cutoff))
+local live = '(' .. num(cutoff)
 if op == '1' then
   for i = ref, ref + c - 1 do redis.call('ZREM', key, num(stamp) .. ':' .. num(i)) end
-  local used = redis.call('ZCARD', key)
+  local used = redis.call('ZCOUNT', key, live, '+inf')
   return {1, L, math.max(L - used, 0), 0, 0, eff, 0}
 end
-local used = redis.call('ZCARD', key)
+local used = redis.call('ZCOUNT', key, live, '+inf')
 if c > L or used + c > L then
+  -- A denial writes nothing (not even the pruning): the state stays exactly
+  -- as it was, so a clock that later goes backwards sees it unchanged.
   local reset, retry = 0, W
   if used > 0 then
     local n = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     reset = late(tonumber(n[2]) - cutoff)
   end
   if c <= L then
-    local o = redis.call('ZRANGE', key, used + c - L - 1, used + c - L - 1, 'WITHSCORES')
+    local o = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
     retry = late(tonumber(o[2]) - cutoff)
   end
   return {0, L, math.max(L - used, 0), reset, retry, eff, 0}
 end
+redis.call('ZREMRANGEBYSCORE', key, '-inf', num(cutoff))
 local base = 1
 local same = redis.call('ZRANGEBYSCORE', key, num(eff), num(eff))
 for _, m in ipairs(same) do
