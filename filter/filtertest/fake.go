@@ -18,6 +18,11 @@ import (
 // set gives the key a fresh cas from a process-wide counter that skips 0.
 // It is safe for concurrent use.
 type SharedData struct {
+	// ProxytestSemantics switches to the tetratelabs emulator's rules
+	// instead of Envoy's: a created key gets cas+1 (the cas passed), and
+	// cas 0 on an existing key is a mismatch unless its cas is 0.
+	ProxytestSemantics bool
+
 	mu   sync.Mutex
 	m    map[string]sharedValue
 	next uint32
@@ -47,6 +52,15 @@ func (s *SharedData) Get(key string) ([]byte, uint32, bool) {
 func (s *SharedData) Set(key string, value []byte, cas uint32) abi.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ProxytestSemantics {
+		e, ok := s.m[key]
+		if ok && e.cas != cas {
+			return abi.StatusCasMismatch
+		}
+		s.m[key] = sharedValue{v: append([]byte(nil), value...), cas: cas + 1}
+		s.sets++
+		return abi.StatusOK
+	}
 	if e, ok := s.m[key]; ok && cas != 0 && cas != e.cas {
 		return abi.StatusCasMismatch
 	}
