@@ -482,7 +482,7 @@ func TestInconsistentStates(t *testing.T) {
 		{"wider than window", SlidingLog, appendEntry(appendEntry(appendHeader(nil, SlidingLog), -1, t0, 1), t0, t0+int64(time.Second), 1)},
 		{"truncated varint", SlidingLog, []byte{1, 4, 0x80}},
 		{"missing count", SlidingLog, []byte{1, 4, 10<<1 | 1}},
-		{"time overflow", SlidingLog, []byte{1, 4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		{"time overflow", SlidingLog, []byte{1, 4, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
 		{"delta overflow", SlidingLog, append(appendEntry(appendHeader(nil, SlidingLog), -1, maxTime, 1), 2<<1)},
 	}
 	for _, tt := range tests {
