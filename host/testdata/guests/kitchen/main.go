@@ -88,6 +88,12 @@ func hHTTPCall(up unsafe.Pointer, un uint32, hp unsafe.Pointer, hn uint32, bp un
 //go:wasmimport env proxy_register_shared_queue
 func hRegisterQueue(np unsafe.Pointer, nn uint32, rid unsafe.Pointer) uint32
 
+// An extension host call (see host.Extension); without the extension the host links an
+// UNIMPLEMENTED stub.
+//
+//go:wasmimport env proxy_test_async
+func hTestAsync(p unsafe.Pointer, n uint32, rtoken unsafe.Pointer) uint32
+
 // ---- memory ----
 
 // pinned keeps host-written buffers alive until the next callback has copied them.
@@ -490,6 +496,16 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		return 1
 	case "/body":
 		return 0
+	case "/ext":
+		arg := query(path, "arg")
+		ap, an := sp(arg)
+		var token uint32
+		if st := hTestAsync(ap, an, unsafe.Pointer(&token)); st != 0 {
+			sendLocal(200, "", "ext status="+strconv.Itoa(int(st)), nil)
+			return 1
+		}
+		addHeader(reqHeaders, "x-ext-token", strconv.Itoa(int(token)))
+		return 1
 	case "/log-levels":
 		for l := uint32(0); l <= 5; l++ {
 			logf(l, "level "+strconv.Itoa(int(l)))
@@ -520,6 +536,16 @@ func onHTTPCallResponse(id, cid, nh, bodySize, nt uint32) {
 	}
 	addHeader(reqHeaders, "x-callout-status", status)
 	addHeader(reqHeaders, "x-callout-body", body)
+	hContinue(0)
+}
+
+// proxy_on_test_async_response delivers the extension's reply, readable as buffer type 9.
+//
+//go:wasmexport proxy_on_test_async_response
+func onTestAsyncResponse(id, token, size uint32) {
+	enter()
+	reply, st := getBuffer(9, 0, size)
+	addHeader(reqHeaders, "x-ext-reply", reply+"/"+strconv.Itoa(int(st)))
 	hContinue(0)
 }
 
