@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -414,5 +415,36 @@ func BenchmarkDecideRoundTrip(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Bad arguments and a key holding a foreign type are error replies, which
+// the filter turns into its failure mode; nothing panics and nothing is
+// written.
+func TestScriptErrorReplies(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	for _, kind := range algorithms.Kinds {
+		key := testKey(t, kind, "k")
+		_, err := h.run(&Request{Kind: kind, Params: params(kind, 5, time.Second, 0), Key: key, Cost: 0})
+		var re *resp.ReplyError
+		if !errors.As(err, &re) || re.Code != resp.CodeErr || !strings.Contains(re.Msg, "sluice: bad arguments") {
+			t.Errorf("%v cost 0: %v", kind, err)
+		}
+		owner, _ := cluster.NodeOf(string(key))
+		pc := cluster.Client(owner)
+		if n, _ := pc.Exists(ctx, string(key)).Result(); n != 0 {
+			t.Errorf("%v: bad call wrote the key", kind)
+		}
+		if kind == algorithms.SlidingLog {
+			pc.Set(ctx, string(key), "not a zset", 0)
+		} else {
+			pc.RPush(ctx, string(key), "not a hash")
+		}
+		pc.Close()
+		_, err = h.run(&Request{Kind: kind, Params: params(kind, 5, time.Second, 0), Key: key, Cost: 1})
+		if !errors.As(err, &re) || re.Code != resp.CodeWrongType {
+			t.Errorf("%v on a foreign key: %v", kind, err)
+		}
 	}
 }

@@ -209,3 +209,26 @@ func TestParseReply(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParseReply(f *testing.F) {
+	f.Add([]byte("*7\r\n:1\r\n:100\r\n:99\r\n:36000000\r\n:0\r\n:1700000000000000\r\n:1\r\n"))
+	f.Add([]byte("*7\r\n:0\r\n:100\r\n:0\r\n:3600000000\r\n:36000000\r\n:1700000000000000\r\n:0\r\n"))
+	f.Add([]byte("-NOSCRIPT No matching script. Please use EVAL.\r\n"))
+	f.Add([]byte("*7\r\n:1\r\n$-1\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var d resp.Decoder
+		v, err := d.Parse(in)
+		if err != nil {
+			return
+		}
+		res, err := ParseReply(v)
+		if err != nil {
+			return
+		}
+		// Whatever passes is a coherent decision.
+		if res.Limit < 1 || res.Remaining < 0 || res.Remaining > res.Limit || res.ResetAfter < 0 ||
+			res.RetryAfter < 0 || res.Allowed == (res.RetryAfter > 0) {
+			t.Fatalf("incoherent result %+v from %q", res, in)
+		}
+	})
+}
