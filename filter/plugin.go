@@ -152,7 +152,16 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 	applied := false
 	for _, r := range p.rules {
 		r.applies, r.failed = false, false
-		if !r.cfg.Match.Matches(unsafeString(p.req.getMethod()), unsafeString(p.req.getPath()), p.req.headerF) {
+		// Fetch :method and :path only when the match looks at them.
+		m := &r.cfg.Match
+		var method, path string
+		if len(m.Methods) > 0 {
+			method = unsafeString(p.req.getMethod())
+		}
+		if m.PathPrefix != "" {
+			path = unsafeString(p.req.getPath())
+		}
+		if !m.Matches(method, path, p.req.headerF) {
 			continue
 		}
 		var ok bool
