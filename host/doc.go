@@ -80,18 +80,39 @@
 //
 // # Go API
 //
-//	h, err := host.New(ctx, host.Options{Wasm: wasmBytes, PluginConfig: cfg})
+//	h, err := host.New(ctx, host.Options{Wasm: wasmBytes, PluginConfig: cfg, Workers: 4})
 //	defer h.Close(ctx)
-//	http.ListenAndServe(addr, h.Handler(upstream))      // net/http path (streams bodies)
-//	resp, err := h.Exchange(ctx, &host.Request{...}, up) // plain-struct path, for tests/benchmarks
-//	h.SharedData().Get(key) / Len() / Bytes() / Set(key, value, cas)
-//	h.Stats()                     // per-worker memory, restarts, requests
+//	srv := &http.Server{Handler: h.Handler(upstream)}    // net/http path (streams bodies)
+//	resp, err := h.Exchange(ctx, &host.Request{...}, up) // plain structs, for tests/benchmarks
+//	h.SharedData().Get(key) / Set(key, v, cas) / Len() / Bytes() / Keys()
+//	h.Stats()                     // per-worker memory, restarts, requests, failed requests
+//	h.Metrics(), h.Metric(name)   // the guest's metrics (process-wide, by name)
 //	h.WritePrometheus(w)          // guest + host metrics, Prometheus text format
+//	h.Status()                    // the /status document
 //	h.AdminHandler()              // /metrics, /status (JSON), /healthz
 //	h.Tick(ctx)                   // run proxy_on_tick now on every worker that has a period set
 //
-// Exchange sends the request through one worker: the request phase, then upstream(req) on the
-// caller's goroutine with the request as the filter left it (nil upstream: an empty 200),
-// then the response phase with the returned response, then log/done/delete, all before it
-// returns. A Host is safe for concurrent use by many goroutines.
+// Exchange sends the request through one worker in a single hand-off: request phase, then
+// upstream(req) on the worker goroutine with the request as the filter left it (so the
+// upstream func must be quick and must not block or call t.Fatal; nil: an empty 200), then
+// the response phase, then log/done/delete, all before Exchange returns. Handler runs the
+// upstream on the request's goroutine instead, and hands off to the worker once per phase.
+// A Host is safe for concurrent use by many goroutines.
+//
+// Guest metric names become Prometheus names: a name of the form base{label="v"} keeps its
+// labels, other characters outside [a-zA-Z0-9_:] become '_'. The host adds
+// sluice_host_workers, sluice_host_requests_total, sluice_host_vm_restarts_total,
+// sluice_host_failed_requests_total, sluice_host_worker_memory_bytes{worker},
+// sluice_host_worker_healthy{worker}, sluice_host_shared_data_keys,
+// sluice_host_shared_data_bytes and sluice_host_uptime_seconds.
+//
+// # Extensions
+//
+// Options.Extensions add host calls (Extension, HostFunc). A HostFunc runs on the worker
+// inside the guest's call and sees the calling VM as a *Guest: memory access, ReturnBytes
+// (allocates in the guest like every built-in call), the effective context id, Post (hand
+// work back to this VM's worker from any goroutine) and, inside a Post callback, Callback
+// (call a guest export for a context, with extra buffer types readable through
+// proxy_get_buffer_bytes, e.g. type 9 for a Redis reply). A request paused in
+// on_request_headers resumes when the callback calls proxy_continue_stream.
 package host

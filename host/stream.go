@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/tetratelabs/wazero/api"
@@ -11,6 +12,7 @@ import (
 const (
 	stepReqHeaders uint8 = 1 << iota
 	stepReqBody
+	stepUpstream // Exchange only: call the Upstream func on the worker
 	stepRespHeaders
 	stepRespBody
 	stepFinish
@@ -57,6 +59,12 @@ type stream struct {
 	respHeadersEOS            bool
 	respPhase                 bool
 	bodyAction                uint64
+
+	// Exchange only
+	req            *Request
+	upstream       Upstream
+	upstreamResp   *Response // what the upstream (or the local reply) answered
+	upstreamCalled bool
 }
 
 func (h *Host) newStream() *stream {
@@ -104,6 +112,10 @@ func (w *worker) advance(s *stream) {
 		s.steps &^= step
 		if step == stepFinish {
 			w.finish(s)
+			continue
+		}
+		if step == stepUpstream {
+			s.callUpstream()
 			continue
 		}
 		v := w.vmFor(s, step)
@@ -285,12 +297,16 @@ func (r *Response) Header(name string) string {
 	return v
 }
 
-// Upstream serves a request that the filter let through. It runs on the caller's goroutine.
+// Upstream serves a request that the filter let through. Exchange runs it on the worker's
+// goroutine, between the request and the response phase, so it must be quick and must not
+// block, call back into the Host, or call t.Fatal (a panic becomes a 502). Use Handler for a
+// real upstream.
 type Upstream func(*Request) *Response
 
 // Exchange sends req through the filter on one worker: request headers (and body), then
 // upstream with the request as the filter left it, then the response phase, then log, done
-// and delete, all before it returns. A nil upstream answers 200 with no body. The error is
+// and delete, all before it returns; one hand-off to the worker when the filter does not
+// pause. A nil upstream answers 200 with no body. The error is
 // non-nil only when ctx ends or the Host is closed; a trapping guest gives a 500 Response
 // with Failed set (or, with FailOpen, the upstream's response with Failed set).
 func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*Response, error) {
@@ -321,9 +337,10 @@ func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream
 		kv = append(kv, [2]string{lower(p[0]), p[1]})
 	}
 	s.reqHeaders.kv = kv
+	s.req, s.upstream = req, upstream
 	hasBody := len(req.Body) > 0
 	s.reqHeadersEOS = !hasBody
-	steps := stepReqHeaders
+	steps := stepReqHeaders | stepUpstream | stepRespHeaders | stepRespBody | stepFinish
 	if hasBody {
 		s.reqBody = append([]byte(nil), req.Body...)
 		s.reqBodyEOS = true
@@ -332,43 +349,79 @@ func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream
 	if err := s.run(ctx, steps); err != nil {
 		return nil, err
 	}
-	var resp *Response
-	switch {
-	case s.failed && !h.opts.FailOpen:
-		s.w.failed.Add(1)
-		return failedResponse(), nil
-	case s.local != nil:
-		resp = &Response{Status: s.local.status, Headers: s.local.headers, Body: s.local.body, Local: true, Details: s.local.details}
-		// The filter's own local reply passes its response phase too, as in Envoy.
-		s.local = nil
-	default:
-		fwd := &Request{
-			Method:     s.reqHeaders.getOr(":method", method),
-			Path:       s.reqHeaders.getOr(":path", path),
-			Authority:  s.reqHeaders.getOr(":authority", req.Authority),
-			Scheme:     s.reqHeaders.getOr(":scheme", scheme),
-			Headers:    s.reqHeaders.regular(),
-			Body:       s.reqBody,
-			RemoteAddr: req.RemoteAddr,
-			LocalAddr:  req.LocalAddr,
-		}
-		if upstream != nil {
-			resp = upstream(fwd)
-		}
-		if resp == nil {
-			resp = &Response{Status: 200}
-		}
-		if resp.Status == 0 {
-			resp.Status = 200
-		}
-	}
-	failedBefore := s.failed
 	if s.failed {
-		// Fail-open: the VM is gone; the upstream's answer goes back unfiltered.
 		s.w.failed.Add(1)
+		if !h.opts.FailOpen {
+			return failedResponse(), nil
+		}
+		// Fail-open: the VM is gone; the upstream's answer goes back unfiltered.
+		if !s.upstreamCalled {
+			s.upstreamResp = callUpstream(upstream, s.forwarded())
+		}
+		resp := s.upstreamResp
 		resp.Failed = true
 		return resp, nil
 	}
+	if s.local != nil { // sent in the response phase: replaces the upstream's response
+		return &Response{Status: s.local.status, Headers: s.local.headers, Body: s.local.body, Local: true, Details: s.local.details}, nil
+	}
+	up := s.upstreamResp
+	out := &Response{Local: up.Local, Details: up.Details, Status: up.Status}
+	if st, ok := s.respHeaders.get(":status"); ok {
+		if n, err := strconv.Atoi(st); err == nil {
+			out.Status = n
+		}
+	}
+	out.Headers = s.respHeaders.regular()
+	out.Body = s.respBody
+	return out, nil
+}
+
+// forwarded is the request as the filter left it.
+func (s *stream) forwarded() *Request {
+	req := s.req
+	return &Request{
+		Method:     s.reqHeaders.getOr(":method", req.Method),
+		Path:       s.reqHeaders.getOr(":path", req.Path),
+		Authority:  s.reqHeaders.getOr(":authority", req.Authority),
+		Scheme:     s.reqHeaders.getOr(":scheme", req.Scheme),
+		Headers:    s.reqHeaders.regular(),
+		Body:       s.reqBody,
+		RemoteAddr: req.RemoteAddr,
+		LocalAddr:  req.LocalAddr,
+	}
+}
+
+func callUpstream(up Upstream, req *Request) (resp *Response) {
+	defer func() {
+		if r := recover(); r != nil {
+			resp = &Response{Status: 502, Body: []byte(fmt.Sprintf("upstream panicked: %v\n", r))}
+		}
+	}()
+	if up != nil {
+		resp = up(req)
+	}
+	if resp == nil {
+		resp = &Response{Status: 200}
+	}
+	if resp.Status == 0 {
+		resp.Status = 200
+	}
+	return resp
+}
+
+// callUpstream is the upstream step of Exchange, on the worker: the upstream's response, or
+// the local reply sent in the request phase, becomes the input of the response phase.
+func (s *stream) callUpstream() {
+	var resp *Response
+	if lr := s.local; lr != nil {
+		resp = &Response{Status: lr.status, Headers: lr.headers, Body: lr.body, Local: true, Details: lr.details}
+		s.local = nil // the filter's own local reply passes its response phase, as in Envoy
+	} else {
+		s.upstreamCalled = true
+		resp = callUpstream(s.upstream, s.forwarded())
+	}
+	s.upstreamResp = resp
 	rk := make([][2]string, 0, len(resp.Headers)+1)
 	rk = append(rk, [2]string{":status", strconv.Itoa(resp.Status)})
 	for _, p := range resp.Headers {
@@ -376,38 +429,13 @@ func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream
 	}
 	s.respHeaders.kv = rk
 	s.respHeadersEOS = len(resp.Body) == 0
-	steps = stepRespHeaders | stepFinish
+	s.respBody = resp.Body
 	if len(resp.Body) > 0 {
 		s.respBody = append([]byte(nil), resp.Body...)
 		s.respBodyEOS = true
-		steps |= stepRespBody
+	} else {
+		s.steps &^= stepRespBody
 	}
-	if err := s.run(ctx, steps); err != nil {
-		return nil, err
-	}
-	if s.failed && !failedBefore {
-		s.w.failed.Add(1)
-		if !h.opts.FailOpen {
-			return failedResponse(), nil
-		}
-		resp.Failed = true
-		return resp, nil
-	}
-	if s.local != nil {
-		return &Response{Status: s.local.status, Headers: s.local.headers, Body: s.local.body, Local: true, Details: s.local.details}, nil
-	}
-	out := &Response{Local: resp.Local, Details: resp.Details, Status: resp.Status}
-	if st, ok := s.respHeaders.get(":status"); ok {
-		if n, err := strconv.Atoi(st); err == nil {
-			out.Status = n
-		}
-	}
-	out.Headers = s.respHeaders.regular()
-	out.Body = resp.Body
-	if len(resp.Body) > 0 {
-		out.Body = s.respBody
-	}
-	return out, nil
 }
 
 func failedResponse() *Response {
