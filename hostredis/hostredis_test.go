@@ -130,6 +130,42 @@ func TestRoutingAndReplyTypes(t *testing.T) {
 	}
 }
 
+// With a current slot map every command, scripts included (their key is
+// the first after numkeys), goes straight to its slot's owner: no node
+// answers MOVED.
+func TestNoRedirectsWhenRoutedByKey(t *testing.T) {
+	c := newClusters(t, time.Second)
+	ctx := context.Background()
+	do(t, c, "PING") // loads the slot map
+	for i := range cluster.Addrs {
+		pc := cluster.Client(i)
+		if err := pc.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		pc.Close()
+	}
+	for i := 0; i < 60; i++ {
+		k := "direct-" + strconv.Itoa(i)
+		if st, r := do(t, c, "EVAL", "return redis.call('INCR', KEYS[1])", "1", k); st != StatusOK || r != ":1\r\n" {
+			t.Fatalf("EVAL on %s: %v %q", k, st, r)
+		}
+		if st, r := do(t, c, "GET", k); st != StatusOK || r != "$1\r\n1\r\n" {
+			t.Fatalf("GET %s: %v %q", k, st, r)
+		}
+	}
+	for i := range cluster.Addrs {
+		pc := cluster.Client(i)
+		info, err := pc.Info(ctx, "errorstats").Result()
+		pc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "errorstat_MOVED") || strings.Contains(info, "errorstat_ASK") {
+			t.Fatalf("node %d answered redirects:\n%s", i, info)
+		}
+	}
+}
+
 // A slot moved behind the client's back answers MOVED; the client follows
 // it and refreshes its slot map.
 func TestMovedIsFollowed(t *testing.T) {
@@ -166,8 +202,17 @@ func TestMovedIsFollowed(t *testing.T) {
 	}
 	move(to)
 	t.Cleanup(func() { move(from) })
+	old := cluster.Client(from)
+	defer old.Close()
+	if err := old.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if st, r := do(t, c, "SET", key, "x"); st != StatusOK || r != "$2\r\nOK\r\n" {
 		t.Fatalf("SET after move: %v %q", st, r)
+	}
+	// The client did go to the old owner and was redirected.
+	if info, _ := old.Info(ctx, "errorstats").Result(); !strings.Contains(info, "errorstat_MOVED:count=1") {
+		t.Fatalf("old owner did not answer MOVED:\n%s", info)
 	}
 	pc := cluster.Client(to)
 	defer pc.Close()
