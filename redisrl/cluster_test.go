@@ -448,3 +448,22 @@ func TestScriptErrorReplies(t *testing.T) {
 		}
 	}
 }
+
+// Throughput of decisions on distinct keys (spread over the three masters)
+// from concurrent callers through one host.
+func BenchmarkDecideParallel(b *testing.B) {
+	h := newHost(b)
+	p := params(algorithms.TokenBucket, 1_000_000_000, time.Hour, 0)
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		key := AppendKey(nil, algorithms.TokenBucket, b.Name(), strconv.FormatInt(seq.Add(1), 10))
+		r := &Request{Kind: algorithms.TokenBucket, Params: p, Key: key, Cost: 1}
+		for pb.Next() {
+			if _, err := h.run(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

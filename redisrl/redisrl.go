@@ -9,11 +9,18 @@
 // The semantics are those of package algorithms (exact integer arithmetic in
 // microseconds), and a conformance test checks the scripts against it.
 //
-// Several rules charge independently, each on its own key (and so possibly
-// its own cluster node): a request is decided by all its rules in parallel
-// and, when any of them denies it, the rules that admitted it are refunded
-// (Request.Refund) — see the package README section in the report and
-// RATIONALE.md.
+// Several rules: the keys of different rules live in different slots (and
+// nodes), so no single script can see them all. A request matching several
+// Redis rules is decided by all of them in parallel (one round trip of
+// latency); if every rule admits it, it is admitted and each rule has been
+// charged once. If any rule denies it, it is denied, and every rule that
+// admitted it is sent a refund (the same Request with Refund set to that
+// rule's Result), which undoes exactly that admission. Until the refund
+// lands (about one more round trip) the charge is visible to other requests,
+// which can only make them more likely to be denied, never admit one too
+// many; a refund that fails leaves the charge in place until the window or
+// the key's TTL passes. So every rule admits at most its limit, and a denied
+// request ends up charged to no rule.
 //
 // The package is used by the Wasm guest: it depends only on the standard
 // library, algorithms and resp, and building a command does not allocate.
