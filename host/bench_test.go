@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 var benchRequest = Request{
@@ -21,7 +22,11 @@ func okUpstream(*Request) *Response { return &Response{Status: 200} }
 // One full request cycle through Exchange: context create, request headers, upstream,
 // response headers, log, done, delete.
 func benchExchange(b *testing.B, guestName string, workers int, parallel bool) {
-	h, _ := newHost(b, guestName, Options{Workers: workers})
+	benchExchangeOpts(b, guestName, Options{Workers: workers}, parallel)
+}
+
+func benchExchangeOpts(b *testing.B, guestName string, opts Options, parallel bool) {
+	h, _ := newHost(b, guestName, opts)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -46,6 +51,9 @@ func benchExchange(b *testing.B, guestName string, workers int, parallel bool) {
 
 func BenchmarkExchangeMinimal(b *testing.B)         { benchExchange(b, "minimal", 1, false) }
 func BenchmarkExchangeKitchen(b *testing.B)         { benchExchange(b, "kitchen", 1, false) }
+func BenchmarkExchangeKitchenCallTimeout(b *testing.B) {
+	benchExchangeOpts(b, "kitchen", Options{Workers: 1, CallTimeout: 10 * time.Second}, false)
+}
 func BenchmarkExchangeMinimalParallel(b *testing.B) { benchExchange(b, "minimal", 2, true) }
 func BenchmarkExchangeKitchenParallel(b *testing.B) { benchExchange(b, "kitchen", 2, true) }
 

@@ -46,6 +46,12 @@ type Options struct {
 	HTTPClient *http.Client
 	// Extensions add host calls to the "env" module (for example Higress's Redis calls).
 	Extensions []Extension
+	// CallTimeout bounds one call into the guest (0: no bound). A call that runs longer —
+	// a guest stuck in a loop — is aborted and handled like a trap: the request fails (or
+	// goes through with FailOpen) and the worker gets a fresh VM. It is off by default
+	// because it is expensive: wazero 1.12 then checks for termination in every loop and
+	// starts a goroutine per guest call (a full request cycle measured ~4x slower).
+	CallTimeout time.Duration
 	// CompilationCache is shared between Hosts to avoid recompiling the same module; default:
 	// one process-wide in-memory cache.
 	CompilationCache wazero.CompilationCache
@@ -142,6 +148,9 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	rc := wazero.NewRuntimeConfig().
 		WithMemoryLimitPages(opts.MemoryLimitPages).
 		WithCompilationCache(opts.CompilationCache)
+	if opts.CallTimeout > 0 {
+		rc = rc.WithCloseOnContextDone(true)
+	}
 	h.rt = wazero.NewRuntimeWithConfig(ctx, rc)
 	fail := func(err error) (*Host, error) {
 		h.rt.Close(ctx)
@@ -188,6 +197,9 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		w.updateMemory()
 		h.workers[i] = w
 		go w.loop()
+	}
+	if opts.CallTimeout > 0 {
+		go h.watchdog(opts.CallTimeout)
 	}
 	return h, nil
 }
@@ -358,4 +370,33 @@ func (h *Host) Tick(ctx context.Context) error {
 		return firstErr
 	}
 	return ctx.Err()
+}
+
+// watchdog aborts guest calls that run longer than timeout by closing their module (wazero
+// then returns an error from the call, on the worker, which replaces the VM).
+func (h *Host) watchdog(timeout time.Duration) {
+	period := timeout / 4
+	if period < 5*time.Millisecond {
+		period = 5 * time.Millisecond
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.closed:
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		for _, w := range h.workers {
+			start := w.callStart.Load()
+			if start == 0 || time.Duration(now-start) < timeout {
+				continue
+			}
+			if v := w.callVM.Load(); v != nil && w.callStart.CompareAndSwap(start, 0) {
+				h.log.Error("host: guest call exceeded the call timeout; aborting it", "worker", w.id, "timeout", timeout)
+				v.mod.CloseWithExitCode(context.Background(), 124)
+			}
+		}
+	}
 }

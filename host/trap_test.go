@@ -3,6 +3,7 @@ package host
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func trapRequest(kind, phase string) *Request {
@@ -108,3 +109,21 @@ type testTrap struct{}
 func (testTrap) Error() string { return "test trap" }
 
 var errTestTrap error = testTrap{}
+
+func TestCallTimeoutAbortsStuckGuest(t *testing.T) {
+	h, logs := newHost(t, "trapper", Options{Workers: 1, CallTimeout: 200 * time.Millisecond})
+	resp := mustExchange(t, h, trapRequest("loop", "request"), nil)
+	if resp.Status != 500 || !resp.Failed {
+		t.Fatalf("stuck guest: %+v", resp)
+	}
+	if !strings.Contains(logs.String(), "exceeded the call timeout") {
+		t.Errorf("not logged:\n%s", logs)
+	}
+	resp = mustExchange(t, h, &Request{}, nil)
+	if resp.Status != 200 || resp.Header("x-vm-served") != "1" {
+		t.Fatalf("after the timeout: %+v", resp)
+	}
+	if st := h.Stats(); st.VMRestarts != 1 {
+		t.Errorf("restarts = %d", st.VMRestarts)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -165,9 +166,15 @@ func (v *vm) call(f api.Function, params ...uint64) (uint64, error) {
 	if v.dead {
 		return 0, errVMDead
 	}
-	n := copy(v.stack[:], params)
-	_ = n
+	copy(v.stack[:], params)
+	if v.h.opts.CallTimeout > 0 {
+		v.w.callVM.Store(v)
+		v.w.callStart.Store(time.Now().UnixNano())
+	}
 	err := f.CallWithStack(v.ctx, v.stack[:])
+	if v.h.opts.CallTimeout > 0 {
+		v.w.callStart.Store(0)
+	}
 	if err != nil {
 		v.dead = true
 		return 0, err

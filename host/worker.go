@@ -25,6 +25,9 @@ type worker struct {
 	pending     []*stream
 	lastAttempt time.Time
 
+	callStart atomic.Int64 // UnixNano when the current guest call started; 0 when idle
+	callVM    atomic.Pointer[vm]
+
 	memBytes atomic.Uint64
 	restarts atomic.Uint64
 	requests atomic.Uint64

@@ -60,6 +60,7 @@ type runConfig struct {
 	workers                                                   int
 	failOpen                                                  bool
 	memoryMB                                                  int
+	callTimeout                                               time.Duration
 	clusters                                                  clusterFlag
 }
 
@@ -103,6 +104,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.failOpen, "fail-open", false, "let a request through unfiltered when the filter traps (default: answer 500)")
 	fs.StringVar(&cfg.vmID, "vm-id", "sluice", "vm_id: names the shared-data map")
 	fs.IntVar(&cfg.memoryMB, "memory-limit-mb", 256, "linear memory cap per VM, in MiB")
+	fs.DurationVar(&cfg.callTimeout, "call-timeout", 0, "abort a filter call that runs longer (a stuck filter) and replace its VM; 0: off (it slows every call)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error (also what the filter's proxy_get_log_level sees)")
 	fs.Var(cfg.clusters, "cluster", "NAME=URL: an upstream for the filter's proxy_http_call (repeatable)")
 	for _, hk := range runHooks {
@@ -203,6 +205,7 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 		Logger:           logger,
 		LogLevel:         level,
 		Clusters:         cfg.clusters,
+		CallTimeout:      cfg.callTimeout,
 	}
 	rs := &runServer{errc: make(chan error, 2), done: make(chan struct{}), shutdownGracePeriod: 10 * time.Second}
 	fail := func(err error) (*runServer, error) {

@@ -1,5 +1,5 @@
 // Command trapper is a test guest that traps on demand: the request header x-trap names how
-// (panic, oob, oom, exit) and x-trap-phase when (request, the default, or response).
+// (panic, oob, oom, exit, loop) and x-trap-phase when (request, the default, or response).
 package main
 
 import (
@@ -42,7 +42,11 @@ func header(t uint32, k string) string {
 	return string(unsafe.Slice(p, n))
 }
 
-var hog [][]byte
+var (
+	hog         [][]byte
+	loopForever = true
+	spins       int
+)
 
 func trap(kind string) {
 	switch kind {
@@ -57,6 +61,10 @@ func trap(kind string) {
 		}
 	case "exit":
 		os.Exit(3)
+	case "loop":
+		for loopForever {
+			spins++
+		}
 	}
 }
 
