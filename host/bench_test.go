@@ -49,8 +49,8 @@ func benchExchangeOpts(b *testing.B, guestName string, opts Options, parallel bo
 	})
 }
 
-func BenchmarkExchangeMinimal(b *testing.B)         { benchExchange(b, "minimal", 1, false) }
-func BenchmarkExchangeKitchen(b *testing.B)         { benchExchange(b, "kitchen", 1, false) }
+func BenchmarkExchangeMinimal(b *testing.B) { benchExchange(b, "minimal", 1, false) }
+func BenchmarkExchangeKitchen(b *testing.B) { benchExchange(b, "kitchen", 1, false) }
 func BenchmarkExchangeKitchenCallTimeout(b *testing.B) {
 	benchExchangeOpts(b, "kitchen", Options{Workers: 1, CallTimeout: 10 * time.Second}, false)
 }
