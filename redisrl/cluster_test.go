@@ -467,3 +467,41 @@ func BenchmarkDecideParallel(b *testing.B) {
 		}
 	})
 }
+
+// Retry-After is exact: one microsecond earlier the same request is still
+// denied, at Retry-After it is admitted.
+func TestRetryAfterIsExact(t *testing.T) {
+	h := newHost(t)
+	for _, kind := range algorithms.Kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			p := params(kind, 7, time.Hour, 0)
+			key := testKey(t, kind, "k")
+			now := int64(1_700_000_000_000_000) + 987_654
+			at := func(now int64) Result {
+				t.Helper()
+				res, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 1, Now: now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+			for i := 0; i < 7; i++ { // spend the key, spread over 7 minutes
+				if !at(now + int64(i)*60_000_000).Allowed {
+					t.Fatalf("request %d denied", i)
+				}
+			}
+			now += 7 * 60_000_000
+			denied := at(now)
+			if denied.Allowed || denied.RetryAfter <= 0 || denied.RetryAfter > time.Hour {
+				t.Fatalf("spent key: %+v", denied.Decision)
+			}
+			retry := int64(denied.RetryAfter / us)
+			if res := at(now + retry - 1); res.Allowed || res.RetryAfter != us {
+				t.Fatalf("1µs before Retry-After: %+v", res.Decision)
+			}
+			if res := at(now + retry); !res.Allowed {
+				t.Fatalf("at Retry-After %v: %+v", denied.RetryAfter, res.Decision)
+			}
+		})
+	}
+}
