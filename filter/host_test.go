@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -115,5 +116,136 @@ func TestBadConfigurationRefusedByHost(t *testing.T) {
 	}
 	if want := `rules[0].window: \"10x\" is not a duration`; !strings.Contains(logs.String(), want) {
 		t.Errorf("logs %s\nwant %s", logs.String(), want)
+	}
+}
+
+// Through the embedded host (Envoy's shared-data semantics, 8 workers, one
+// VM each): 2,000 concurrent requests on one new key, limit 100 per hour,
+// admit exactly 100 — including the race of the first requests creating
+// the key on every worker.
+func TestHostConcurrentExactAdmissions(t *testing.T) {
+	const workers, requests, limit, clients = 8, 2000, 100, 64
+	for _, alg := range []string{"token_bucket", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window"} {
+		t.Run(alg, func(t *testing.T) {
+			cfg := `{"rules":[{"name":"hot","key":[{"header":"x-api-key"}],"algorithm":"` + alg + `","limit":100,"window":"1h"}],"failure_mode":"closed"}`
+			ht := startHost(t, cfg, workers)
+			var mu sync.Mutex
+			statuses := map[int]int{}
+			var wg sync.WaitGroup
+			next := make(chan struct{}, requests)
+			for i := 0; i < requests; i++ {
+				next <- struct{}{}
+			}
+			close(next)
+			for c := 0; c < clients; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range next {
+						resp, err := ht.exchange(req("10.0.0.1:1", "x-api-key", "the-key"))
+						mu.Lock()
+						if err != nil || resp.Failed {
+							statuses[-1]++
+						} else {
+							statuses[resp.Status]++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if statuses[200] != limit || statuses[429] != requests-limit {
+				t.Errorf("statuses %v, want exactly %d × 200", statuses, limit)
+			}
+			if got := ht.metric("sluice.hot.store_errors"); got != 0 {
+				t.Errorf("store_errors %d", got)
+			}
+			if got := ht.metric("sluice.hot.allowed"); got != limit {
+				t.Errorf("allowed metric %d", got)
+			}
+			st := ht.h.Stats()
+			busy := 0
+			for _, w := range st.Workers {
+				if w.Requests > 0 {
+					busy++
+				}
+			}
+			if busy < 2 {
+				t.Errorf("only %d workers served requests: no concurrency tested", busy)
+			}
+		})
+	}
+}
+
+// Through the embedded host: many distinct keys keep the rule's shared-data
+// entries within max_keys (a smaller run than the native 1,000,000).
+func TestHostDistinctKeysBounded(t *testing.T) {
+	const maxKeys, n = 500, 100_000
+	cfg := `{"rules":[{"name":"b","key":[{"header":"x-api-key"}],"algorithm":"token_bucket","limit":1,"window":"1h","max_keys":500}]}`
+	ht := startHost(t, cfg, 2)
+	admitted := 0
+	for i := 0; i < n; i++ {
+		resp, err := ht.exchange(req("10.0.0.1:1", "x-api-key", "k"+strconv.Itoa(i)))
+		if err != nil || resp.Failed {
+			t.Fatalf("request %d: %v %+v", i, err, resp)
+		}
+		if resp.Status == 200 {
+			admitted++
+		}
+	}
+	keys := ht.h.SharedData().Len()
+	t.Logf("%d distinct keys: %d shared-data entries (max_keys %d), %d admitted", n, keys, maxKeys, admitted)
+	if keys > maxKeys {
+		t.Errorf("%d shared-data entries > max_keys %d", keys, maxKeys)
+	}
+	if admitted > maxKeys || admitted < maxKeys*9/10 {
+		t.Errorf("%d admitted, want ≤ %d (and most slots used)", admitted, maxKeys)
+	}
+}
+
+// The soak: 1,000,000 requests with 2 KiB header values (the key is one of
+// them, different for every request) through the compiled module; each
+// VM's linear memory must end under 32 MiB. A standard-Go guest that never
+// yields can stop finishing GC cycles and grow without bound.
+func TestHostSoakMemoryFlat(t *testing.T) {
+	const n, workers, limitBytes = 1_000_000, 2, 32 << 20
+	cfg := `{"rules":[{"name":"soak","key":[{"header":"x-api-key"}],"algorithm":"sliding_window","limit":1000,"window":"1m"},
+	  {"name":"ip","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1000000000,"window":"1s"}]}`
+	ht := startHost(t, cfg, workers)
+	pad := strings.Repeat("p", 2048)
+	var wg sync.WaitGroup
+	var failed sync.Map
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			key := []byte(strings.Repeat("k", 2048))
+			for i := w; i < n; i += workers {
+				copy(key, strconv.Itoa(i))
+				resp, err := ht.exchange(req("10.0.0.1:1", "x-api-key", string(key), "x-pad", pad))
+				if err != nil || resp.Failed || resp.Status != 200 {
+					failed.Store(i, resp)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	failed.Range(func(k, v any) bool {
+		t.Errorf("request %v failed: %+v", k, v)
+		return false
+	})
+	st := ht.h.Stats()
+	for _, w := range st.Workers {
+		t.Logf("worker %d: %d requests, linear memory %.1f MiB, restarts %d", w.ID, w.Requests, float64(w.MemoryBytes)/(1<<20), w.VMRestarts)
+		if w.MemoryBytes >= limitBytes {
+			t.Errorf("worker %d: linear memory %d bytes ≥ 32 MiB", w.ID, w.MemoryBytes)
+		}
+		if w.VMRestarts != 0 {
+			t.Errorf("worker %d restarted %d times", w.ID, w.VMRestarts)
+		}
+	}
+	if st.Requests < n {
+		t.Errorf("%d requests served, want %d", st.Requests, n)
 	}
 }

@@ -16,12 +16,6 @@ import (
 	"github.com/sluice-proxy/sluice/filter/abi"
 )
 
-// GoschedEvery is how many request callbacks pass between two calls to
-// runtime.Gosched. A standard-Go guest that never yields can stop finishing
-// GC cycles under sustained load (its linear memory then grows without
-// bound); yielding every 64 requests keeps it flat (see the soak test).
-const GoschedEvery = 64
-
 // maxFreeStreams bounds the pool of reusable stream records.
 const maxFreeStreams = 1024
 

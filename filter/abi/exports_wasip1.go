@@ -166,7 +166,7 @@ func allocate(size uint32) uint32 {
 	}
 	n := int(size)
 	off := (arenaOff + 7) &^ 7
-	if off+n <= len(arena) {
+	if !heapAllocOnly && off+n <= len(arena) {
 		arenaOff = off + n
 		return addr(&arena[off])
 	}
