@@ -117,7 +117,7 @@ type bodyFilter struct {
 	r       *http.Request
 	out     []byte // filtered bytes not yet returned
 	eof     bool
-	srcDone bool
+	total   int64
 	buf     []byte
 }
 
@@ -133,7 +133,9 @@ func (b *bodyFilter) Read(p []byte) (int, error) {
 		if err != nil && err != io.EOF {
 			return 0, err
 		}
-		eos := err == io.EOF
+		b.total += int64(n)
+		// With a known length the last bytes carry end_of_stream: no extra empty call.
+		eos := err == io.EOF || (b.r.ContentLength > 0 && b.total >= b.r.ContentLength)
 		s := b.s
 		s.reqBody = append(s.reqBody, b.buf[:n]...)
 		if n == 0 && !eos {
@@ -168,143 +170,75 @@ func (filterError) Error() string { return "host: the filter failed while readin
 
 var errFilterFailed error = filterError{}
 
-// interceptor runs the response phase around the upstream's ResponseWriter.
+// interceptor runs the response phase around the upstream's ResponseWriter. To spare
+// hand-offs to the worker it holds back the status until the first body bytes, the first
+// Flush or the end, and holds back one body chunk until the next Write, Flush or the end:
+// a response written in one piece then costs one job (headers, body with end_of_stream,
+// log/done/delete) instead of four.
 type interceptor struct {
-	rw      http.ResponseWriter
-	s       *stream
-	h       *Host
-	ctx     *http.Request
-	wrote   bool // headers written to rw
-	discard bool // the upstream's body is dropped (local response or failure)
-	direct  bool // body bypasses the filter
-	ended   bool
+	rw   http.ResponseWriter
+	s    *stream
+	h    *Host
+	ctx  *http.Request
+	code int    // status from the upstream; 0 until it writes or returns
+	held []byte // body bytes not yet given to the filter
+
+	headersDone bool // the response phase for headers ran and the status is written
+	discard     bool // the upstream's body is dropped (local response or failure)
+	direct      bool // body bypasses the filter
+	bodyFilter  bool // the guest exports proxy_on_response_body
+	err         error
 }
 
 func (iw *interceptor) Header() http.Header { return iw.rw.Header() }
 
 func (iw *interceptor) WriteHeader(code int) {
-	if iw.wrote {
+	if iw.code != 0 || iw.headersDone {
 		return
 	}
 	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		iw.rw.WriteHeader(code)
 		return
 	}
-	iw.wrote = true
-	s := iw.s
-	if s.failed {
-		// Fail-open after a trap in the request phase: pass the response through.
-		iw.direct = true
-		iw.rw.WriteHeader(code)
-		return
-	}
-	hdr := iw.rw.Header()
-	kv := make([][2]string, 0, len(hdr)+1)
-	kv = append(kv, [2]string{":status", strconv.Itoa(code)})
-	for k, vs := range hdr {
-		lk := lower(k)
-		for _, v := range vs {
-			kv = append(kv, [2]string{lk, v})
-		}
-	}
-	s.respHeaders.kv = kv
-	s.respHeadersEOS = false
-	if err := s.run(iw.ctx.Context(), stepRespHeaders); err != nil {
-		iw.discard = true
-		return
-	}
-	if s.failed {
-		s.w.failed.Add(1)
-		if !iw.h.opts.FailOpen {
-			iw.discard = true
-			clear(hdr)
-			writeFailed(iw.rw)
-			return
-		}
-		iw.direct = true
-		iw.rw.WriteHeader(code)
-		return
-	}
-	if s.local != nil {
-		lr := s.local
-		iw.discard = true
-		clear(hdr)
-		iw.writeLocalHeaders(lr)
-		iw.rw.Write(lr.body)
-		return
-	}
-	clear(hdr)
-	status := code
-	for _, p := range s.respHeaders.kv {
-		if p[0] == ":status" {
-			if n, err := strconv.Atoi(p[1]); err == nil {
-				status = n
-			}
-			continue
-		}
-		if strings.HasPrefix(p[0], ":") {
-			continue
-		}
-		k := http.CanonicalHeaderKey(p[0])
-		hdr[k] = append(hdr[k], p[1])
-	}
-	iw.direct = s.vm == nil || s.vm.onRespBody == nil
-	iw.rw.WriteHeader(status)
+	iw.code = code
 }
 
 func (iw *interceptor) Write(p []byte) (int, error) {
-	if !iw.wrote {
-		iw.WriteHeader(http.StatusOK)
+	if iw.code == 0 {
+		iw.code = http.StatusOK
 	}
-	if iw.discard {
+	if iw.err != nil {
+		return 0, iw.err
+	}
+	if !iw.headersDone && iw.held == nil && len(p) > 0 {
+		iw.held = append(make([]byte, 0, len(p)), p...)
 		return len(p), nil
 	}
-	if iw.direct {
+	if !iw.headersDone || len(iw.held) > 0 {
+		iw.process(false, false)
+		if iw.err != nil {
+			return 0, iw.err
+		}
+	}
+	switch {
+	case iw.discard:
+		return len(p), nil
+	case iw.direct:
 		return iw.rw.Write(p)
 	}
-	s := iw.s
-	s.respBody = append(s.respBody, p...)
-	s.respBodyEOS = false
-	if err := iw.bodyStep(); err != nil {
-		return 0, err
-	}
+	iw.held = append(iw.held, p...)
 	return len(p), nil
 }
 
-// bodyStep runs proxy_on_response_body on the buffered body and writes what it releases.
-func (iw *interceptor) bodyStep() error {
-	s := iw.s
-	if err := s.run(iw.ctx.Context(), stepRespBody); err != nil {
-		iw.discard = true
-		return err
-	}
-	if s.failed {
-		s.w.failed.Add(1)
-		iw.direct = true
-		if !iw.h.opts.FailOpen {
-			// Headers are out already: all we can do is cut the body short.
-			iw.discard = true
-			return errFilterFailed
-		}
-	}
-	if s.bodyAction == actionContinue || s.respBodyEOS || s.failed {
-		out := s.respBody
-		s.respBody = nil
-		if len(out) > 0 {
-			if _, err := iw.rw.Write(out); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 func (iw *interceptor) Flush() {
-	if !iw.wrote {
-		iw.WriteHeader(http.StatusOK)
+	if iw.code == 0 {
+		iw.code = http.StatusOK
 	}
-	if iw.discard || (!iw.direct && len(iw.s.respBody) > 0) {
-		return
+	if !iw.headersDone || len(iw.held) > 0 {
+		iw.process(false, false)
+	}
+	if iw.discard || iw.err != nil || (!iw.direct && len(iw.s.respBody) > 0) {
+		return // nothing to flush, or the filter is buffering
 	}
 	if f, ok := iw.rw.(http.Flusher); ok {
 		f.Flush()
@@ -314,18 +248,125 @@ func (iw *interceptor) Flush() {
 // Unwrap lets http.ResponseController reach the real writer.
 func (iw *interceptor) Unwrap() http.ResponseWriter { return iw.rw }
 
-// end finishes the stream after the upstream returned: end of body, then log/done/delete.
+// end finishes the stream after the upstream returned: what is held, end of body, then
+// log/done/delete.
 func (iw *interceptor) end() {
-	if !iw.wrote {
-		iw.WriteHeader(http.StatusOK)
+	if iw.code == 0 {
+		iw.code = http.StatusOK
 	}
+	iw.process(true, true)
+}
+
+// process runs, in one job on the worker, whatever is pending: the response headers (if
+// not done yet), the held body bytes (eos marks the end of the body), and, with finish,
+// proxy_on_log/done/delete. Then it writes what the filter released.
+func (iw *interceptor) process(eos, finish bool) {
 	s := iw.s
-	if !iw.discard && !iw.direct && !s.failed {
-		s.respBodyEOS = true
-		iw.bodyStep()
+	var steps uint8
+	if !iw.headersDone && !s.failed {
+		hdr := iw.rw.Header()
+		kv := make([][2]string, 0, len(hdr)+1)
+		kv = append(kv, [2]string{":status", strconv.Itoa(iw.code)})
+		for k, vs := range hdr {
+			lk := lower(k)
+			for _, v := range vs {
+				kv = append(kv, [2]string{lk, v})
+			}
+		}
+		s.respHeaders.kv = kv
+		s.respHeadersEOS = eos && len(iw.held) == 0
+		iw.bodyFilter = s.vm != nil && s.vm.onRespBody != nil
+		steps |= stepRespHeaders
 	}
-	if !s.failed {
-		s.run(iw.ctx.Context(), stepFinish)
+	bodyStep := false
+	if !s.failed && !iw.discard && iw.bodyFilter && (len(iw.held) > 0 || (eos && !(steps != 0 && s.respHeadersEOS))) {
+		s.respBody = append(s.respBody, iw.held...)
+		iw.held = iw.held[:0]
+		s.respBodyEOS = eos
+		steps |= stepRespBody
+		bodyStep = true
+	}
+	if finish && !s.failed {
+		steps |= stepFinish
+	}
+	failedBefore := s.failed
+	if steps != 0 {
+		if err := s.run(iw.ctx.Context(), steps); err != nil {
+			iw.discard = true
+			iw.err = err
+			return
+		}
+	}
+	if s.failed && !failedBefore {
+		s.w.failed.Add(1)
+	}
+	if !iw.headersDone {
+		iw.headersDone = true
+		hdr := iw.rw.Header()
+		switch {
+		case s.failed && !iw.h.opts.FailOpen && !failedBefore:
+			iw.discard = true
+			clear(hdr)
+			writeFailed(iw.rw)
+			return
+		case s.failed:
+			// Fail-open (or a trap in the request phase with FailOpen): pass through unfiltered.
+			iw.direct = true
+			iw.rw.WriteHeader(iw.code)
+		case s.local != nil:
+			iw.discard = true
+			clear(hdr)
+			iw.writeLocalHeaders(s.local)
+			iw.rw.Write(s.local.body)
+			return
+		default:
+			clear(hdr)
+			status := iw.code
+			for _, p := range s.respHeaders.kv {
+				if p[0] == ":status" {
+					if n, err := strconv.Atoi(p[1]); err == nil {
+						status = n
+					}
+					continue
+				}
+				if strings.HasPrefix(p[0], ":") {
+					continue
+				}
+				k := http.CanonicalHeaderKey(p[0])
+				hdr[k] = append(hdr[k], p[1])
+			}
+			iw.direct = !iw.bodyFilter
+			iw.rw.WriteHeader(status)
+		}
+	}
+	switch {
+	case iw.discard:
+		iw.held = iw.held[:0]
+	case s.failed && !failedBefore && !iw.h.opts.FailOpen:
+		// Headers are out already: all we can do is cut the body short.
+		iw.discard = true
+		iw.err = errFilterFailed
+	case bodyStep && !s.failed:
+		if s.bodyAction == actionContinue || s.respBodyEOS {
+			out := s.respBody
+			s.respBody = nil
+			if len(out) > 0 {
+				if _, err := iw.rw.Write(out); err != nil {
+					iw.err = err
+				}
+			}
+		}
+	case bodyStep: // failed open during the body step: release what the filter had
+		iw.direct = true
+		out := s.respBody
+		s.respBody = nil
+		iw.rw.Write(out)
+	}
+	if iw.direct && len(iw.held) > 0 {
+		if _, err := iw.rw.Write(iw.held); err != nil {
+			iw.err = err
+		}
+		iw.held = iw.held[:0]
 	}
 }
 
@@ -333,7 +374,7 @@ func (iw *interceptor) end() {
 // the filter still runs on it, as in Envoy.
 func (iw *interceptor) writeLocal(lr *localReply) {
 	s := iw.s
-	iw.wrote = true
+	iw.headersDone = true
 	iw.discard = true
 	if !s.failed {
 		kv := make([][2]string, 0, len(lr.headers)+1)

@@ -176,3 +176,36 @@ func TestAdminHandler(t *testing.T) {
 		t.Errorf("/healthz %d %q", resp.StatusCode, body)
 	}
 }
+
+// A flushed chunk reaches the client before the upstream writes the next one, through a
+// guest that exports proxy_on_response_body (kitchen does).
+func TestHandlerStreamsFlushedChunks(t *testing.T) {
+	h, _ := newHost(t, "kitchen", Options{Workers: 1})
+	readFirst := make(chan struct{})
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		<-readFirst
+		io.WriteString(w, "second\n")
+	})
+	srv := httptest.NewServer(h.Handler(up))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first\n" {
+		close(readFirst)
+		t.Fatalf("first chunk: %q %v", buf, err)
+	}
+	close(readFirst)
+	rest, _ := io.ReadAll(resp.Body)
+	if string(rest) != "second\n" {
+		t.Fatalf("rest = %q", rest)
+	}
+	if resp.Header.Get("X-Kitchen-Response") == "" {
+		t.Errorf("response phase skipped: %v", resp.Header)
+	}
+}
