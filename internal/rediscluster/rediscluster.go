@@ -184,9 +184,7 @@ func (n *node) launch() error {
 		"--enable-debug-command", "local",
 	)
 	cmd.Dir = n.dir
-	// If the test binary dies without cleaning up, the kernel kills the
-	// servers with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}

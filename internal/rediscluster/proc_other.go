@@ -1,0 +1,8 @@
+//go:build !linux
+
+package rediscluster
+
+import "os/exec"
+
+// dieWithParent is Linux-only; elsewhere Close must run to stop the servers.
+func dieWithParent(cmd *exec.Cmd) {}
