@@ -111,14 +111,14 @@ func writeFailed(rw http.ResponseWriter) {
 
 // bodyFilter passes the request body through proxy_on_request_body, chunk by chunk.
 type bodyFilter struct {
-	src     io.ReadCloser
-	s       *stream
-	h       *Host
-	r       *http.Request
-	out     []byte // filtered bytes not yet returned
-	eof     bool
-	total   int64
-	buf     []byte
+	src   io.ReadCloser
+	s     *stream
+	h     *Host
+	r     *http.Request
+	out   []byte // filtered bytes not yet returned
+	eof   bool
+	total int64
+	buf   []byte
 }
 
 func (b *bodyFilter) Read(p []byte) (int, error) {
