@@ -1,0 +1,316 @@
+package envoy
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protopath"
+	"google.golang.org/protobuf/reflect/protorange"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	istiov1alpha1 "istio.io/api/extensions/v1alpha1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-proxy/sluice/config"
+)
+
+// The extension packages are imported (above) so that every @type in the
+// manifests resolves; protojson rejects unknown fields, in nested Any too.
+var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}}
+
+type validator interface{ ValidateAll() error }
+
+// loadBootstrap parses an Envoy bootstrap YAML strictly and validates it,
+// including every Any (typed_config), however deeply nested.
+func loadBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &b); err != nil {
+		return nil, err
+	}
+	if err := b.ValidateAll(); err != nil {
+		return nil, err
+	}
+	if err := validateAnys(&b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// validateAnys expands every Any in m (ValidateAll does not descend into
+// them), validates the expanded message and recurses into it.
+func validateAnys(m proto.Message) error {
+	var errs []string
+	err := protorange.Range(m.ProtoReflect(), func(v protopath.Values) error {
+		last := v.Index(-1)
+		msg, ok := last.Value.Interface().(interface{ Interface() proto.Message })
+		if !ok {
+			return nil
+		}
+		a, ok := msg.Interface().(*anypb.Any)
+		if !ok {
+			return nil
+		}
+		inner, err := a.UnmarshalNew()
+		if err != nil {
+			errs = append(errs, v.Path.String()+": "+err.Error())
+			return protorange.Break
+		}
+		if val, ok := inner.(validator); ok {
+			if err := val.ValidateAll(); err != nil {
+				errs = append(errs, a.GetTypeUrl()+": "+err.Error())
+			}
+		}
+		if err := validateAnys(inner); err != nil {
+			errs = append(errs, err.Error())
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(errs) > 0 {
+		return &multiError{errs}
+	}
+	return nil
+}
+
+type multiError struct{ errs []string }
+
+func (m *multiError) Error() string { return strings.Join(m.errs, "\n") }
+
+// checkEnvoy does the checks no schema makes: every route's cluster exists,
+// the router is the last HTTP filter, and the sluice configuration parses.
+// It returns the problems found and the number of sluice filters.
+func checkEnvoy(b *bootstrapv3.Bootstrap) (problems []string, found int) {
+	fail := func(s string) { problems = append(problems, s) }
+	clusters := map[string]bool{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = true
+	}
+	for _, l := range b.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					continue
+				}
+				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+					for _, r := range vh.GetRoutes() {
+						if c := r.GetRoute().GetCluster(); c != "" && !clusters[c] {
+							fail("listener " + l.GetName() + ": route " + r.GetMatch().GetPrefix() + " goes to unknown cluster " + c)
+						}
+					}
+				}
+				filters := hcm.GetHttpFilters()
+				if len(filters) == 0 {
+					fail("listener " + l.GetName() + ": no HTTP filters")
+					continue
+				}
+				if last := filters[len(filters)-1]; !last.GetTypedConfig().MessageIs(&routerv3.Router{}) {
+					fail("listener " + l.GetName() + ": the last HTTP filter is " + last.GetName() + ", not the router")
+				}
+				for i, hf := range filters {
+					var w wasmfilterv3.Wasm
+					if hf.GetTypedConfig().UnmarshalTo(&w) != nil {
+						continue
+					}
+					if i == len(filters)-1 {
+						fail("wasm filter after the router")
+					}
+					pc := w.GetConfig()
+					if pc.GetVmConfig().GetVmId() == "" {
+						fail("vm_id not set: workers would not share one limit")
+					}
+					if pc.GetVmConfig().GetRuntime() != "envoy.wasm.runtime.v8" {
+						fail("runtime " + pc.GetVmConfig().GetRuntime())
+					}
+					var sv wrapperspb.StringValue
+					if err := pc.GetConfiguration().UnmarshalTo(&sv); err != nil {
+						fail("plugin configuration is not a StringValue: " + err.Error())
+						continue
+					}
+					if _, err := config.Parse([]byte(sv.GetValue())); err != nil {
+						fail("plugin configuration:\n" + err.Error())
+					}
+					found++
+				}
+			}
+		}
+	}
+	return problems, found
+}
+
+func TestEnvoyYAML(t *testing.T) {
+	data, err := os.ReadFile("envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := loadBootstrap(data)
+	if err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	problems, n := checkEnvoy(b)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if n != 1 {
+		t.Errorf("%d sluice filters, want 1", n)
+	}
+}
+
+// A typo anywhere — top level, inside a typed_config, a value a validation
+// rule forbids — fails.
+func TestEnvoyYAMLMistakesFail(t *testing.T) {
+	data, err := os.ReadFile("envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, old, new string }{
+		{"typo in bootstrap", "static_resources:", "static_resource:"},
+		{"typo inside typed_config", "stat_prefix: ingress_http", "stat_prefx: ingress_http"},
+		{"typo in wasm config", "root_id: sluice", "rootid: sluice"},
+		{"unknown @type", "filters.http.router.v3.Router", "filters.http.router.v3.Routr"},
+		{"validation inside Any", "stat_prefix: ingress_http", `stat_prefix: ""`},
+		{"validation inside nested Any", "filename: /etc/envoy/sluice.wasm", `filename: ""`},
+		{"bad duration", "connect_timeout: 1s", "connect_timeout: -1s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(string(data), c.old) {
+				t.Fatalf("envoy.yaml does not contain %q", c.old)
+			}
+			mut := strings.Replace(string(data), c.old, c.new, 1)
+			if _, err := loadBootstrap([]byte(mut)); err == nil {
+				t.Errorf("mistake accepted")
+			} else {
+				t.Logf("rejected: %.200s", err)
+			}
+		})
+	}
+	// What no schema catches, the hand-written checks do.
+	for _, c := range []struct{ name, old, new string }{
+		{"route to a missing cluster", "route: {cluster: upstream}", "route: {cluster: upstrem}"},
+		{"bad plugin configuration", `"limit": 100, "window": "1m"`, `"limit": 100, "window": "1x"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mut := strings.Replace(string(data), c.old, c.new, 1)
+			b, err := loadBootstrap([]byte(mut))
+			if err != nil {
+				t.Fatalf("schema rejected it already: %v", err)
+			}
+			problems, _ := checkEnvoy(b)
+			if len(problems) == 0 {
+				t.Error("mistake accepted")
+			} else {
+				t.Logf("caught: %.200s", problems[0])
+			}
+		})
+	}
+}
+
+// loadWasmPlugin parses an Istio WasmPlugin strictly: the spec goes through
+// protojson (yaml.Unmarshal into the generated type would ignore unknown
+// fields).
+func loadWasmPlugin(data []byte) (*istiov1alpha1.WasmPlugin, error) {
+	var doc struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   map[string]any `json:"metadata"`
+		Spec       any            `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		return nil, err
+	}
+	if doc.APIVersion != "extensions.istio.io/v1alpha1" || doc.Kind != "WasmPlugin" {
+		return nil, &multiError{[]string{"not an extensions.istio.io/v1alpha1 WasmPlugin: " + doc.APIVersion + " " + doc.Kind}}
+	}
+	spec, err := yaml.Marshal(doc.Spec)
+	if err != nil {
+		return nil, err
+	}
+	js, err := yaml.YAMLToJSON(spec)
+	if err != nil {
+		return nil, err
+	}
+	var wp istiov1alpha1.WasmPlugin
+	if err := protojson.Unmarshal(js, &wp); err != nil {
+		return nil, err
+	}
+	return &wp, nil
+}
+
+func pluginConfigJSON(wp *istiov1alpha1.WasmPlugin) ([]byte, error) {
+	return protojson.Marshal(wp.GetPluginConfig())
+}
+
+func TestIstioWasmPlugin(t *testing.T) {
+	data, err := os.ReadFile("istio-wasmplugin.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp, err := loadWasmPlugin(data)
+	if err != nil {
+		t.Fatalf("istio-wasmplugin.yaml: %v", err)
+	}
+	if wp.GetUrl() == "" || wp.GetPluginConfig() == nil {
+		t.Fatalf("url %q, pluginConfig %v", wp.GetUrl(), wp.GetPluginConfig())
+	}
+	if wp.GetFailStrategy() != istiov1alpha1.FailStrategy_FAIL_OPEN {
+		t.Errorf("failStrategy %v", wp.GetFailStrategy())
+	}
+	js, err := pluginConfigJSON(wp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(js)
+	if err != nil {
+		t.Fatalf("pluginConfig:\n%v\n%s", err, js)
+	}
+	if len(cfg.Rules) != 2 || cfg.ClientIP.XFFTrustedHops != 1 {
+		t.Errorf("parsed %d rules, xff hops %d", len(cfg.Rules), cfg.ClientIP.XFFTrustedHops)
+	}
+}
+
+func TestIstioWasmPluginMistakesFail(t *testing.T) {
+	data, err := os.ReadFile("istio-wasmplugin.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, old, new string }{
+		{"typo in spec", "failStrategy: FAIL_OPEN", "failStrategie: FAIL_OPEN"},
+		{"bad enum", "phase: AUTHN", "phase: AUTHENTICATION"},
+		{"typo in kind", "kind: WasmPlugin", "kind: WasmPlugn"},
+		{"typo in pluginConfig", "failure_mode: open", "failure_mod: open"},
+		{"bad pluginConfig value", "window: 1m\n      burst", "window: 1q\n      burst"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(string(data), c.old) {
+				t.Fatalf("istio-wasmplugin.yaml does not contain %q", c.old)
+			}
+			mut := strings.Replace(string(data), c.old, c.new, 1)
+			wp, err := loadWasmPlugin([]byte(mut))
+			if err == nil {
+				var js []byte
+				js, err = pluginConfigJSON(wp)
+				if err == nil {
+					_, err = config.Parse(js)
+				}
+			}
+			if err == nil {
+				t.Error("mistake accepted")
+			} else {
+				t.Logf("rejected: %.200s", err)
+			}
+		})
+	}
+}
