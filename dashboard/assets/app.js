@@ -1,0 +1,187 @@
+// sluice live dashboard: polls api/state once a second and shows it. Every value is set
+// with textContent or setAttribute; the only markup inserted is the charts' SVG, rendered
+// and escaped by the server (package svgchart).
+"use strict";
+
+const POLL_MS = 1000;
+const DECISIONS = ["allowed", "denied", "shadow_denied"];
+const $ = (sel, root = document) => root.querySelector(sel);
+const dash = (s) => s.replace(/_/g, "-");
+
+function fmtRate(v) {
+  if (v === null || v === undefined) return "–";
+  if (v === 0) return "0";
+  if (v < 0.01) return "<0.01";
+  return v >= 100 ? v.toFixed(0) : v.toFixed(2).replace(/\.?0+$/, "");
+}
+
+function fmtCount(v) {
+  if (v === null || v === undefined) return "–";
+  return Math.round(v).toLocaleString("en-US");
+}
+
+function fmtBytes(v) {
+  if (v === null || v === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return (i === 0 ? v.toFixed(0) : v.toFixed(1)) + " " + units[i];
+}
+
+function fmtDuration(sec) {
+  if (sec === null || sec === undefined) return "–";
+  sec = Math.floor(sec);
+  const d = Math.floor(sec / 86400), h = Math.floor(sec % 86400 / 3600), m = Math.floor(sec % 3600 / 60), s = sec % 60;
+  if (d) return d + "d " + h + "h " + m + "m";
+  if (h) return h + "h " + m + "m " + s + "s";
+  if (m) return m + "m " + s + "s";
+  return s + "s";
+}
+
+// cell sets the text and the raw value (data-value) of an element.
+function cell(el, text, value) {
+  if (!el) return;
+  if (el.textContent !== text) el.textContent = text;
+  const v = value === null || value === undefined ? "" : String(value);
+  if (el.getAttribute("data-value") !== v) el.setAttribute("data-value", v);
+}
+
+// rows keeps one <tr> per key in tbody, in the given order, built by make(key).
+function rows(tbody, attr, keys, make) {
+  const existing = new Map();
+  for (const tr of Array.from(tbody.rows)) existing.set(tr.getAttribute(attr), tr);
+  keys.forEach((key, i) => {
+    let tr = existing.get(key);
+    if (!tr) { tr = make(key); tr.setAttribute(attr, key); }
+    existing.delete(key);
+    if (tbody.rows[i] !== tr) tbody.insertBefore(tr, tbody.rows[i] || null);
+  });
+  for (const tr of existing.values()) tr.remove();
+}
+
+function newRow(metrics) {
+  const tr = document.createElement("tr");
+  for (const [m, num] of metrics) {
+    const td = document.createElement(m === "name" ? "th" : "td");
+    td.setAttribute("data-metric", m);
+    if (num) td.className = "num";
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+const RULE_CELLS = [["name", false], ["mode", false], ["algorithm", false], ["limit", false],
+  ["allowed-rate", true], ["denied-rate", true], ["shadow-denied-rate", true],
+  ["allowed-total", true], ["denied-total", true], ["shadow-denied-total", true], ["store-errors-total", true]];
+
+function renderRules(state) {
+  const tbody = $("#rules tbody");
+  const byName = new Map(state.rules.map((r) => [r.name, r]));
+  rows(tbody, "data-rule", state.rules.map((r) => r.name), () => newRow(RULE_CELLS));
+  for (const tr of Array.from(tbody.rows)) {
+    const r = byName.get(tr.getAttribute("data-rule"));
+    const c = (m) => tr.querySelector('[data-metric="' + m + '"]');
+    cell(c("name"), r.name, r.name);
+    cell(c("mode"), r.mode || "–", r.mode);
+    cell(c("algorithm"), r.algorithm || "–", r.algorithm);
+    const limit = r.limit === undefined ? "" : String(r.limit) + (r.window ? " / " + r.window : "") + (r.burst !== undefined ? " (burst " + r.burst + ")" : "");
+    cell(c("limit"), limit || "–", limit);
+    for (const d of DECISIONS) cell(c(dash(d) + "-rate"), fmtRate(r.rates[d]), r.rates[d]);
+    for (const d of DECISIONS.concat(["store_errors"])) cell(c(dash(d) + "-total"), fmtCount(r.totals[d]), r.totals[d]);
+  }
+  $("#no-rules").hidden = state.rules.length > 0;
+
+  const charts = $("#charts");
+  const have = new Map(Array.from(charts.children).map((el) => [el.getAttribute("data-rule"), el]));
+  state.rules.forEach((r, i) => {
+    let div = have.get(r.name);
+    if (!div) {
+      div = document.createElement("div");
+      div.className = "chart";
+      div.setAttribute("data-rule", r.name);
+    }
+    have.delete(r.name);
+    if (charts.children[i] !== div) charts.insertBefore(div, charts.children[i] || null);
+    if (div._svg !== r.chart) { div.innerHTML = r.chart; div._svg = r.chart; }
+  });
+  for (const el of have.values()) el.remove();
+}
+
+const WORKER_CELLS = [["name", false], ["healthy", false], ["memory-bytes", true], ["vm-restarts", true], ["requests", true], ["failed-requests", true]];
+
+function renderHost(state) {
+  const h = state.host;
+  const dd = (m) => $('#host [data-metric="' + m + '"]');
+  if (!h) return;
+  cell(dd("uptime"), fmtDuration(h.uptime_seconds), h.uptime_seconds);
+  cell(dd("workers"), String(h.workers.length) + (h.workers.every((w) => w.healthy) ? " (all healthy)" : " (" + h.workers.filter((w) => !w.healthy).length + " unhealthy)"), h.workers.length);
+  cell(dd("vm-restarts"), fmtCount(h.vm_restarts), h.vm_restarts);
+  cell(dd("requests"), fmtCount(h.requests), h.requests);
+  cell(dd("request-rate"), fmtRate(h.request_rate), h.request_rate);
+  cell(dd("failed-requests"), fmtCount(h.failed_requests), h.failed_requests);
+  cell(dd("filter-errors"), fmtCount(state.filter_errors), state.filter_errors);
+  cell(dd("memory-limit"), fmtBytes(h.memory_limit_bytes), h.memory_limit_bytes);
+  cell(dd("shared-data-keys"), fmtCount(h.shared_data_keys), h.shared_data_keys);
+  cell(dd("shared-data-bytes"), fmtBytes(h.shared_data_bytes), h.shared_data_bytes);
+  cell(dd("abi-version"), h.abi_version || "–", h.abi_version);
+  cell(dd("vm-id"), h.vm_id || "–", h.vm_id);
+
+  const tbody = $("#workers tbody");
+  const byID = new Map(h.workers.map((w) => [String(w.id), w]));
+  rows(tbody, "data-worker", h.workers.map((w) => String(w.id)), () => newRow(WORKER_CELLS));
+  for (const tr of Array.from(tbody.rows)) {
+    const w = byID.get(tr.getAttribute("data-worker"));
+    const c = (m) => tr.querySelector('[data-metric="' + m + '"]');
+    cell(c("name"), "worker " + w.id, w.id);
+    cell(c("healthy"), w.healthy ? "healthy" : "no VM", w.healthy);
+    cell(c("memory-bytes"), fmtBytes(w.memory_bytes), w.memory_bytes);
+    cell(c("vm-restarts"), fmtCount(w.vm_restarts), w.vm_restarts);
+    cell(c("requests"), fmtCount(w.requests), w.requests);
+    cell(c("failed-requests"), fmtCount(w.failed_requests), w.failed_requests);
+  }
+  const mc = $("#memory-chart");
+  if (mc._svg !== state.memory_chart) { mc.innerHTML = state.memory_chart || ""; mc._svg = state.memory_chart; }
+}
+
+function renderConfig(state) {
+  const pre = $("#config");
+  if (pre.textContent !== state.config.pretty) pre.textContent = state.config.pretty;
+  const err = $("#config-error");
+  err.hidden = !state.config.error;
+  err.textContent = state.config.error || "";
+}
+
+function setStatus(kind, text) {
+  const s = $("#status");
+  s.setAttribute("data-state", kind);
+  $("#status-text").textContent = text;
+}
+
+function render(state) {
+  $("#rate-window").textContent = state.rate_window_seconds + " s";
+  renderRules(state);
+  renderHost(state);
+  renderConfig(state);
+  const problems = (state.error ? [state.error] : []).concat(state.metric_errors || []);
+  const ul = $("#problems");
+  ul.replaceChildren(...problems.map((p) => { const li = document.createElement("li"); li.textContent = p; return li; }));
+  $("#problems-section").hidden = problems.length === 0;
+  $("#samples").textContent = state.samples + " samples kept; updated " + new Date(state.time).toLocaleTimeString("en-GB") + ".";
+  document.body.setAttribute("data-updated", state.time);
+  if (state.live) setStatus("live", "live — updated every " + state.interval_seconds + " s");
+  else setStatus("stale", state.error || "stale");
+}
+
+async function poll() {
+  try {
+    const resp = await fetch("api/state", { cache: "no-store" });
+    if (!resp.ok) throw new Error("api/state answered " + resp.status);
+    render(await resp.json());
+  } catch (e) {
+    setStatus("error", "disconnected (" + e.message + "); retrying");
+  } finally {
+    setTimeout(poll, POLL_MS);
+  }
+}
+
+poll();

@@ -1,0 +1,81 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestHandlerServesThePageAndState(t *testing.T) {
+	src := &script{status: []string{statusJSON}, metrics: []string{metricsText(1, 2, 0, 3)}}
+	d := New(src, Options{})
+	mux := http.NewServeMux()
+	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d.Handler()))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	for path, ctype := range map[string]string{"/dashboard/": "text/html", "/dashboard/app.js": "text/javascript", "/dashboard/style.css": "text/css"} {
+		resp, body := get(path)
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), ctype) || len(body) < 100 {
+			t.Errorf("%s: %d %s (%d bytes)", path, resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+			t.Errorf("%s: CSP %q", path, csp)
+		}
+	}
+	if resp, _ := get("/dashboard/nope"); resp.StatusCode != 404 {
+		t.Errorf("unknown path: %d", resp.StatusCode)
+	}
+
+	// No Run loop: api/state scrapes on demand.
+	resp, body := get("/dashboard/api/state")
+	if resp.StatusCode != 200 || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("api/state: %d %v", resp.StatusCode, resp.Header)
+	}
+	var st State
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Samples != 1 || !st.Live || len(st.Rules) != 2 || val(rule(t, st, "per-client").Totals["denied"]) != "2" {
+		t.Errorf("state %+v", st)
+	}
+	// A second request right away reuses the fresh sample.
+	get("/dashboard/api/state")
+	if src.n != 1 {
+		t.Errorf("%d scrapes for two immediate requests, want 1", src.n)
+	}
+}
+
+// The page works offline: no asset refers to anything outside the admin server.
+func TestAssetsAreSelfContained(t *testing.T) {
+	external := regexp.MustCompile(`(?i)(https?:)?//[a-z0-9.-]+\.[a-z]{2,}|@import|url\(\s*['"]?(https?:|//)`)
+	for _, name := range []string{"index.html", "app.js", "style.css"} {
+		b, err := assets.ReadFile("assets/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := external.Find(b); m != nil {
+			t.Errorf("%s refers to %q", name, m)
+		}
+	}
+	page, _ := assets.ReadFile("assets/index.html")
+	for _, id := range []string{`id="rules"`, `id="charts"`, `id="host"`, `id="workers"`, `id="config"`, `id="status"`, `data-metric="vm-restarts"`, `data-metric="uptime"`} {
+		if !strings.Contains(string(page), id) {
+			t.Errorf("index.html lacks %s", id)
+		}
+	}
+}
