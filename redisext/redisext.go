@@ -1,0 +1,159 @@
+// Package redisext gives the embedded Proxy-Wasm host (package host) Higress's Redis
+// extension to the ABI, on a real Redis Cluster through package hostredis:
+//
+//	proxy_redis_init(service_ptr, service_size, username_ptr, username_size,
+//	                 password_ptr, password_size, timeout_ms) -> status
+//	proxy_redis_call(service_ptr, service_size, query_ptr, query_size, token_ptr) -> status
+//	export proxy_on_redis_call_response(context_id, token, status, response_size)
+//
+// proxy_redis_init binds the service (a cluster name given to hostredis.New, e.g. from
+// `sluice run --redis-cluster NAME=ADDR,...`) to credentials and a per-call timeout; it does
+// not connect. proxy_redis_call takes one command as a RESP array of bulk strings, writes a
+// token to token_ptr and returns at once; the reply is delivered later, on the worker of the
+// VM that made the call, as proxy_on_redis_call_response with the reply readable through
+// proxy_get_buffer_bytes as buffer type 9 (raw RESP2) during that callback.
+//
+// Like Higress's Envoy (and Envoy's proxy_http_call), a call belongs to the root context:
+// the callback's context_id is the root context's id, and the guest maps the token back to
+// the stream that made the call and makes it the effective context
+// (proxy_set_effective_context) before it resumes or answers that stream. The reply is
+// delivered whether or not that stream still exists; the guest drops tokens it no longer
+// knows.
+//
+// Results of the host calls: OK; NOT_FOUND for a service that is not configured, or a call
+// before the service's init; BAD_ARGUMENT for a query that is not a RESP array of bulk
+// strings; INVALID_MEMORY_ACCESS for pointers outside guest memory. Callback status: 0 with
+// Redis's reply (which may be an error reply such as NOSCRIPT), 1 network error, 2 timeout
+// (hostredis.Status); with a nonzero status the reply is empty.
+package redisext
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/sluice-proxy/sluice/host"
+	"github.com/sluice-proxy/sluice/hostredis"
+)
+
+// Names of the host calls and the callback.
+const (
+	InitName     = "proxy_redis_init"
+	CallName     = "proxy_redis_call"
+	CallbackName = "proxy_on_redis_call_response"
+	// ReplyBuffer is the proxy_get_buffer_bytes buffer type of the reply.
+	ReplyBuffer = 9
+)
+
+// Stats counts the extension's activity. Safe for concurrent use.
+type Stats struct {
+	Calls       atomic.Int64 // proxy_redis_call accepted
+	Refused     atomic.Int64 // proxy_redis_call answered with an error status
+	Replies     atomic.Int64 // callbacks delivered with status 0
+	Failures    atomic.Int64 // callbacks delivered with a nonzero status
+	Undelivered atomic.Int64 // replies dropped: the VM was replaced or does not export the callback
+}
+
+// New returns the extension serving the clusters of c. st may be nil.
+func New(c *hostredis.Clusters, st *Stats) host.Extension {
+	if st == nil {
+		st = new(Stats)
+	}
+	x := &ext{c: c, st: st}
+	i32 := api.ValueTypeI32
+	return host.Extension{Name: "redis", Funcs: []host.HostFunc{
+		{Name: InitName, Params: []api.ValueType{i32, i32, i32, i32, i32, i32, i32}, Results: []api.ValueType{i32}, Func: x.init},
+		{Name: CallName, Params: []api.ValueType{i32, i32, i32, i32, i32}, Results: []api.ValueType{i32}, Func: x.call},
+	}}
+}
+
+type ext struct {
+	c     *hostredis.Clusters
+	st    *Stats
+	token atomic.Uint32
+}
+
+func status(stack []uint64, s host.Status) { stack[0] = uint64(s) }
+
+func mapErr(err error) host.Status {
+	switch {
+	case errors.Is(err, hostredis.ErrUnknownCluster), errors.Is(err, hostredis.ErrNotInitialized):
+		return host.StatusNotFound
+	case errors.Is(err, hostredis.ErrBadCommand):
+		return host.StatusBadArgument
+	}
+	return host.StatusInternalFailure
+}
+
+func (x *ext) init(g *host.Guest, stack []uint64) {
+	var s [3]string
+	for i := range s {
+		b, ok := g.Read(uint32(stack[2*i]), uint32(stack[2*i+1]))
+		if !ok {
+			status(stack, host.StatusInvalidMemoryAccess)
+			return
+		}
+		s[i] = string(b)
+	}
+	timeout := time.Duration(uint32(stack[6])) * time.Millisecond
+	if err := x.c.Init(s[0], s[1], s[2], timeout); err != nil {
+		g.Logger().Warn("proxy_redis_init failed", "service", s[0], "error", err)
+		status(stack, mapErr(err))
+		return
+	}
+	status(stack, host.StatusOK)
+}
+
+func (x *ext) call(g *host.Guest, stack []uint64) {
+	name, ok := g.Read(uint32(stack[0]), uint32(stack[1]))
+	if !ok {
+		status(stack, host.StatusInvalidMemoryAccess)
+		return
+	}
+	query, ok := g.Read(uint32(stack[2]), uint32(stack[3]))
+	if !ok {
+		status(stack, host.StatusInvalidMemoryAccess)
+		return
+	}
+	tokenPtr := uint32(stack[4])
+	if _, ok := g.Read(tokenPtr, 4); !ok {
+		status(stack, host.StatusInvalidMemoryAccess)
+		return
+	}
+	token := x.token.Add(1)
+	if token == 0 { // wrapped: 0 is never a token
+		token = x.token.Add(1)
+	}
+	const root = 1 // the root context: calls belong to it, as in Higress's Envoy
+	// Call copies query before returning, so the view of guest memory may go stale.
+	err := x.c.Call(context.Background(), string(name), query, func(st hostredis.Status, reply []byte) {
+		g.Post(func(g *host.Guest) { x.deliver(g, root, token, st, reply) })
+	})
+	if err != nil {
+		x.st.Refused.Add(1)
+		status(stack, mapErr(err))
+		return
+	}
+	x.st.Calls.Add(1)
+	g.WriteUint32(tokenPtr, token)
+	status(stack, host.StatusOK)
+}
+
+func (x *ext) deliver(g *host.Guest, root, token uint32, st hostredis.Status, reply []byte) {
+	if !g.HasExport(CallbackName) {
+		x.st.Undelivered.Add(1)
+		return
+	}
+	if st == hostredis.StatusOK {
+		x.st.Replies.Add(1)
+	} else {
+		x.st.Failures.Add(1)
+		reply = nil
+	}
+	if _, err := g.Callback(CallbackName, root, map[uint32][]byte{ReplyBuffer: reply}, uint64(root), uint64(token), uint64(uint32(st)), uint64(len(reply))); err != nil {
+		g.Logger().Error(CallbackName+" failed", "token", token, "error", err)
+	}
+}
