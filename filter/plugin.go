@@ -44,12 +44,16 @@ type Plugin struct {
 
 // rule is one configured rule plus its per-request scratch state.
 type rule struct {
-	cfg     *config.Rule
-	store   *slotStore
-	metrics ruleMetrics
-	window  int64  // window in whole seconds, rounded up, >= 1
-	quoted  []byte // `"name"`
-	key     []byte // key scratch
+	cfg      *config.Rule
+	store    *slotStore
+	metrics  ruleMetrics
+	window   int64  // window in whole seconds, rounded up, >= 1
+	quoted   []byte // `"name"`
+	rlPrefix []byte // `"name";r=`
+	policy   []byte // `"name";q=LIMIT;w=WINDOW`
+	limitVal int64  // the Limit formatted in limitStr
+	limitStr []byte
+	key      []byte // key scratch
 
 	// Per request.
 	applies bool
@@ -102,6 +106,9 @@ func (p *Plugin) configure(data []byte) error {
 			r.window = 1
 		}
 		r.quoted = []byte(`"` + rc.Name + `"`)
+		r.rlPrefix = []byte(`"` + rc.Name + `";r=`)
+		r.policy = []byte(`"` + rc.Name + `";q=` + strconv.FormatInt(rc.Limit, 10) + ";w=" + strconv.FormatInt(r.window, 10))
+		r.limitStr = make([]byte, 0, 20)
 		r.state = make([]byte, 0, rc.Limiter.MaxStateSize())
 		r.key = make([]byte, 0, 64)
 		names := MetricNames(rc.Name)
@@ -128,8 +135,8 @@ func (p *Plugin) configure(data []byte) error {
 	for _, r := range rules {
 		maxQuoted = max(maxQuoted, len(r.quoted))
 	}
-	// Retry-After + RateLimit + RateLimit-Policy + three legacy values:
-	// two quoted names, at most six 20-digit numbers and separators.
+	// Retry-After and RateLimit: one quoted name, three numbers of at most
+	// 20 digits and separators (the other values are precomputed).
 	p.vals = make([]byte, 0, 2*maxQuoted+6*20+32)
 	p.body = []byte(cfg.Response.Body)
 	return nil
@@ -354,44 +361,34 @@ func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms
 		return dst
 	}
 	reset := ceilSeconds(d.ResetAfter)
-	remaining := d.Remaining
-	if remaining < 0 {
-		remaining = 0
-	}
+	remaining := max(d.Remaining, 0)
+	// RateLimit: "name";r=REMAINING;t=RESET. The legacy remaining and reset
+	// values are sub-slices of it: each number is formatted once.
+	s := len(p.vals)
+	p.vals = append(p.vals, r.rlPrefix...)
+	rs := len(p.vals)
+	p.vals = strconv.AppendInt(p.vals, remaining, 10)
+	re := len(p.vals)
+	p.vals = append(p.vals, ";t="...)
+	ts := len(p.vals)
+	p.vals = strconv.AppendInt(p.vals, reset, 10)
+	te := len(p.vals)
 	if style == config.HeadersDraft || style == config.HeadersBoth {
-		s := len(p.vals)
-		p.vals = append(p.vals, r.quoted...)
-		p.vals = append(p.vals, ";r="...)
-		p.vals = strconv.AppendInt(p.vals, remaining, 10)
-		p.vals = append(p.vals, ";t="...)
-		p.vals = strconv.AppendInt(p.vals, reset, 10)
-		dst = p.addVal(dst, "ratelimit", s)
-		s = len(p.vals)
-		p.vals = append(p.vals, r.quoted...)
-		p.vals = append(p.vals, ";q="...)
-		p.vals = strconv.AppendInt(p.vals, r.cfg.Limit, 10)
-		p.vals = append(p.vals, ";w="...)
-		p.vals = strconv.AppendInt(p.vals, r.window, 10)
-		dst = p.addVal(dst, "ratelimit-policy", s)
+		dst = append(dst,
+			abi.Header{Name: "ratelimit", Value: p.vals[s:te:te]},
+			abi.Header{Name: "ratelimit-policy", Value: r.policy})
 	}
 	if style == config.HeadersLegacy || style == config.HeadersBoth {
-		s := len(p.vals)
-		p.vals = strconv.AppendInt(p.vals, d.Limit, 10)
-		dst = p.addVal(dst, "x-ratelimit-limit", s)
-		s = len(p.vals)
-		p.vals = strconv.AppendInt(p.vals, remaining, 10)
-		dst = p.addVal(dst, "x-ratelimit-remaining", s)
-		s = len(p.vals)
-		p.vals = strconv.AppendInt(p.vals, reset, 10)
-		dst = p.addVal(dst, "x-ratelimit-reset", s)
+		if r.limitVal != d.Limit || r.limitStr == nil {
+			r.limitVal = d.Limit
+			r.limitStr = strconv.AppendInt(r.limitStr[:0], d.Limit, 10)
+		}
+		dst = append(dst,
+			abi.Header{Name: "x-ratelimit-limit", Value: r.limitStr},
+			abi.Header{Name: "x-ratelimit-remaining", Value: p.vals[rs:re:re]},
+			abi.Header{Name: "x-ratelimit-reset", Value: p.vals[ts:te:te]})
 	}
 	return dst
-}
-
-// addVal appends header name with the value p.vals[start:].
-func (p *Plugin) addVal(dst []abi.Header, name string, start int) []abi.Header {
-	n := len(p.vals)
-	return append(dst, abi.Header{Name: name, Value: p.vals[start:n:n]})
 }
 
 // onResponse adds the remembered rate-limit headers to the response.
