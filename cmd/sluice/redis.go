@@ -1,0 +1,64 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sluice-proxy/sluice/host"
+	"github.com/sluice-proxy/sluice/hostredis"
+	"github.com/sluice-proxy/sluice/redisext"
+)
+
+// --redis-cluster NAME=ADDR,ADDR,... (repeatable) gives the filter Higress's Redis host
+// calls (proxy_redis_init / proxy_redis_call) on a Redis Cluster reached through the given
+// seed nodes. NAME is what the filter passes as the service — the "redis.cluster" of the
+// sluice configuration. Without the flag the calls are not linked and a module that
+// imports them (sluice-redis.wasm) gets UNIMPLEMENTED from them.
+func init() {
+	runHooks = append(runHooks, runHook{flags: redisFlags, apply: redisApply})
+}
+
+// redisClusters holds the parsed --redis-cluster flags of the current `sluice run`.
+var redisClusters = redisClusterFlag{}
+
+type redisClusterFlag map[string][]string
+
+func (f redisClusterFlag) String() string {
+	var s []string
+	for name, addrs := range f {
+		s = append(s, name+"="+strings.Join(addrs, ","))
+	}
+	sort.Strings(s)
+	return strings.Join(s, " ")
+}
+
+func (f redisClusterFlag) Set(v string) error {
+	name, addrs, err := hostredis.ParseFlag(v)
+	if err != nil {
+		return err
+	}
+	if _, dup := f[name]; dup {
+		return fmt.Errorf("redis cluster %q given twice", name)
+	}
+	f[name] = addrs
+	return nil
+}
+
+func redisFlags(fs *flag.FlagSet) {
+	redisClusters = redisClusterFlag{}
+	fs.Var(redisClusters, "redis-cluster", "NAME=HOST:PORT[,HOST:PORT...]: a Redis Cluster for the filter's proxy_redis_call, NAME being its redis.cluster (repeatable)")
+}
+
+func redisApply(opts *host.Options) (func(), error) {
+	if len(redisClusters) == 0 {
+		return nil, nil
+	}
+	c := hostredis.New(redisClusters, hostredis.Options{})
+	opts.Extensions = append(opts.Extensions, redisext.New(c, nil))
+	if opts.Logger != nil {
+		opts.Logger.Info("redis extension", "clusters", redisClusters.String())
+	}
+	return func() { c.Close() }, nil
+}
