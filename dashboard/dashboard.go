@@ -216,7 +216,7 @@ type State struct {
 	Error             string    `json:"error,omitempty"`
 	IntervalSeconds   float64   `json:"interval_seconds"`
 	RateWindowSeconds float64   `json:"rate_window_seconds"`
-	ChartSpanSeconds  float64   `json:"chart_span_seconds"`
+	ChartSpanSeconds  float64   `json:"chart_span_seconds"` // the charts' X span
 	Samples           int       `json:"samples"`
 	MetricErrors      []string  `json:"metric_errors,omitempty"`
 	Host              *Health   `json:"host"`
@@ -274,7 +274,8 @@ type Rule struct {
 	Totals map[string]*float64 `json:"totals"`
 	// Rates are per second over the last RateWindow (null: fewer than two samples).
 	Rates map[string]*float64 `json:"rates"`
-	// Chart is an <svg> of the allowed/denied/shadow-denied rates over ChartSpan.
+	// Chart is an <svg> of the allowed/denied/shadow-denied rates between consecutive
+	// samples, over the history so far (at least 1m, at most ChartSpan).
 	Chart string `json:"chart"`
 }
 
@@ -427,6 +428,21 @@ func (d *Dashboard) series(key string, span time.Duration, scale float64, asRate
 	return pts
 }
 
+// chartSpan is the X span of the charts: the history collected so far, at least one minute
+// and at most ChartSpan, so a dashboard opened on a fresh host is readable at once.
+func (d *Dashboard) chartSpan() time.Duration {
+	span := time.Minute
+	if n := d.ring.Len(); n > 0 {
+		if age := d.ring.At(n - 1).t.Sub(d.ring.At(0).t); age > span {
+			span = age.Round(time.Minute)
+			if span < age {
+				span += time.Minute
+			}
+		}
+	}
+	return min(span, d.opts.ChartSpan)
+}
+
 func xTicks(span time.Duration) []float64 {
 	s := span.Seconds()
 	step := 60.0
@@ -470,7 +486,6 @@ func (d *Dashboard) State(now time.Time) State {
 		Time:              now.UTC(),
 		IntervalSeconds:   d.opts.Interval.Seconds(),
 		RateWindowSeconds: d.opts.RateWindow.Seconds(),
-		ChartSpanSeconds:  d.opts.ChartSpan.Seconds(),
 		Samples:           d.ring.Len(),
 		Rules:             []Rule{},
 	}
@@ -527,6 +542,8 @@ func (d *Dashboard) State(now time.Time) State {
 		v, ok := last.values[ErrorsMetric]
 		st.FilterErrors = optional(v, ok)
 	}
+	span := d.chartSpan()
+	st.ChartSpanSeconds = span.Seconds()
 	for _, r := range rules {
 		r.Metrics = map[string]string{}
 		r.Totals = map[string]*float64{}
@@ -544,13 +561,13 @@ func (d *Dashboard) State(now time.Time) State {
 		}
 		c := svgchart.Chart{
 			ID: "chart-" + r.Name, Title: r.Name + " — requests per second", Width: 640, Height: 220,
-			XMin: -d.opts.ChartSpan.Seconds(), XMax: 0, XTicks: xTicks(d.opts.ChartSpan), XFormat: xFormat,
+			XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
 			YLabel: "req/s",
 		}
 		for _, cd := range chartDecisions {
 			c.Series = append(c.Series, svgchart.Series{
 				Name: strings.ReplaceAll(cd.name, "_", "-"), Class: cd.name, Color: cd.color,
-				Points: d.series(r.Metrics[cd.name], d.opts.ChartSpan, 1, true),
+				Points: d.series(r.Metrics[cd.name], span, 1, true),
 			})
 		}
 		r.Chart = chart(c)
@@ -567,7 +584,7 @@ func (d *Dashboard) State(now time.Time) State {
 		if len(workers) > 0 {
 			c := svgchart.Chart{
 				ID: "chart-memory", Title: "linear memory per worker", Width: 640, Height: 220,
-				XMin: -d.opts.ChartSpan.Seconds(), XMax: 0, XTicks: xTicks(d.opts.ChartSpan), XFormat: xFormat,
+				XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
 				YLabel: "MiB",
 			}
 			for _, key := range workers {
@@ -575,7 +592,7 @@ func (d *Dashboard) State(now time.Time) State {
 				if i := strings.Index(key, `worker="`); i >= 0 {
 					name = "worker " + strings.TrimSuffix(key[i+len(`worker="`):], `"}`)
 				}
-				c.Series = append(c.Series, svgchart.Series{Name: name, Points: d.series(key, d.opts.ChartSpan, 1.0/(1<<20), false)})
+				c.Series = append(c.Series, svgchart.Series{Name: name, Points: d.series(key, span, 1.0/(1<<20), false)})
 			}
 			st.MemoryChart = chart(c)
 		}

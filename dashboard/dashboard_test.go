@@ -336,3 +336,23 @@ func TestAdminSource(t *testing.T) {
 		t.Errorf("closed: %v", err)
 	}
 }
+
+func TestChartSpanGrowsWithHistory(t *testing.T) {
+	d := New(&script{status: []string{statusJSON}, metrics: []string{metricsText(0, 0, 0, 0)}}, Options{})
+	scrapeAll(t, d, 0, 1)
+	for _, step := range []struct {
+		at   float64
+		want time.Duration
+	}{{1, time.Minute}, {61, 2 * time.Minute}, {100, 2 * time.Minute}, {121, 3 * time.Minute}, {1000, 5 * time.Minute}} {
+		if step.at > 1 {
+			scrapeAll(t, d, step.at)
+		}
+		if got := d.chartSpan(); got != step.want {
+			t.Errorf("history %vs: span %v, want %v", step.at, got, step.want)
+		}
+		st := d.State(at(step.at))
+		if want := fmt.Sprintf(`data-value="%v"`, -step.want.Seconds()); !strings.Contains(rule(t, st, "per-client").Chart, want) {
+			t.Errorf("history %vs: chart lacks an X tick at %s", step.at, want)
+		}
+	}
+}

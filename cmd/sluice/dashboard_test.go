@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluice-proxy/sluice/dashboard"
+)
+
+// dashboardConfig allows 5 requests per minute per client IP: the 6th request of a burst
+// is denied.
+const dashboardConfig = `{"rules": [{"name": "per-client", "key": [{"remote_ip": true}],
+  "algorithm": "fixed_window", "limit": 5, "window": "1m"}],
+  "response": {"status": 429, "body": "rate limited\n", "headers": "both"}}`
+
+var (
+	dashBuildOnce sync.Once
+	dashBuildDir  string
+	dashBuildErr  error
+)
+
+// buildSluice compiles the filter (sluice.wasm) and this command (sluice) into a temporary
+// directory once per test binary, and returns their paths.
+func buildSluice(t *testing.T) (wasm, bin string) {
+	t.Helper()
+	dashBuildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-dashboard-test-")
+		if err != nil {
+			dashBuildErr = err
+			return
+		}
+		dashBuildDir = dir
+		wasmCmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "sluice.wasm"), "../sluice-wasm")
+		wasmCmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if out, err := wasmCmd.CombinedOutput(); err != nil {
+			dashBuildErr = fmt.Errorf("building sluice.wasm: %v\n%s", err, out)
+			return
+		}
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "sluice"), ".").CombinedOutput(); err != nil {
+			dashBuildErr = fmt.Errorf("building sluice: %v\n%s", err, out)
+		}
+	})
+	if dashBuildErr != nil {
+		t.Fatal(dashBuildErr)
+	}
+	return filepath.Join(dashBuildDir, "sluice.wasm"), filepath.Join(dashBuildDir, "sluice")
+}
+
+// sendBurst sends n GETs to the proxy and returns how many were allowed (200) and denied (429).
+func sendBurst(t *testing.T, proxy string, n int) (allowed, denied int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		resp, err := http.Get(proxy + "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case 200:
+			allowed++
+		case 429:
+			denied++
+		default:
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+	}
+	return allowed, denied
+}
+
+// In process: startRun mounts the dashboard on the admin server, and its api/state shows
+// the filter's counters and the host's health.
+func TestDashboardAPIInRun(t *testing.T) {
+	wasm, _ := buildSluice(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(cfgPath, []byte(dashboardConfig), 0o644)
+	ctx, cancel := context.WithCancel(context.Background())
+	rs, err := startRun(ctx, runConfig{
+		wasm: wasm, configPath: cfgPath, listen: "127.0.0.1:0", admin: "127.0.0.1:0",
+		workers: 2, memoryMB: 64, vmID: "sluice", logLevel: "warn", clusters: clusterFlag{},
+	}, io.Discard, io.Discard)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		rs.wait()
+	}()
+	admin := "http://" + rs.adminAddr
+
+	resp, err := http.Get(admin + "/dashboard/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(page), `<table id="rules">`) {
+		t.Fatalf("/dashboard/: %d %.200s", resp.StatusCode, page)
+	}
+
+	if a, d := sendBurst(t, "http://"+rs.listenAddr, 12); a != 5 || d != 7 {
+		t.Fatalf("allowed %d denied %d, want 5 and 7", a, d)
+	}
+	var st dashboard.State
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(admin + "/dashboard/api/state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = dashboard.State{}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Rules) == 1 && st.Rules[0].Rates["denied"] != nil && *st.Rules[0].Rates["denied"] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("denied rate still not positive: %+v", st.Rules)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r := st.Rules[0]
+	if r.Name != "per-client" || r.Algorithm != "fixed_window" || r.Mode != "enforce" || r.Metrics["denied"] != "sluice_per_client_denied" {
+		t.Errorf("rule %+v", r)
+	}
+	if r.Totals["allowed"] == nil || *r.Totals["allowed"] != 5 || r.Totals["denied"] == nil || *r.Totals["denied"] != 7 {
+		t.Errorf("totals %v", r.Totals)
+	}
+	if !st.Live || st.Host == nil || len(st.Host.Workers) != 2 || st.Host.Requests != 12 || st.Host.VMRestarts != 0 || st.Host.MemoryLimitBytes != 64<<20 {
+		t.Errorf("live %v error %q host %+v", st.Live, st.Error, st.Host)
+	}
+	for _, w := range st.Host.Workers {
+		if !w.Healthy || w.MemoryBytes == 0 {
+			t.Errorf("worker %+v", w)
+		}
+	}
+	if !strings.Contains(st.Config.Pretty, `"name": "per-client"`) || len(st.MetricErrors) != 0 {
+		t.Errorf("config %q, metric errors %v", st.Config.Pretty, st.MetricErrors)
+	}
+}
+
+// startSluice runs the built binary as `sluice run` with the proxy and the admin server on
+// free ports, and returns their base URLs once it is serving. The process is stopped with
+// SIGINT at the end of the test.
+func startSluice(t *testing.T, bin, wasm, configPath string) (proxy, admin string) {
+	t.Helper()
+	cmd := exec.Command(bin, "run", "--wasm", wasm, "--config", configPath,
+		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--workers", "2", "--log-level", "warn")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("sluice run exited with %v after SIGINT\n%s", err, stderr.String())
+			}
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Errorf("sluice run did not stop within 15s of SIGINT")
+		}
+	})
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	timeout := time.After(60 * time.Second)
+	for proxy == "" || admin == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("sluice run ended before serving:\n%s", stderr.String())
+			}
+			if rest, ok := strings.CutPrefix(line, "sluice: listening on "); ok {
+				proxy, _, _ = strings.Cut(rest, " ")
+			}
+			if rest, ok := strings.CutPrefix(line, "sluice: admin on "); ok {
+				admin, _, _ = strings.Cut(rest, " ")
+			}
+		case <-timeout:
+			t.Fatalf("sluice run did not report its addresses within 60s:\n%s", stderr.String())
+		}
+	}
+	go func() {
+		for range lines { // keep draining so the process never blocks on stdout
+		}
+	}()
+	return proxy, admin
+}
+
+// The check of issue 6 for the dashboard: a real `sluice run` (built binary and module, as
+// a subprocess), its dashboard open in chromium; traffic beyond the limit makes the
+// per-client rule's denied rate non-zero on the page. With SLUICE_SCREENSHOT_DIR set, a
+// screenshot is saved there as dashboard.png.
+func TestDashboardInBrowser(t *testing.T) {
+	wasm, bin := buildSluice(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(cfgPath, []byte(dashboardConfig), 0o644)
+	proxy, admin := startSluice(t, bin, wasm, cfgPath)
+	pageURL := admin + "/dashboard/"
+
+	var mu sync.Mutex
+	var requested []string
+	ctx := newBrowser(t, chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
+			mu.Lock()
+			requested = append(requested, e.Request.URL)
+			mu.Unlock()
+		}
+	}))
+	// The first action starts the browser; it must not carry the timeout.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1400, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	const row = `#rules tbody tr[data-rule="per-client"]`
+	if err := chromedp.Do(tctx, chromedp.Navigate(pageURL), chromedp.WaitVisible(row+` td[data-metric="denied-rate"]`)); err != nil {
+		t.Fatal(err)
+	}
+
+	type shown struct {
+		Status      string            `json:"status"`
+		Rule        map[string]string `json:"rule"` // data-metric -> data-value
+		RuleText    map[string]string `json:"ruleText"`
+		ChartSeries []string          `json:"chartSeries"`
+		ChartShapes int               `json:"chartShapes"`
+		Host        map[string]string `json:"host"`
+		Workers     []string          `json:"workers"`
+		Config      string            `json:"config"`
+	}
+	const js = `(() => {
+		const row = document.querySelector('#rules tbody tr[data-rule="per-client"]');
+		const cells = row ? Array.from(row.querySelectorAll('[data-metric]')) : [];
+		const chart = document.querySelector('#charts .chart[data-rule="per-client"] svg.svgchart');
+		return {
+			status: document.getElementById('status').dataset.state,
+			rule: Object.fromEntries(cells.map(c => [c.dataset.metric, c.getAttribute('data-value') || ''])),
+			ruleText: Object.fromEntries(cells.map(c => [c.dataset.metric, c.textContent.trim()])),
+			chartSeries: chart ? Array.from(chart.querySelectorAll('g.series')).map(g => g.dataset.name) : [],
+			chartShapes: chart ? chart.querySelectorAll('g.series polyline, g.series polygon, g.series path').length : 0,
+			host: Object.fromEntries(Array.from(document.querySelectorAll('#host dd[data-metric]')).map(d => [d.dataset.metric, d.getAttribute('data-value') || ''])),
+			workers: Array.from(document.querySelectorAll('#workers tbody tr[data-worker]')).map(r => r.dataset.worker + ':' + r.querySelector('[data-metric="healthy"]').dataset.value),
+			config: document.getElementById('config').textContent,
+		};
+	})()`
+	read := func() shown {
+		t.Helper()
+		s, err := chromedp.Run(tctx, chromedp.Evaluate[shown](js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := read()
+	if v := before.Rule["denied-rate"]; v != "" && v != "0" {
+		t.Fatalf("denied rate %q before any traffic", v)
+	}
+
+	if a, d := sendBurst(t, proxy, 12); a != 5 || d != 7 {
+		t.Fatalf("allowed %d denied %d, want 5 and 7", a, d)
+	}
+	var got shown
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got = read()
+		var rate float64
+		fmt.Sscan(got.Rule["denied-rate"], &rate)
+		if rate > 0 && got.Rule["denied-total"] == "7" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never showed a positive denied rate with 7 denied: %+v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got.RuleText["denied-rate"] == "0" || got.RuleText["denied-rate"] == "–" {
+		t.Errorf("denied rate text %q", got.RuleText["denied-rate"])
+	}
+	if got.Status != "live" || got.Rule["allowed-total"] != "5" || got.Rule["algorithm"] != "fixed_window" || got.Rule["mode"] != "enforce" || got.Rule["limit"] != "5 / 1m" {
+		t.Errorf("rule row %+v (status %s)", got.Rule, got.Status)
+	}
+	if strings.Join(got.ChartSeries, ",") != "allowed,denied,shadow-denied" || got.ChartShapes < 2 {
+		t.Errorf("chart series %v, %d shapes", got.ChartSeries, got.ChartShapes)
+	}
+	if got.Host["workers"] != "2" || got.Host["vm-restarts"] != "0" || got.Host["requests"] != "12" || got.Host["uptime"] == "" {
+		t.Errorf("host %+v", got.Host)
+	}
+	if strings.Join(got.Workers, ",") != "0:true,1:true" {
+		t.Errorf("workers %v", got.Workers)
+	}
+	if !strings.Contains(got.Config, `"name": "per-client"`) || !strings.Contains(got.Config, `"limit": 5`) {
+		t.Errorf("config shown %q", got.Config)
+	}
+
+	if sd := os.Getenv("SLUICE_SCREENSHOT_DIR"); sd != "" {
+		png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(sd, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(sd, "dashboard.png")
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", p)
+	}
+
+	// Offline: the browser fetched nothing outside the admin server.
+	mu.Lock()
+	defer mu.Unlock()
+	for _, u := range requested {
+		if !strings.HasPrefix(u, admin+"/") {
+			t.Errorf("the dashboard made the browser fetch %s", u)
+		}
+	}
+}
