@@ -343,3 +343,45 @@ func TestNoSourceAddressRuleDoesNotApply(t *testing.T) {
 		}
 	}
 }
+
+// Stream contexts are released by proxy_on_log or by proxy_on_delete,
+// whichever comes first (the proxytest emulator never deletes; a host may
+// skip the access log), and deleting a root context drops its plugin.
+func TestContextsReleased(t *testing.T) {
+	h := filtertest.NewHost()
+	h.Now_ = t0
+	vm := filter.NewVM(h)
+	w := filtertest.NewWorker(h, vm)
+	if !w.Start(perIPConfig) {
+		t.Fatal(h.Logs)
+	}
+	h.Properties = map[string]string{"source\x00address": "10.0.0.1:1"}
+	for id := uint32(100); id < 110; id++ {
+		vm.OnContextCreate(id, 1)
+		vm.OnRequestHeaders(id, 0, true)
+	}
+	if vm.Streams() != 10 {
+		t.Fatalf("%d streams", vm.Streams())
+	}
+	for id := uint32(100); id < 105; id++ {
+		vm.OnDelete(id) // no access log
+	}
+	for id := uint32(105); id < 110; id++ {
+		vm.OnLog(id)
+		vm.OnDone(id)
+		vm.OnDelete(id)
+	}
+	if vm.Streams() != 0 {
+		t.Errorf("%d streams left", vm.Streams())
+	}
+	// Callbacks for unknown or released contexts are harmless.
+	if vm.OnRequestHeaders(999, 0, true) != abi.ActionContinue || vm.OnResponseHeaders(100, 0, true) != abi.ActionContinue {
+		t.Error("unknown context not continued")
+	}
+	vm.OnContextCreate(200, 77) // unknown root
+	vm.OnDelete(1)              // the root context
+	vm.OnContextCreate(201, 1)  // its streams are not created any more
+	if vm.OnRequestHeaders(201, 0, true) != abi.ActionContinue || vm.Streams() != 0 {
+		t.Error("stream of a deleted root context")
+	}
+}

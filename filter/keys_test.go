@@ -1,0 +1,204 @@
+package filter
+
+import (
+	"bytes"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/filter/filtertest"
+)
+
+func TestParseHostIP(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"10.0.0.1:1234", "10.0.0.1", true},
+		{"10.0.0.1", "10.0.0.1", true},
+		{"[2001:db8::1]:443", "2001:db8::1", true},
+		{"[2001:db8::1]", "2001:db8::1", true},
+		{"2001:db8::1", "2001:db8::1", true},
+		{"::1", "::1", true},
+		{"[::ffff:192.0.2.1]:80", "192.0.2.1", true},
+		{"[fe80::1%eth0]:80", "fe80::1", true},
+		{"", "", false},
+		{"[2001:db8::1", "", false},
+		{"example.com:80", "", false},
+		{"10.0.0.256:1", "", false},
+		{":80", "", false},
+		{"[]:80", "", false},
+	} {
+		ip, ok := parseHostIP([]byte(c.in))
+		if ok != c.ok || ok && ip.String() != c.want {
+			t.Errorf("parseHostIP(%q) = %v %v, want %q %v", c.in, ip, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestXFFEntry(t *testing.T) {
+	for _, c := range []struct {
+		xff  string
+		hops int
+		want string
+		ok   bool
+	}{
+		{"1.1.1.1", 1, "1.1.1.1", true},
+		{"6.6.6.6, 3.3.3.3", 1, "3.3.3.3", true},
+		{"6.6.6.6, 3.3.3.3", 2, "6.6.6.6", true},
+		{"6.6.6.6,3.3.3.3, 4.4.4.4", 2, "3.3.3.3", true},
+		{"3.3.3.3", 2, "", false},
+		{"", 1, "", false},
+		{"garbage, 3.3.3.3", 2, "", false},
+		{" [2001:db8::7]:9 ", 1, "2001:db8::7", true},
+		{",,", 1, "", false},
+	} {
+		ip, ok := xffEntry([]byte(c.xff), c.hops)
+		if ok != c.ok || ok && ip.String() != c.want {
+			t.Errorf("xffEntry(%q, %d) = %v %v, want %q %v", c.xff, c.hops, ip, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestQueryParam(t *testing.T) {
+	for _, c := range []struct {
+		path, name, want string
+		ok               bool
+	}{
+		{"/a?k=v", "k", "v", true},
+		{"/a?x=1&k=v&k=w", "k", "v", true},
+		{"/a?kk=1&k=2", "k", "2", true},
+		{"/a?k", "k", "", false},
+		{"/a?k=", "k", "", false},
+		{"/a?k=v#frag", "k", "v", true},
+		{"/a#?k=v", "k", "", false},
+		{"/a", "k", "", false},
+		{"/a?%6B=v", "k", "v", true},
+		{"/a?a+b=v", "a b", "v", true},
+		{"/a?&&k=v", "k", "v", true},
+	} {
+		v, ok := queryParam([]byte(c.path), c.name)
+		if ok != c.ok || string(v) != c.want {
+			t.Errorf("queryParam(%q, %q) = %q %v, want %q %v", c.path, c.name, v, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestCookieValue(t *testing.T) {
+	for _, c := range []struct {
+		h, name, want string
+		ok            bool
+	}{
+		{"s=1", "s", "1", true},
+		{"a=1; s=2", "s", "2", true},
+		{"a=1;s=2;s=3", "s", "2", true},
+		{`s="q"`, "s", "q", true},
+		{"xs=1", "s", "", false},
+		{"s=", "s", "", false},
+		{"s", "s", "", false},
+		{"", "s", "", false},
+		{" s = v ", "s", "v", true},
+	} {
+		v, ok := cookieValue([]byte(c.h), c.name)
+		if ok != c.ok || string(v) != c.want {
+			t.Errorf("cookieValue(%q, %q) = %q %v, want %q %v", c.h, c.name, v, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestAppendUnescaped(t *testing.T) {
+	for in, want := range map[string]string{
+		"abc": "abc", "a%41": "aA", "a+b": "a b", "%zz": "%zz", "%4": "%4", "100%": "100%", "%e2%82%ac": "€",
+	} {
+		got := appendUnescaped(nil, []byte(in))
+		var n int
+		for n = 0; got[n]&0x80 != 0; n++ {
+		}
+		if string(got[n+1:]) != want || int(got[0]) != len(want) {
+			t.Errorf("appendUnescaped(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestMaskIP(t *testing.T) {
+	ip := netip.MustParseAddr("2001:db8:1:2:3:4:5:6")
+	if got := maskIP(ip, 48).String(); got != "2001:db8:1::" {
+		t.Errorf("maskIP /48 = %s", got)
+	}
+	if got := maskIP(ip, 0); got != ip {
+		t.Errorf("maskIP 0 = %s", got)
+	}
+	v4 := netip.MustParseAddr("192.0.2.9")
+	if got := maskIP(v4, 64); got != v4 {
+		t.Errorf("IPv4 masked: %s", got)
+	}
+}
+
+// Distinct parts never produce the same key (the encoding is tagged and
+// length-prefixed).
+func TestKeyEncodingUnambiguous(t *testing.T) {
+	h := filtertest.NewHost()
+	r := &request{}
+	key := func(parts []config.KeyPart, hdrs ...string) []byte {
+		h.ReqHeaders = nil
+		for i := 0; i+1 < len(hdrs); i += 2 {
+			h.ReqHeaders = append(h.ReqHeaders, [2]string{hdrs[i], hdrs[i+1]})
+		}
+		r.reset(h)
+		k, ok := appendKey(nil, parts, r, 0)
+		if !ok {
+			t.Fatalf("no key for %v", hdrs)
+		}
+		return k
+	}
+	two := []config.KeyPart{{Header: "a"}, {Header: "b"}}
+	if bytes.Equal(key(two, "a", "x", "b", "yz"), key(two, "a", "xy", "b", "z")) {
+		t.Error("a=x,b=yz and a=xy,b=z share a key")
+	}
+	if bytes.Equal(key([]config.KeyPart{{Header: "a"}}, "a", "v"), key([]config.KeyPart{{Header: "b"}}, "b", "v")) {
+		// Same kind, same value, different header names: the same key is
+		// fine (they belong to different rules, hence different slots).
+		t.Log("same value under two header names gives one key (rules are separate)")
+	}
+	if bytes.Equal(key([]config.KeyPart{{Header: "a"}}, "a", "/p"), key([]config.KeyPart{{Path: true}}, ":path", "/p")) {
+		t.Error("a header and a path with the same bytes share a key")
+	}
+}
+
+// FuzzRequest drives the whole request path with arbitrary header values,
+// addresses and paths: it must never panic, and a decision is always
+// reached (the request continues or is rejected).
+func FuzzRequest(f *testing.F) {
+	f.Add("10.0.0.1:1", "/api?k=v", "k=v; s=1", "1.1.1.1, 2.2.2.2", "key")
+	f.Add("[::1]:80", "/%zz?%=&&==", "=;;=", ",,,", "\x00\xff")
+	f.Add("", "", "", "", "")
+	cfg := `{"rules":[
+	  {"name":"a","match":{"path_prefix":"/api"},"key":[{"remote_ip":true,"ipv6_prefix":56},{"query":"k"}],"algorithm":"sliding_log","limit":3,"window":"1h"},
+	  {"name":"b","key":[{"cookie":"s"},{"header":"x-k"},{"path":true},{"method":true}],"algorithm":"leaky_bucket","limit":2,"window":"1s","max_keys":4}],
+	  "client_ip":{"xff_trusted_hops":2}}`
+	f.Fuzz(func(t *testing.T, src, path, cookie, xff, hk string) {
+		h := filtertest.NewHost()
+		h.Now_ = 1_700_000_000_000_000_000
+		w := filtertest.NewWorker(h, NewVM(h))
+		if !w.Start(cfg) {
+			t.Fatal(h.Logs)
+		}
+		for i := 0; i < 3; i++ {
+			r := w.Do(filtertest.Request{Source: src, Path: path, Method: strings.ToUpper(hk),
+				Headers: [][2]string{{"cookie", cookie}, {"x-forwarded-for", xff}, {"x-k", hk}}})
+			if r.Status != 200 && r.Status != 429 {
+				t.Fatalf("status %d", r.Status)
+			}
+			if r.Action != abi.ActionContinue && r.Status == 200 || r.Action != abi.ActionPause && r.Status == 429 {
+				t.Fatalf("action %v with status %d", r.Action, r.Status)
+			}
+		}
+		for _, l := range h.Logs {
+			if strings.Contains(l.Msg, "panic") {
+				t.Fatalf("recovered panic: %s", l.Msg)
+			}
+		}
+	})
+}
