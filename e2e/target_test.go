@@ -194,11 +194,7 @@ func writeConfig(t *testing.T, sc Scenario) string {
 // then SIGKILL) when the test ends; its stderr is logged when the test failed.
 func startHost(t *testing.T, sc Scenario) *proxy {
 	t.Helper()
-	workers := sc.Workers
-	if workers == 0 {
-		workers = 2
-	}
-	cmd := sluiceCmd(t, writeConfig(t, sc), workers)
+	cmd := sluiceCmd(t, writeConfig(t, sc), ScenarioWorkers(sc))
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()

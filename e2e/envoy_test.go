@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protopath"
+	"google.golang.org/protobuf/reflect/protorange"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-proxy/sluice/config"
+)
+
+// Registered so that every @type in the rendered bootstraps resolves.
+var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}}
+
+// parseBootstrap parses YAML strictly into an Envoy v3 Bootstrap (unknown fields rejected,
+// nested Any too) and validates it and every Any inside it.
+func parseBootstrap(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
+	t.Helper()
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	var check func(m proto.Message)
+	check = func(m proto.Message) {
+		protorange.Range(m.ProtoReflect(), func(v protopath.Values) error {
+			msg, ok := v.Index(-1).Value.Interface().(interface{ Interface() proto.Message })
+			if !ok {
+				return nil
+			}
+			a, ok := msg.Interface().(*anypb.Any)
+			if !ok {
+				return nil
+			}
+			inner, err := a.UnmarshalNew()
+			if err != nil {
+				t.Errorf("%s: %v", v.Path, err)
+				return nil
+			}
+			if val, ok := inner.(interface{ ValidateAll() error }); ok {
+				if err := val.ValidateAll(); err != nil {
+					t.Errorf("%s: %v", a.GetTypeUrl(), err)
+				}
+			}
+			check(inner)
+			return nil
+		})
+	}
+	check(&b)
+	return &b
+}
+
+// TestEnvoyBootstraps: the bootstrap rendered for each Envoy scenario is a valid Envoy v3
+// configuration, carries the scenario's plugin configuration unchanged (and it parses), loads
+// the module from where compose.yaml mounts it, and routes to the upstream cluster it defines,
+// with the router last. The upstream's own bootstrap is valid too.
+func TestEnvoyBootstraps(t *testing.T) {
+	n := 0
+	for _, sc := range Scenarios() {
+		if sc.HostOnly {
+			continue
+		}
+		n++
+		t.Run(sc.Name, func(t *testing.T) {
+			y, err := RenderEnvoy(sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := parseBootstrap(t, y)
+			if got := b.GetAdmin().GetAddress().GetSocketAddress().GetPortValue(); got != EnvoyAdminPort {
+				t.Errorf("admin port %d, want %d", got, EnvoyAdminPort)
+			}
+			ls := b.GetStaticResources().GetListeners()
+			if len(ls) != 1 || ls[0].GetAddress().GetSocketAddress().GetPortValue() != EnvoyListenPort {
+				t.Fatalf("want one listener on %d", EnvoyListenPort)
+			}
+			var hcm hcmv3.HttpConnectionManager
+			if err := ls[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+				t.Fatal(err)
+			}
+			filters := hcm.GetHttpFilters()
+			if len(filters) != 2 || filters[1].GetName() != "envoy.filters.http.router" {
+				t.Fatalf("http filters %v: want sluice then the router", filters)
+			}
+			var w wasmv3.Wasm
+			if err := filters[0].GetTypedConfig().UnmarshalTo(&w); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.GetConfig().GetVmConfig().GetCode().GetLocal().GetFilename(); got != EnvoyWasmPath {
+				t.Errorf("module path %q, want %q", got, EnvoyWasmPath)
+			}
+			if w.GetConfig().GetFailOpen() {
+				t.Error("fail_open is on: the scenarios would not see the filter failing")
+			}
+			var cfg wrapperspb.StringValue
+			if err := w.GetConfig().GetConfiguration().UnmarshalTo(&cfg); err != nil {
+				t.Fatal(err)
+			}
+			if strings.TrimSpace(cfg.GetValue()) != strings.TrimSpace(sc.Config) {
+				t.Errorf("plugin configuration changed in rendering:\n%s\nwant:\n%s", cfg.GetValue(), sc.Config)
+			}
+			if _, err := config.Parse([]byte(cfg.GetValue())); err != nil {
+				t.Errorf("plugin configuration: %v", err)
+			}
+			clusters := map[string]bool{}
+			for _, c := range b.GetStaticResources().GetClusters() {
+				clusters[c.GetName()] = true
+			}
+			for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+				for _, r := range vh.GetRoutes() {
+					if c := r.GetRoute().GetCluster(); !clusters[c] {
+						t.Errorf("route to unknown cluster %q", c)
+					}
+				}
+			}
+		})
+	}
+	if n == 0 {
+		t.Fatal("no scenario for Envoy")
+	}
+	up, err := os.ReadFile("envoy/upstream.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parseBootstrap(t, up)
+}
+
+// TestEnvoyRunWithoutDocker: where Docker has no engine, `make e2e-envoy` says so and exits
+// non-zero (a stub docker whose `info` fails stands in for the missing engine).
+func TestEnvoyRunWithoutDocker(t *testing.T) {
+	bin := t.TempDir()
+	stub := "#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n"
+	if err := os.WriteFile(bin+"/docker", []byte(stub), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal("bash is needed by e2e/envoy/run.sh:", err)
+	}
+	cmd := exec.Command(bash, "envoy/run.sh")
+	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin", "ENVOY_IMAGE=example.invalid/envoy:test")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("run.sh: %v, want a non-zero exit; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "no usable Docker engine") || !strings.Contains(string(out), "example.invalid/envoy:test") {
+		t.Errorf("run.sh output does not explain the missing engine:\n%s", out)
+	}
+}
