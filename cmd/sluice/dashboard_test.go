@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -97,10 +98,15 @@ func TestDashboardAPIInRun(t *testing.T) {
 		cancel()
 		t.Fatal(err)
 	}
-	defer func() {
-		cancel()
-		rs.wait()
-	}()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			rs.wait()
+		}
+	}
+	defer stop()
 	admin := "http://" + rs.adminAddr
 
 	resp, err := http.Get(admin + "/dashboard/")
@@ -154,6 +160,27 @@ func TestDashboardAPIInRun(t *testing.T) {
 	}
 	if !strings.Contains(st.Config.Pretty, `"name": "per-client"`) || len(st.MetricErrors) != 0 {
 		t.Errorf("config %q, metric errors %v", st.Config.Pretty, st.MetricErrors)
+	}
+
+	// The dashboard's scraping goroutine ends with the host.
+	stop()
+	deadline = time.Now().Add(10 * time.Second)
+	for dashboardRunning() {
+		if time.Now().After(deadline) {
+			t.Fatal("the dashboard's Run goroutine outlived the host")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func dashboardRunning() bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Contains(string(buf[:n]), "dashboard.(*Dashboard).Run(")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 
