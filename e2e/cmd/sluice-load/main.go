@@ -1,0 +1,334 @@
+// Command sluice-load is a small closed-loop HTTP load generator for sluice's load test, and
+// a trivial echo server to compare against. It only talks to loopback addresses and every run
+// is bounded in time and in requests.
+//
+//	sluice-load -url http://127.0.0.1:8080/ -c 64 -d 10s [-warmup 2s] [-n 5000000]
+//	            [-H 'Name: value'] [-keys N -key-header X-Key] [-json]
+//	sluice-load -serve 127.0.0.1:8081      # echo server without any Proxy-Wasm host
+//
+// -c connections each send requests back to back (keep-alive) for -d after -warmup; the
+// report gives requests/s, latency percentiles (p50, p90, p99, max) and the status codes.
+// With -keys N, request i carries -key-header with one of N values (round-robin), to spread
+// the load over N rate-limit keys.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type headerFlags []string
+
+func (h *headerFlags) String() string     { return strings.Join(*h, ", ") }
+func (h *headerFlags) Set(v string) error { *h = append(*h, v); return nil }
+
+// Bounds of one run.
+const (
+	maxDuration    = 2 * time.Minute
+	maxConcurrency = 1024
+	maxRequests    = 50_000_000
+)
+
+type options struct {
+	url         string
+	concurrency int
+	duration    time.Duration
+	warmup      time.Duration
+	requests    int64
+	headers     http.Header
+	keys        int
+	keyHeader   string
+	jsonOut     bool
+}
+
+func main() {
+	var o options
+	var hs headerFlags
+	serve := flag.String("serve", "", "serve the trivial echo upstream on this loopback address instead of generating load")
+	flag.StringVar(&o.url, "url", "", "target URL (loopback only)")
+	flag.IntVar(&o.concurrency, "c", 64, "concurrent connections")
+	flag.DurationVar(&o.duration, "d", 10*time.Second, "measured duration")
+	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured warm-up before the measurement")
+	flag.Int64Var(&o.requests, "n", 5_000_000, "stop after this many measured requests")
+	flag.Var(&hs, "H", "request header 'Name: value' (repeatable)")
+	flag.IntVar(&o.keys, "keys", 0, "spread requests over this many values of -key-header (0: none)")
+	flag.StringVar(&o.keyHeader, "key-header", "X-Key", "header carrying the -keys values")
+	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
+	flag.Parse()
+	if *serve != "" {
+		if err := serveEcho(*serve); err != nil {
+			fmt.Fprintln(os.Stderr, "sluice-load:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o.headers = http.Header{}
+	for _, h := range hs {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok {
+			fmt.Fprintf(os.Stderr, "sluice-load: -H %q: want 'Name: value'\n", h)
+			os.Exit(2)
+		}
+		o.headers.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice-load:", err)
+		os.Exit(2)
+	}
+	rep, err := run(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sluice-load:", err)
+		os.Exit(1)
+	}
+	if o.jsonOut {
+		json.NewEncoder(os.Stdout).Encode(rep)
+	} else {
+		rep.print(os.Stdout)
+	}
+}
+
+func (o *options) validate() error {
+	u, err := url.Parse(o.url)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return fmt.Errorf("-url: want http://127.0.0.1:PORT/..., got %q", o.url)
+	}
+	if err := loopback(u.Hostname()); err != nil {
+		return fmt.Errorf("-url: %v", err)
+	}
+	switch {
+	case o.concurrency < 1 || o.concurrency > maxConcurrency:
+		return fmt.Errorf("-c must be in 1..%d", maxConcurrency)
+	case o.duration <= 0 || o.duration > maxDuration:
+		return fmt.Errorf("-d must be in (0, %v]", maxDuration)
+	case o.warmup < 0 || o.warmup > maxDuration:
+		return fmt.Errorf("-warmup must be in [0, %v]", maxDuration)
+	case o.requests < 1 || o.requests > maxRequests:
+		return fmt.Errorf("-n must be in 1..%d", maxRequests)
+	case o.keys < 0:
+		return errors.New("-keys must be >= 0")
+	}
+	return nil
+}
+
+func loopback(host string) error {
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address; this tool only loads 127.0.0.1/::1", host)
+	}
+	return nil
+}
+
+// report is the outcome of one run.
+type report struct {
+	URL         string         `json:"url"`
+	Concurrency int            `json:"concurrency"`
+	Seconds     float64        `json:"seconds"`
+	Requests    int            `json:"requests"`
+	Errors      int64          `json:"errors"`
+	RPS         float64        `json:"rps"`
+	P50         float64        `json:"p50_ms"`
+	P90         float64        `json:"p90_ms"`
+	P99         float64        `json:"p99_ms"`
+	Max         float64        `json:"max_ms"`
+	Statuses    map[string]int `json:"statuses"`
+	FirstError  string         `json:"first_error,omitempty"`
+}
+
+func (r *report) print(w io.Writer) {
+	codes := make([]string, 0, len(r.Statuses))
+	for c := range r.Statuses {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	var st []string
+	for _, c := range codes {
+		st = append(st, fmt.Sprintf("%s×%d", c, r.Statuses[c]))
+	}
+	fmt.Fprintf(w, "%s  c=%d  %.1fs\n", r.URL, r.Concurrency, r.Seconds)
+	fmt.Fprintf(w, "  requests %d (%s), errors %d\n", r.Requests, strings.Join(st, " "), r.Errors)
+	fmt.Fprintf(w, "  throughput %.0f req/s\n", r.RPS)
+	fmt.Fprintf(w, "  latency p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms\n", r.P50, r.P90, r.P99, r.Max)
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "  first error: %s\n", r.FirstError)
+	}
+}
+
+// sample is one measured request.
+type sample struct {
+	d      time.Duration
+	status int16
+}
+
+func run(o options) (*report, error) {
+	tr := &http.Transport{
+		Proxy:               nil,
+		MaxIdleConns:        o.concurrency,
+		MaxIdleConnsPerHost: o.concurrency,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	keys := make([]string, o.keys)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration)
+	defer cancel()
+	var (
+		measuring atomic.Bool
+		measured  atomic.Int64
+		errs      atomic.Int64
+		firstErr  atomic.Value
+		seq       atomic.Uint64
+		wg        sync.WaitGroup
+	)
+	per := make([][]sample, o.concurrency)
+	perCap := int(min(o.requests/int64(o.concurrency)+1, 1<<20))
+	for w := range o.concurrency {
+		per[w] = make([]sample, 0, perCap)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, o.url, nil)
+				for k, vs := range o.headers {
+					req.Header[k] = vs
+				}
+				if o.keys > 0 {
+					req.Header.Set(o.keyHeader, keys[seq.Add(1)%uint64(o.keys)])
+				}
+				m := measuring.Load()
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				d := time.Since(t0)
+				if ctx.Err() != nil {
+					return // cut off by the end of the run: not a result
+				}
+				if !m {
+					continue
+				}
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				per[w] = append(per[w], sample{d, int16(resp.StatusCode)})
+				if measured.Add(1) >= o.requests {
+					cancel()
+				}
+			}
+		}()
+	}
+	if o.warmup > 0 {
+		select {
+		case <-time.After(o.warmup):
+		case <-ctx.Done():
+		}
+	}
+	measuring.Store(true)
+	began := time.Now()
+	<-ctx.Done()
+	elapsed := time.Since(began)
+	wg.Wait()
+
+	var all []time.Duration
+	statuses := map[string]int{}
+	for _, s := range per {
+		for _, x := range s {
+			all = append(all, x.d)
+			statuses[strconv.Itoa(int(x.status))]++
+		}
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("no request completed (errors: %d, first: %v)", errs.Load(), firstErr.Load())
+	}
+	slices.Sort(all)
+	q := func(p float64) float64 {
+		i := int(p * float64(len(all)-1))
+		return float64(all[i]) / float64(time.Millisecond)
+	}
+	rep := &report{
+		URL: o.url, Concurrency: o.concurrency, Seconds: elapsed.Seconds(),
+		Requests: len(all), Errors: errs.Load(), RPS: float64(len(all)) / elapsed.Seconds(),
+		P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: q(1),
+		Statuses: statuses,
+	}
+	if e, ok := firstErr.Load().(string); ok {
+		rep.FirstError = e
+	}
+	return rep, nil
+}
+
+// serveEcho serves a minimal echo upstream: the request line and headers as text, like
+// sluice run's built-in echo, with no Proxy-Wasm host in front.
+func serveEcho(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-serve: %v", err)
+	}
+	if err := loopback(host); err != nil {
+		return fmt.Errorf("-serve: %v", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("sluice-load: echo on http://%s\n", ln.Addr())
+	srv := &http.Server{Handler: http.HandlerFunc(echo), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func echo(w http.ResponseWriter, r *http.Request) {
+	n, _ := io.Copy(io.Discard, r.Body)
+	names := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s\nHost: %s\n", r.Method, r.URL.RequestURI(), r.Proto, r.Host)
+	for _, k := range names {
+		for _, v := range r.Header[k] {
+			fmt.Fprintf(&b, "%s: %s\n", k, v)
+		}
+	}
+	fmt.Fprintf(&b, "\n(%d body bytes)\n", n)
+	io.WriteString(w, b.String())
+}

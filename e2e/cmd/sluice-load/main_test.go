@@ -1,0 +1,64 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunCountsAndBounds(t *testing.T) {
+	var seen = make(chan string, 10000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case seen <- r.Header.Get("X-Key"):
+		default:
+		}
+		if r.URL.Path == "/deny" {
+			w.WriteHeader(429)
+		}
+	}))
+	defer srv.Close()
+	o := options{url: srv.URL + "/deny", concurrency: 4, duration: 5 * time.Second, warmup: 0, requests: 200,
+		headers: http.Header{}, keys: 3, keyHeader: "X-Key"}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep, err := run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > 4*time.Second {
+		t.Errorf("-n 200 did not end the run early (%v)", time.Since(start))
+	}
+	// The run ends once 200 requests are measured; requests already in flight then are cut.
+	if rep.Requests < 200-o.concurrency || rep.Requests > 200+o.concurrency || rep.Statuses["429"] != rep.Requests || rep.Errors != 0 {
+		t.Errorf("report %+v: want ~200 requests, all 429", rep)
+	}
+	if !(rep.P50 > 0 && rep.P50 <= rep.P99 && rep.P99 <= rep.Max) {
+		t.Errorf("percentiles out of order: %+v", rep)
+	}
+	close(seen)
+	keys := map[string]bool{}
+	for k := range seen {
+		keys[k] = true
+	}
+	if len(keys) != 3 || !keys["k0"] || !keys["k1"] || !keys["k2"] {
+		t.Errorf("key header values %v, want k0 k1 k2", keys)
+	}
+}
+
+func TestValidateRefusesNonLoopback(t *testing.T) {
+	for _, u := range []string{"http://10.0.0.1:80/", "http://example.com/", "https://127.0.0.1/", "127.0.0.1:80"} {
+		o := options{url: u, concurrency: 1, duration: time.Second, requests: 1}
+		if err := o.validate(); err == nil {
+			t.Errorf("%s: accepted", u)
+		}
+	}
+	o := options{url: "http://127.0.0.1:1/", concurrency: 1, duration: time.Hour, requests: 1}
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "-d") {
+		t.Errorf("an hour-long run: %v, want an error about -d", err)
+	}
+}
