@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 	"github.com/sluice-proxy/sluice/host"
 )
@@ -193,7 +194,14 @@ func TestHostDistinctKeysBounded(t *testing.T) {
 			admitted++
 		}
 	}
-	keys := ht.h.SharedData().Len()
+	keys := 0
+	for _, k := range ht.h.SharedData().Keys() {
+		if strings.HasPrefix(k, "sluice:sluice:b:") {
+			keys++
+		} else if k != filter.SeedKey {
+			t.Errorf("unexpected shared-data key %q", k)
+		}
+	}
 	t.Logf("%d distinct keys: %d shared-data entries (max_keys %d), %d admitted", n, keys, maxKeys, admitted)
 	if keys > maxKeys {
 		t.Errorf("%d shared-data entries > max_keys %d", keys, maxKeys)

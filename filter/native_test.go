@@ -228,7 +228,10 @@ func TestMillionDistinctKeysBounded(t *testing.T) {
 			nt.advance(time.Millisecond)
 		}
 	}
-	entries := nt.w.Host.Shared.Len()
+	entries := len(nt.w.Host.Shared.Keys("sluice::b:"))
+	if total := nt.w.Host.Shared.Len(); total != entries+1 {
+		t.Errorf("%d shared-data keys, want the rule's %d and the seed", total, entries)
+	}
 	t.Logf("%d distinct keys: %d shared-data entries (max_keys %d), %d admitted", n, entries, maxKeys, allowed)
 	if entries > maxKeys {
 		t.Errorf("%d entries > max_keys %d", entries, maxKeys)
@@ -278,7 +281,7 @@ func TestSlotSharingAndReclaim(t *testing.T) {
 	if r := n.do(req("10.0.0.1:1", "x-k", "c")); r.Status != 200 {
 		t.Fatalf("c second: %d", r.Status)
 	}
-	if got := n.w.Host.Shared.Len(); got != 1 {
+	if got := len(n.w.Host.Shared.Keys("sluice::s:")); got != 1 {
 		t.Errorf("%d entries, want 1", got)
 	}
 }
@@ -383,5 +386,29 @@ func TestContextsReleased(t *testing.T) {
 	vm.OnContextCreate(201, 1)  // its streams are not created any more
 	if vm.OnRequestHeaders(201, 0, true) != abi.ActionContinue || vm.Streams() != 0 {
 		t.Error("stream of a deleted root context")
+	}
+}
+
+// Workers sharing shared data agree on one secret hash seed; separate
+// processes (separate shared data) get different ones.
+func TestSharedSeed(t *testing.T) {
+	wa, wb := twoWorkers(t, perIPConfig)
+	v, _, ok := wa.Host.Shared.Get(filter.SeedKey)
+	if !ok || len(v) != 8 {
+		t.Fatalf("seed %x %v", v, ok)
+	}
+	wc, _ := twoWorkers(t, perIPConfig)
+	w, _, _ := wc.Host.Shared.Get(filter.SeedKey)
+	if string(v) == string(w) {
+		t.Errorf("two processes got the same seed %x", v)
+	}
+	// The two workers of one process limit one client together.
+	for i, w := range []*filtertest.Worker{wa, wb, wa} {
+		if r := w.Do(req("10.0.0.1:1")); r.Status != 200 {
+			t.Fatalf("request %d: %d", i+1, r.Status)
+		}
+	}
+	if r := wb.Do(req("10.0.0.1:1")); r.Status != 429 {
+		t.Errorf("4th request across workers: %d", r.Status)
 	}
 }

@@ -1,7 +1,9 @@
 package filter
 
 import (
+	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -129,7 +131,7 @@ func (p *Plugin) configure(data []byte) error {
 	p.errors = id
 	p.cfg = cfg
 	p.rules = rules
-	p.seed = defaultSeed
+	p.seed = p.sharedSeed()
 	p.hdrs = make([]abi.Header, 0, 8)
 	maxQuoted := 0
 	for _, r := range rules {
@@ -140,6 +142,41 @@ func (p *Plugin) configure(data []byte) error {
 	p.vals = make([]byte, 0, 2*maxQuoted+6*20+32)
 	p.body = []byte(cfg.Response.Body)
 	return nil
+}
+
+// SeedKey is the shared-data key of the hash seed all workers share.
+const SeedKey = "sluice:seed"
+
+// sharedSeed returns the process-wide hash seed: read from shared data, or
+// created there from the runtime's random source by the first worker to
+// configure (create-with-CAS, so racing workers agree on one seed). A
+// secret seed keeps clients from computing which slots their keys land in.
+// When shared data fails, it falls back to a fixed seed (logged).
+func (p *Plugin) sharedSeed() uint64 {
+	key := []byte(SeedKey)
+	for i := 0; i < 4; i++ {
+		v, _, st := p.host.GetSharedData(key)
+		if st == abi.StatusOK && len(v) == 8 {
+			return binary.LittleEndian.Uint64(v)
+		}
+		if st != abi.StatusOK && st != abi.StatusNotFound {
+			break
+		}
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+		cas := uint32(createCAS)
+		if st == abi.StatusOK {
+			// Unreadable seed (not 8 bytes): replace it.
+			_, cas, _ = p.host.GetSharedData(key)
+		}
+		switch p.host.SetSharedData(key, b[:], cas) {
+		case abi.StatusOK, abi.StatusCasMismatch:
+			continue // read back what won
+		}
+		break
+	}
+	p.host.Log(abi.LogWarn, "sluice: cannot share the hash seed through shared data; using a fixed seed")
+	return defaultSeed
 }
 
 func ceilSeconds(d time.Duration) int64 {

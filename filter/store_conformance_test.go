@@ -118,7 +118,7 @@ func TestStoreProtocolUnderBothSemantics(t *testing.T) {
 			if admitted != 3 {
 				t.Errorf("admitted %d, want exactly 3", admitted)
 			}
-			if n := wa.Host.Shared.Len(); n != 1 {
+			if n := len(wa.Host.Shared.Keys("sluice::r:")); n != 1 {
 				t.Errorf("%d entries", n)
 			}
 		})
