@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-proxy/sluice/dashboard"
@@ -259,12 +261,23 @@ func TestDashboardInBrowser(t *testing.T) {
 	pageURL := admin + "/dashboard/"
 
 	var mu sync.Mutex
-	var requested []string
+	var requested, problems []string
 	ctx := newBrowser(t, chromedp.WithListener(func(ev any) {
-		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
-			mu.Lock()
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := ev.(type) {
+		case *network.EventRequestWillBeSent:
 			requested = append(requested, e.Request.URL)
-			mu.Unlock()
+		case *cdplog.EventEntryAdded: // CSP violations, failed loads
+			if e.Entry.Level == cdplog.EntryLevelError {
+				problems = append(problems, e.Entry.Text)
+			}
+		case *cdpruntime.EventExceptionThrown:
+			problems = append(problems, fmt.Sprintf("exception: %s (%s:%d)", e.ExceptionDetails.Text, e.ExceptionDetails.URL, e.ExceptionDetails.LineNumber))
+		case *cdpruntime.EventConsoleAPICalled:
+			if e.Type == cdpruntime.ConsoleAPICalledTypeError {
+				problems = append(problems, "console.error")
+			}
 		}
 	}))
 	// The first action starts the browser; it must not carry the timeout.
@@ -367,12 +380,15 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Logf("screenshot: %s", p)
 	}
 
-	// Offline: the browser fetched nothing outside the admin server.
+	// Offline: the browser fetched nothing outside the dashboard; and the page ran clean.
 	mu.Lock()
 	defer mu.Unlock()
 	for _, u := range requested {
-		if !strings.HasPrefix(u, admin+"/") {
+		if !strings.HasPrefix(u, pageURL) {
 			t.Errorf("the dashboard made the browser fetch %s", u)
 		}
+	}
+	for _, p := range problems {
+		t.Errorf("browser error: %s", p)
 	}
 }
