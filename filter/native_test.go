@@ -412,3 +412,28 @@ func TestSharedSeed(t *testing.T) {
 		t.Errorf("4th request across workers: %d", r.Status)
 	}
 }
+
+// A host refusing the local response must not leave the request paused.
+type refusingHost struct{ *filtertest.Host }
+
+func (refusingHost) SendLocalResponse(int, string, []byte, []abi.Header) abi.Status {
+	return abi.StatusInternalFailure
+}
+
+func TestLocalResponseRefusedContinues(t *testing.T) {
+	h := filtertest.NewHost()
+	h.Now_ = t0
+	vm := filter.NewVM(refusingHost{h})
+	w := filtertest.NewWorker(h, vm)
+	if !w.Start(`{"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`) {
+		t.Fatal(h.Logs)
+	}
+	w.Do(req("10.0.0.1:1"))
+	r := w.Do(req("10.0.0.1:1"))
+	if r.Action != abi.ActionContinue {
+		t.Errorf("action %v after a refused local response", r.Action)
+	}
+	if v, _ := h.Metrics.Get(filter.ErrorsMetric); v != 1 {
+		t.Errorf("errors metric %d", v)
+	}
+}

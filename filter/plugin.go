@@ -271,8 +271,7 @@ func (p *Plugin) verdict(s *stream) (abi.Action, bool) {
 	if p.cfg.FailureMode == config.FailClosed {
 		for _, r := range p.rules {
 			if r.applies && r.failed {
-				p.sendFailure(s)
-				return abi.ActionPause, true
+				return p.sendFailure(s), true
 			}
 		}
 	}
@@ -296,8 +295,7 @@ func (p *Plugin) verdict(s *stream) (abi.Action, bool) {
 			}
 		}
 	}
-	p.sendDenied(s, worst)
-	return abi.ActionPause, true
+	return p.sendDenied(s, worst), true
 }
 
 // moreRestrictive orders decisions for the response headers: fewer
@@ -367,13 +365,15 @@ var (
 	failureBodyBytes = []byte(failureBody)
 )
 
-func (p *Plugin) sendFailure(s *stream) {
+// sendFailure rejects the request with 503 (failure_mode closed).
+func (p *Plugin) sendFailure(s *stream) abi.Action {
 	s.denied = true
 	p.hdrs = append(p.hdrs[:0], abi.Header{Name: hdrContentType, Value: textPlain})
-	p.host.SendLocalResponse(failureStatus, "sluice_store_failure", failureBodyBytes, p.hdrs)
+	return p.sent(p.host.SendLocalResponse(failureStatus, "sluice_store_failure", failureBodyBytes, p.hdrs))
 }
 
-func (p *Plugin) sendDenied(s *stream, r *rule) {
+// sendDenied rejects the request for rule r.
+func (p *Plugin) sendDenied(s *stream, r *rule) abi.Action {
 	s.denied = true
 	retry := ceilSeconds(r.d.RetryAfter)
 	if retry < 1 {
@@ -385,7 +385,20 @@ func (p *Plugin) sendDenied(s *stream, r *rule) {
 		abi.Header{Name: hdrContentType, Value: textPlain},
 		abi.Header{Name: "retry-after", Value: p.vals[:n:n]})
 	p.hdrs = p.appendRateLimitHeaders(p.hdrs, r, &r.d)
-	p.host.SendLocalResponse(p.cfg.Response.Status, "sluice_rate_limited", p.body, p.hdrs)
+	return p.sent(p.host.SendLocalResponse(p.cfg.Response.Status, "sluice_rate_limited", p.body, p.hdrs))
+}
+
+// sent maps the outcome of proxy_send_local_response to the callback's
+// action: Pause once the response is sent; if the host refused it, the
+// request continues (a stream paused without a response would hang) and
+// the error is logged and counted in sluice.errors.
+func (p *Plugin) sent(st abi.Status) abi.Action {
+	if st == abi.StatusOK {
+		return abi.ActionPause
+	}
+	p.host.Log(abi.LogError, "sluice: proxy_send_local_response: "+st.String())
+	p.host.IncrementMetric(p.errors, 1)
+	return abi.ActionContinue
 }
 
 // appendRateLimitHeaders appends the configured rate-limit headers for

@@ -189,8 +189,7 @@ func (p *Plugin) recovered(s *stream, r any) abi.Action {
 	p.host.Log(abi.LogError, msg)
 	p.host.IncrementMetric(p.errors, 1)
 	if s != nil && !s.denied && p.cfg != nil && p.cfg.FailureMode == config.FailClosed {
-		p.sendFailure(s)
-		return abi.ActionPause
+		return p.sendFailure(s)
 	}
 	return abi.ActionContinue
 }
