@@ -25,9 +25,11 @@ import (
 )
 
 // dashboardConfig allows 5 requests per minute per client IP: the 6th request of a burst
-// is denied.
-const dashboardConfig = `{"rules": [{"name": "per-client", "key": [{"remote_ip": true}],
-  "algorithm": "fixed_window", "limit": 5, "window": "1m"}],
+// is denied. The "audit" rule, in shadow mode, would allow only 3: it shadow-denies the
+// 4th request on, never rejecting any.
+const dashboardConfig = `{"rules": [
+  {"name": "per-client", "key": [{"remote_ip": true}], "algorithm": "fixed_window", "limit": 5, "window": "1m"},
+  {"name": "audit", "key": [{"remote_ip": true}], "algorithm": "sliding_log", "limit": 3, "window": "1m", "mode": "shadow"}],
   "response": {"status": 429, "body": "rate limited\n", "headers": "both"}}`
 
 var (
@@ -137,7 +139,7 @@ func TestDashboardAPIInRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Rules) == 1 && st.Rules[0].Rates["denied"] != nil && *st.Rules[0].Rates["denied"] > 0 {
+		if len(st.Rules) == 2 && st.Rules[0].Rates["denied"] != nil && *st.Rules[0].Rates["denied"] > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -151,6 +153,10 @@ func TestDashboardAPIInRun(t *testing.T) {
 	}
 	if r.Totals["allowed"] == nil || *r.Totals["allowed"] != 5 || r.Totals["denied"] == nil || *r.Totals["denied"] != 7 {
 		t.Errorf("totals %v", r.Totals)
+	}
+	if a := st.Rules[1]; a.Name != "audit" || a.Mode != "shadow" || a.Totals["denied"] == nil || *a.Totals["denied"] != 0 ||
+		a.Totals["shadow_denied"] == nil || *a.Totals["shadow_denied"] < 2 || a.Rates["shadow_denied"] == nil || *a.Rates["shadow_denied"] <= 0 {
+		t.Errorf("audit rule %+v, totals %v, rates %v", a, a.Totals, a.Rates)
 	}
 	if !st.Live || st.Host == nil || len(st.Host.Workers) != 2 || st.Host.Requests != 12 || st.Host.VMRestarts != 0 || st.Host.MemoryLimitBytes != 64<<20 {
 		t.Errorf("live %v error %q host %+v", st.Live, st.Error, st.Host)
@@ -300,6 +306,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		Host        map[string]string `json:"host"`
 		Workers     []string          `json:"workers"`
 		Config      string            `json:"config"`
+		Audit       map[string]string `json:"audit"`
 	}
 	const js = `(() => {
 		const row = document.querySelector('#rules tbody tr[data-rule="per-client"]');
@@ -314,6 +321,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			host: Object.fromEntries(Array.from(document.querySelectorAll('#host dd[data-metric]')).map(d => [d.dataset.metric, d.getAttribute('data-value') || ''])),
 			workers: Array.from(document.querySelectorAll('#workers tbody tr[data-worker]')).map(r => r.dataset.worker + ':' + r.querySelector('[data-metric="healthy"]').dataset.value),
 			config: document.getElementById('config').textContent,
+			audit: Object.fromEntries(Array.from(document.querySelectorAll('#rules tbody tr[data-rule="audit"] [data-metric]')).map(c => [c.dataset.metric, c.getAttribute('data-value') || ''])),
 		};
 	})()`
 	read := func() shown {
@@ -351,6 +359,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if got.Status != "live" || got.Rule["allowed-total"] != "5" || got.Rule["algorithm"] != "fixed_window" || got.Rule["mode"] != "enforce" || got.Rule["limit"] != "5 / 1m" {
 		t.Errorf("rule row %+v (status %s)", got.Rule, got.Status)
+	}
+	var shadowRate, shadowTotal float64
+	fmt.Sscan(got.Audit["shadow-denied-rate"], &shadowRate)
+	fmt.Sscan(got.Audit["shadow-denied-total"], &shadowTotal)
+	if got.Audit["mode"] != "shadow" || got.Audit["denied-total"] != "0" || shadowTotal < 2 || shadowRate <= 0 {
+		t.Errorf("audit row %+v", got.Audit)
 	}
 	if strings.Join(got.ChartSeries, ",") != "allowed,denied,shadow-denied" || got.ChartShapes < 2 {
 		t.Errorf("chart series %v, %d shapes", got.ChartSeries, got.ChartShapes)
