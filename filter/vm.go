@@ -6,6 +6,23 @@
 // is tested natively against a fake host, and the same tests drive the
 // compiled module (cmd/sluice-wasm) through the proxytest emulator and the
 // embedded host.
+//
+// A request is decided in three phases inside proxy_on_request_headers
+// (Plugin.onRequest): evaluate every applicable rule (load + decide, no
+// write); if an enforcing rule denies, reject and charge nobody; otherwise
+// charge every admitting rule (compare-and-swap, deciding again after a
+// lost race). The per-rule scratch state lives in Plugin and is reused by
+// the next request, which is correct because the local backend finishes
+// within the callback.
+//
+// Pausing and resuming (the seam for a remote backend such as Redis, issue
+// 5): a rule whose decision arrives later must copy its per-request state
+// into the stream (streams are found by context id in VM.streams), dispatch
+// its call and return ActionPause; the host's completion callback then runs
+// the same verdict / charge / remember-headers steps for that stream and
+// either sends the local response or resumes the request
+// (proxy_continue_stream). Streams are released on proxy_on_log or
+// proxy_on_delete, so a paused stream that is abandoned is freed too.
 package filter
 
 import (
