@@ -2,9 +2,7 @@ package filter_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sluice-proxy/sluice/host"
 )
@@ -52,13 +50,4 @@ func BenchmarkFullCycle(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// processCPU returns the user+system CPU time of this process.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -257,3 +257,45 @@ func TestHostSoakMemoryFlat(t *testing.T) {
 		t.Errorf("%d requests served, want %d", st.Requests, n)
 	}
 }
+
+// Heap allocations of the guest per request, measured inside the compiled
+// module (sluice_debug build: the guest reports runtime/metrics
+// /gc/heap/allocs:objects as a counter) over full request cycles in the
+// embedded host, on the allow and the deny path with both header styles.
+func TestGuestAllocationsPerRequest(t *testing.T) {
+	wasm, err := filtertest.BuildWasm("sluice_debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, limit string }{{"allow", "1000000000"}, {"deny", "1"}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := `{"rules":[{"name":"bench","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":` + c.limit + `,"window":"1h"}],"response":{"headers":"both"}}`
+			h, err := host.New(context.Background(), host.Options{Wasm: wasm, PluginConfig: []byte(cfg), Workers: 1,
+				Logger: slog.New(slog.NewTextHandler(new(bytes.Buffer), nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close(context.Background())
+			req := &host.Request{Method: "GET", Path: "/api/items?id=7", Authority: "example.test", RemoteAddr: "192.0.2.10:40000"}
+			for i := 0; i < 1000; i++ {
+				h.Exchange(context.Background(), req, upstream200)
+			}
+			m0, _ := h.Metric(filter.DebugAllocsMetric)
+			const n = 20000
+			for i := 0; i < n; i++ {
+				if _, err := h.Exchange(context.Background(), req, upstream200); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m1, ok := h.Metric(filter.DebugAllocsMetric)
+			if !ok {
+				t.Fatal("no allocation metric")
+			}
+			per := float64(m1.Value-m0.Value) / n
+			t.Logf("%s: %.4f guest heap allocations per request (%d over %d requests)", c.name, per, m1.Value-m0.Value, n)
+			if per > 0.01 {
+				t.Errorf("%.4f allocations per request in the guest", per)
+			}
+		})
+	}
+}

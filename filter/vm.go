@@ -45,7 +45,14 @@ type VM struct {
 	streams map[uint32]*stream
 	free    []*stream
 	nreq    uint32
+
+	debugID, debugLast uint64 // sluice_debug builds only
 }
+
+// DebugAllocsMetric is the counter a sluice_debug build increments by the
+// guest's heap allocations (runtime/metrics /gc/heap/allocs:objects),
+// sampled at each request.
+const DebugAllocsMetric = "sluice.debug.guest_allocs"
 
 var _ abi.Handler = (*VM)(nil)
 
@@ -122,6 +129,9 @@ func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) abi.
 	vm.nreq++
 	if vm.nreq%GoschedEvery == 0 {
 		runtime.Gosched()
+	}
+	if debugAllocs {
+		vm.reportAllocs()
 	}
 	s := vm.streams[id]
 	if s == nil {

@@ -1,0 +1,7 @@
+//go:build !sluice_debug
+
+package filter
+
+const debugAllocs = false
+
+func (vm *VM) reportAllocs() {}
