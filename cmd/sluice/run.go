@@ -15,11 +15,14 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tetratelabs/wazero"
 
 	"github.com/sluice-proxy/sluice/host"
 )
@@ -61,6 +64,7 @@ type runConfig struct {
 	failOpen                                                  bool
 	memoryMB                                                  int
 	callTimeout                                               time.Duration
+	cacheDir                                                  string
 	clusters                                                  clusterFlag
 }
 
@@ -106,6 +110,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.memoryMB, "memory-limit-mb", 256, "linear memory cap per VM, in MiB")
 	fs.DurationVar(&cfg.callTimeout, "call-timeout", 0, "abort a filter call that runs longer (a stuck filter) and replace its VM; 0: off (it slows every call)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error (also what the filter's proxy_get_log_level sees)")
+	fs.StringVar(&cfg.cacheDir, "cache-dir", defaultCacheDir(), "directory for compiled modules, so later starts skip compilation; empty: compile every time")
 	fs.Var(cfg.clusters, "cluster", "NAME=URL: an upstream for the filter's proxy_http_call (repeatable)")
 	for _, hk := range runHooks {
 		if hk.flags != nil {
@@ -147,6 +152,16 @@ type runServer struct {
 	servers             []*http.Server
 	cleanups            []func()
 	shutdownGracePeriod time.Duration
+}
+
+// defaultCacheDir is where `sluice run` keeps compiled modules: $XDG_CACHE_HOME/sluice/wazero
+// or ~/.cache/sluice/wazero; empty when there is no cache directory.
+func defaultCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "sluice", "wazero")
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -206,6 +221,14 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 		LogLevel:         level,
 		Clusters:         cfg.clusters,
 		CallTimeout:      cfg.callTimeout,
+	}
+	if cfg.cacheDir != "" {
+		cache, err := wazero.NewCompilationCacheWithDir(cfg.cacheDir)
+		if err != nil {
+			logger.Warn("sluice run: no compilation cache; compiling every time", "dir", cfg.cacheDir, "error", err)
+		} else {
+			opts.CompilationCache = cache
+		}
 	}
 	rs := &runServer{errc: make(chan error, 2), done: make(chan struct{}), shutdownGracePeriod: 10 * time.Second}
 	fail := func(err error) (*runServer, error) {

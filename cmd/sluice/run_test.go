@@ -99,6 +99,9 @@ func startTestRun(t *testing.T, cfg runConfig) (*runServer, *syncBuffer, context
 	if cfg.vmID == "" {
 		cfg.vmID = "sluice"
 	}
+	if cfg.cacheDir == "" {
+		cfg.cacheDir = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	rs, err := startRun(ctx, cfg, out, errOut)
@@ -272,5 +275,20 @@ func TestRunDefaultConfigWithTheFilter(t *testing.T) {
 	resp, body := httpGet(t, base+"/hello")
 	if resp.StatusCode != 429 || body != "rate limited\n" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("6th request: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+}
+
+func TestRunCompilationCacheDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	startTestRun(t, runConfig{wasm: buildWasm(t, kitchenDir), cacheDir: dir, clusters: clusterFlag{}})
+	n := 0
+	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			n++
+		}
+		return nil
+	})
+	if n == 0 {
+		t.Fatalf("no compiled module cached in %s", dir)
 	}
 }
