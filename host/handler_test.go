@@ -2,10 +2,12 @@ package host
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -207,5 +209,45 @@ func TestHandlerStreamsFlushedChunks(t *testing.T) {
 	}
 	if resp.Header.Get("X-Kitchen-Response") == "" {
 		t.Errorf("response phase skipped: %v", resp.Header)
+	}
+}
+
+func TestHandlerConcurrent(t *testing.T) {
+	h, _ := newHost(t, "kitchen", Options{Workers: 4})
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Header.Get("X-Id")+"/"+r.Header.Get("X-Added"))
+	})
+	srv := httptest.NewServer(h.Handler(up))
+	defer srv.Close()
+	c := srv.Client()
+	const goroutines, each = 50, 20
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				id := fmt.Sprintf("%d-%d", g, i)
+				req, _ := http.NewRequest("GET", srv.URL+"/echo-headers", nil)
+				req.Header.Set("X-Id", id)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) != id+"/1" || resp.Header.Get("X-Kitchen-Response") == "" {
+					t.Errorf("request %s got %q %v", id, b, resp.Header)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	if st := h.Stats(); st.Requests != goroutines*each || st.Failed != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if m, _ := h.Metric("kitchen_deletes_total"); m.Value != goroutines*each {
+		t.Errorf("deletes = %d", m.Value)
 	}
 }
