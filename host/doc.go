@@ -74,9 +74,12 @@
 //
 // HTTP calls: proxy_http_call(cluster, headers, body, trailers, timeout) sends the request to
 // Options.Clusters[cluster] (a base URL; :path is appended); :method, :path and :authority
-// are required (BAD_ARGUMENT otherwise, and for an unknown cluster). The reply is delivered
-// on the calling VM's worker as proxy_on_http_call_response(ctx, id, headers, body size, 0);
-// a failure or timeout is delivered with 0 headers and an empty body, like Envoy.
+// are required (BAD_ARGUMENT otherwise, and for an unknown cluster). As in Envoy the call
+// belongs to the root context: the reply is delivered on the calling VM's worker as
+// proxy_on_http_call_response(root_context_id, id, headers, body size, trailers), with the
+// root as the effective context; the guest makes the calling stream effective with
+// proxy_set_effective_context (BAD_ARGUMENT if that stream has ended meanwhile). A failure or
+// timeout is delivered with 0 headers and an empty body, like Envoy.
 //
 // # Go API
 //

@@ -66,12 +66,11 @@ func hcHTTPCall(v *vm, s []uint64) {
 			req.Header.Add(p[0], p[1])
 		}
 	}
-	v.callouts[id] = v.curID
-	ctxID := v.curID
+	v.callouts[id] = v.curID // the caller, for the record; the reply goes to the root context
 	h, w := v.h, v.w
 	go func() {
 		res := h.doHTTPCall(req, timeout)
-		w.postAsync(job{fn: func(w *worker) { w.deliverHTTPCall(v, id, ctxID, res) }})
+		w.postAsync(job{fn: func(w *worker) { w.deliverHTTPCall(v, id, res) }})
 	}()
 	ret(s, StatusOK)
 }
@@ -111,9 +110,12 @@ func (h *Host) doHTTPCall(req *http.Request, timeout time.Duration) *httpCallRes
 	return r
 }
 
-// deliverHTTPCall calls proxy_on_http_call_response on the VM that made the call, if it and
-// the calling context still exist.
-func (w *worker) deliverHTTPCall(v *vm, id, ctxID uint32, res *httpCallResult) {
+// deliverHTTPCall calls proxy_on_http_call_response on the VM that made the call. As in
+// Envoy, the call belongs to the root context: the callback gets the root context's id (and
+// runs with the root as the effective context) and the guest makes the calling stream
+// effective with proxy_set_effective_context. The reply is delivered even if that stream has
+// ended meanwhile (the guest must check); it is dropped if the VM was replaced.
+func (w *worker) deliverHTTPCall(v *vm, id uint32, res *httpCallResult) {
 	if w.vm != v || v.dead {
 		return
 	}
@@ -121,11 +123,12 @@ func (w *worker) deliverHTTPCall(v *vm, id, ctxID uint32, res *httpCallResult) {
 		return
 	}
 	delete(v.callouts, id)
-	if v.onHTTPCallResponse == nil || !v.setCurrent(ctxID) {
+	if v.onHTTPCallResponse == nil {
 		return
 	}
+	v.setCurrent(rootContextID)
 	v.callResp = res
-	_, err := v.call(v.onHTTPCallResponse, uint64(ctxID), uint64(id), uint64(len(res.headers.kv)), uint64(len(res.body)), uint64(len(res.trailers.kv)))
+	_, err := v.call(v.onHTTPCallResponse, rootContextID, uint64(id), uint64(len(res.headers.kv)), uint64(len(res.body)), uint64(len(res.trailers.kv)))
 	v.callResp = nil
 	if err != nil {
 		w.trap(v, "proxy_on_http_call_response", err)

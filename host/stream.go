@@ -237,11 +237,6 @@ func (w *worker) finish(s *stream) {
 		return
 	}
 	delete(v.streams, s.id)
-	for id, ctxID := range v.callouts {
-		if ctxID == s.id {
-			delete(v.callouts, id)
-		}
-	}
 	if v.cur == s {
 		v.cur, v.curID = nil, rootContextID
 	}

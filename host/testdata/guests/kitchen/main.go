@@ -515,21 +515,28 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 	return 0
 }
 
+// As in Envoy, the reply comes to the root context; the guest switches to the stream.
+//
 //go:wasmexport proxy_on_http_call_response
-func onHTTPCallResponse(id, cid, nh, bodySize, nt uint32) {
+func onHTTPCallResponse(root, cid, nh, bodySize, nt uint32) {
 	enter()
-	ctxID := callouts[cid]
+	id, ok := callouts[cid]
 	delete(callouts, cid)
-	if ctxID != id {
-		logf(4, "callout delivered to the wrong context")
+	if !ok || contexts[root] != nil {
+		logf(4, "callout reply for an unknown callout or to a non-root context")
+		return
+	}
+	// Read the reply while the root is effective, then switch to the stream.
+	status, _ := getHeader(callHeaders, ":status")
+	body, _ := getBuffer(bufCallBody, 0, bodySize)
+	if hSetEffective(id) != 0 {
+		return // the stream has ended
 	}
 	c := contexts[id]
 	if nh == 0 {
 		sendLocal(503, "", "callout failed", nil)
 		return
 	}
-	status, _ := getHeader(callHeaders, ":status")
-	body, _ := getBuffer(bufCallBody, 0, bodySize)
 	if strings.HasPrefix(c.path, "/pause-call-local") {
 		sendLocal(429, "from_callout", "callout said "+status+": "+body, nil)
 		return
