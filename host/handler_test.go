@@ -251,3 +251,23 @@ func TestHandlerConcurrent(t *testing.T) {
 		t.Errorf("deletes = %d", m.Value)
 	}
 }
+
+// A request paused in on_request_headers resumes from proxy_on_http_call_response, through
+// the net/http path.
+func TestHandlerPauseAndContinue(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "pong")
+	}))
+	defer backend.Close()
+	h, _ := newHost(t, "kitchen", Options{Workers: 2, Clusters: map[string]string{"backend": backend.URL}})
+	srv := httptest.NewServer(h.Handler(echoUpstream()))
+	defer srv.Close()
+	resp, body := get(t, srv.Client(), "GET", srv.URL+"/pause-call", nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, "x-callout-body: pong\n") || !strings.Contains(body, "x-callout-status: 200\n") {
+		t.Errorf("resumed request: %d\n%s", resp.StatusCode, body)
+	}
+	resp, body = get(t, srv.Client(), "GET", srv.URL+"/pause-call-local", nil)
+	if resp.StatusCode != 429 || body != "callout said 200: pong" {
+		t.Errorf("local reply from the callback: %d %q", resp.StatusCode, body)
+	}
+}
