@@ -323,31 +323,42 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// clientIP returns the client address: with xffHops > 0 the hops-th entry
-// from the right of X-Forwarded-For (each trusted proxy appends the address
-// of its peer), like Envoy's xff_num_trusted_hops; otherwise, or when the
-// header has fewer entries or an unparsable one, the connection's peer
-// (property source.address).
+// clientIP returns the client address. With xffHops > 0 it is the
+// hops-th entry from the right of X-Forwarded-For (each trusted proxy in
+// front appends the address of its peer). An Envoy with use_remote_address
+// appends its own peer before filters run: a rightmost entry equal to the
+// peer (source.address) is that append and is skipped. Without xffHops, or
+// when the header has too few entries or an unparsable one, the client is
+// the peer itself.
 func clientIP(r *request, xffHops int) (netip.Addr, bool) {
+	peer, peerOK := parseHostIP(r.getSource())
 	if xffHops > 0 {
-		if ip, ok := xffEntry(r.getXFF(), xffHops); ok {
+		if ip, ok := xffEntry(r.getXFF(), xffHops, peer, peerOK); ok {
 			return ip, true
 		}
 	}
-	return parseHostIP(r.getSource())
+	return peer, peerOK
 }
 
-func xffEntry(xff []byte, hops int) (netip.Addr, bool) {
+func xffEntry(xff []byte, hops int, peer netip.Addr, peerOK bool) (netip.Addr, bool) {
 	end := len(xff)
+	first := true
 	for i := len(xff) - 1; i >= -1; i-- {
 		if i >= 0 && xff[i] != ',' {
 			continue
 		}
+		entry := trimSpace(xff[i+1 : end])
+		end = i
+		if first {
+			first = false
+			if ip, ok := parseHostIP(entry); ok && peerOK && ip == peer {
+				continue // appended by this proxy
+			}
+		}
 		hops--
 		if hops == 0 {
-			return parseHostIP(trimSpace(xff[i+1 : end]))
+			return parseHostIP(entry)
 		}
-		end = i
 	}
 	return netip.Addr{}, false
 }

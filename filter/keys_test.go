@@ -45,6 +45,9 @@ func TestXFFEntry(t *testing.T) {
 		want string
 		ok   bool
 	}{
+		{"1.1.1.1, 9.9.9.9", 1, "1.1.1.1", true}, // 9.9.9.9 is the peer: appended by this proxy
+		{"9.9.9.9", 1, "", false},
+		{"9.9.9.9, 1.1.1.1", 1, "1.1.1.1", true}, // only the rightmost entry is skipped
 		{"1.1.1.1", 1, "1.1.1.1", true},
 		{"6.6.6.6, 3.3.3.3", 1, "3.3.3.3", true},
 		{"6.6.6.6, 3.3.3.3", 2, "6.6.6.6", true},
@@ -55,7 +58,7 @@ func TestXFFEntry(t *testing.T) {
 		{" [2001:db8::7]:9 ", 1, "2001:db8::7", true},
 		{",,", 1, "", false},
 	} {
-		ip, ok := xffEntry([]byte(c.xff), c.hops)
+		ip, ok := xffEntry([]byte(c.xff), c.hops, netip.MustParseAddr("9.9.9.9"), true)
 		if ok != c.ok || ok && ip.String() != c.want {
 			t.Errorf("xffEntry(%q, %d) = %v %v, want %q %v", c.xff, c.hops, ip, ok, c.want, c.ok)
 		}

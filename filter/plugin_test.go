@@ -405,3 +405,22 @@ func TestBadConfigurationRefused(t *testing.T) {
 		}
 	})
 }
+
+// Envoy with use_remote_address appends the peer to X-Forwarded-For before
+// filters run; that entry does not count as a trusted hop.
+func TestXForwardedForAppendedByEnvoy(t *testing.T) {
+	cfg := `{"rules":[{"name":"ip","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1}}`
+	forEachTarget(t, cfg, func(t *testing.T, tg target) {
+		// Peer 10.9.9.9 is the load balancer; it appended the client
+		// 3.3.3.3, then Envoy appended the peer.
+		if r := tg.do(req("10.9.9.9:1", "x-forwarded-for", "6.6.6.6, 3.3.3.3, 10.9.9.9")); r.Status != 200 {
+			t.Fatal(r.Status)
+		}
+		if r := tg.do(req("10.9.9.9:2", "x-forwarded-for", "3.3.3.3,10.9.9.9")); r.Status != 429 {
+			t.Errorf("same client behind the same LB: %d", r.Status)
+		}
+		if r := tg.do(req("10.9.9.9:3", "x-forwarded-for", "4.4.4.4, 10.9.9.9")); r.Status != 200 {
+			t.Errorf("another client: %d", r.Status)
+		}
+	})
+}
