@@ -1,8 +1,6 @@
 package filter_test
 
 import (
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,17 +150,4 @@ func forEachTarget(t *testing.T, cfg string, f func(t *testing.T, tg target)) {
 	for _, k := range targets {
 		t.Run(k.name, func(t *testing.T) { f(t, k.start(t, cfg)) })
 	}
-}
-
-func TestMain(m *testing.M) {
-	os.Exit(m.Run())
-}
-
-func hasPrefixAny(s string, ps ...string) bool {
-	for _, p := range ps {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
 }
