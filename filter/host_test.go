@@ -299,3 +299,31 @@ func TestGuestAllocationsPerRequest(t *testing.T) {
 		})
 	}
 }
+
+// Odd and huge header values through the compiled module: no trap, and the
+// key still works (a 100 KiB value exceeds the 64 KiB arena: the overflow
+// buffer path).
+func TestHostOddHeaderValues(t *testing.T) {
+	cfg := `{"rules":[{"name":"k","key":[{"header":"x-api-key"},{"cookie":"s"},{"query":"q"}],"algorithm":"fixed_window","limit":1,"window":"1h"}],
+	  "client_ip":{"xff_trusted_hops":3}}`
+	ht := startHost(t, cfg, 1)
+	huge := strings.Repeat("\xff\x00z", 100<<10/3)
+	for _, v := range []string{huge, "\x00", "\xc3\x28 invalid utf-8", strings.Repeat(";", 5000)} {
+		r := filtertest.Request{Source: "[::1]:1", Path: "/p?q=" + strings.Repeat("%", 300) + "&q=1",
+			Headers: [][2]string{{"x-api-key", v}, {"cookie", "x=" + v + "; s=2"}, {"x-forwarded-for", v + ", ,"}}}
+		first, err := ht.exchange(r)
+		if err != nil || first.Failed {
+			t.Fatalf("value %.20q: %v %+v", v, err, first)
+		}
+		second, err := ht.exchange(r)
+		if err != nil || second.Failed {
+			t.Fatalf("value %.20q: %v %+v", v, err, second)
+		}
+		if first.Status != 200 || second.Status != 429 {
+			t.Errorf("value %.20q: statuses %d %d, want 200 429", v, first.Status, second.Status)
+		}
+	}
+	if st := ht.h.Stats(); st.VMRestarts != 0 || st.Failed != 0 {
+		t.Errorf("restarts %d failed %d", st.VMRestarts, st.Failed)
+	}
+}
