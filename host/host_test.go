@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -528,5 +529,24 @@ func TestClose(t *testing.T) {
 	}
 	if _, err := h.Exchange(context.Background(), &Request{}, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Exchange after Close = %v", err)
+	}
+}
+
+func TestAcceptsABI020(t *testing.T) {
+	wasm := guest(t, "minimal")
+	old, repl := []byte("proxy_abi_version_0_2_1"), []byte("proxy_abi_version_0_2_0")
+	if !bytes.Contains(wasm, old) {
+		t.Fatal("minimal guest has no 0_2_1 export name")
+	}
+	h, err := New(testCtx(t), Options{Wasm: bytes.ReplaceAll(wasm, old, repl), Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(testCtx(t))
+	if h.ABIVersion() != "0.2.0" {
+		t.Fatalf("ABIVersion = %q", h.ABIVersion())
+	}
+	if resp := mustExchange(t, h, &Request{}, nil); resp.Status != 200 {
+		t.Fatalf("resp = %+v", resp)
 	}
 }
