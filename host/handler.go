@@ -119,9 +119,13 @@ type bodyFilter struct {
 	eof   bool
 	total int64
 	buf   []byte
+	err   error
 }
 
 func (b *bodyFilter) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
 	for len(b.out) == 0 {
 		if b.eof {
 			return 0, io.EOF
@@ -146,9 +150,11 @@ func (b *bodyFilter) Read(p []byte) (int, error) {
 			b.out, s.reqBody = s.reqBody, nil
 		} else {
 			if err := s.run(b.r.Context(), stepReqBody); err != nil {
+				b.err = err
 				return 0, err
 			}
 			if s.failed && !b.h.opts.FailOpen {
+				b.err = errFilterFailed
 				return 0, errFilterFailed
 			}
 			if s.bodyAction == actionContinue || eos || s.failed {
@@ -261,6 +267,9 @@ func (iw *interceptor) end() {
 // not done yet), the held body bytes (eos marks the end of the body), and, with finish,
 // proxy_on_log/done/delete. Then it writes what the filter released.
 func (iw *interceptor) process(eos, finish bool) {
+	if iw.err != nil {
+		return // the stream was given up (client gone): the worker owns it now
+	}
 	s := iw.s
 	var steps uint8
 	if !iw.headersDone && !s.failed {

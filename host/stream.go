@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/api"
 )
@@ -28,9 +29,10 @@ type localReply struct {
 	headers [][2]string
 }
 
-// stream is one HTTP request/response through the filter. Fields below "worker side" are
-// touched only on the worker goroutine, except between jobs, when the waiting caller owns
-// them (the channel operations order the accesses).
+// stream is one HTTP request/response through the filter. The worker owns its fields while
+// the caller waits (waiting is true: a job is running, or the stream is paused); between
+// phases the caller's goroutine owns them, and the worker refuses to make the stream the
+// effective context (proxy_set_effective_context answers BAD_ARGUMENT).
 type stream struct {
 	h    *Host
 	w    *worker
@@ -39,7 +41,7 @@ type stream struct {
 	// worker side
 	vm      *vm
 	id      uint32
-	waiting bool
+	waiting atomic.Bool // the caller waits: the worker owns the stream
 	steps   uint8
 	paused  bool
 	pauseOn int // streamHTTPRequest or streamHTTPResponse
@@ -76,9 +78,9 @@ func (h *Host) newStream() *stream {
 // and then resumed to completion.
 func (s *stream) run(ctx context.Context, steps uint8) error {
 	s.steps = steps
-	s.waiting = true
+	s.waiting.Store(true)
 	if err := s.w.post(ctx, job{s: s}); err != nil {
-		s.waiting = false
+		s.waiting.Store(false)
 		return err
 	}
 	select {
@@ -97,7 +99,7 @@ func (w *worker) abort(s *stream) {
 	s.aborted = true
 	s.steps = 0
 	s.paused = false
-	s.waiting = false
+	s.waiting.Store(false)
 	w.finish(s)
 }
 
@@ -129,6 +131,7 @@ func (w *worker) advance(s *stream) {
 			r, err := v.call(v.onRequestHeaders, uint64(s.id), uint64(len(s.reqHeaders.kv)), b2u(s.reqHeadersEOS))
 			if err != nil {
 				w.trap(v, "proxy_on_request_headers", err)
+				s.failed = true
 				continue
 			}
 			if r == actionPause && s.local == nil {
@@ -140,6 +143,7 @@ func (w *worker) advance(s *stream) {
 				r, err := v.call(v.onRequestBody, uint64(s.id), uint64(len(s.reqBody)), b2u(s.reqBodyEOS))
 				if err != nil {
 					w.trap(v, "proxy_on_request_body", err)
+					s.failed = true
 					continue
 				}
 				s.bodyAction = r
@@ -150,6 +154,7 @@ func (w *worker) advance(s *stream) {
 				r, err := v.call(v.onResponseHeaders, uint64(s.id), uint64(len(s.respHeaders.kv)), b2u(s.respHeadersEOS))
 				if err != nil {
 					w.trap(v, "proxy_on_response_headers", err)
+					s.failed = true
 					continue
 				}
 				if r == actionPause && s.local == nil {
@@ -162,6 +167,7 @@ func (w *worker) advance(s *stream) {
 				r, err := v.call(v.onRespBody, uint64(s.id), uint64(len(s.respBody)), b2u(s.respBodyEOS))
 				if err != nil {
 					w.trap(v, "proxy_on_response_body", err)
+					s.failed = true
 					continue
 				}
 				s.bodyAction = r
@@ -201,6 +207,7 @@ func (w *worker) vmFor(s *stream, step uint8) *vm {
 		v.cur, v.curID = s, s.id
 		if _, err := v.call(v.onContextCreate, uint64(s.id), rootContextID); err != nil {
 			w.trap(v, "proxy_on_context_create", err)
+			s.failed = true
 			return nil
 		}
 		return v

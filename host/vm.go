@@ -253,14 +253,15 @@ func (v *vm) returnString(s string, ptrPtr, sizePtr uint32) Status {
 	return StatusOK
 }
 
-// setCurrent makes id the effective context. It reports false for an unknown id.
+// setCurrent makes id the effective context. It reports false for an unknown id, and for a
+// stream that is between phases (its own goroutine owns it then).
 func (v *vm) setCurrent(id uint32) bool {
 	if id == rootContextID {
 		v.cur, v.curID = nil, id
 		return true
 	}
 	s, ok := v.streams[id]
-	if !ok {
+	if !ok || !s.waiting.Load() {
 		return false
 	}
 	v.cur, v.curID = s, id

@@ -181,13 +181,15 @@ func (w *worker) restart() {
 	w.h.log.Info("host: worker has a fresh VM", "worker", w.id, "restarts", w.restarts.Load())
 }
 
-// trap handles a failed guest call on v: every stream of v fails, v is closed and replaced.
+// trap handles a failed guest call on v: v is closed and replaced. Streams paused on v fail
+// now; the others (their goroutine owns them between phases) find out at their next step,
+// when vmFor sees that their VM is gone. The caller marks the stream it was advancing.
 func (w *worker) trap(v *vm, where string, err error) {
 	w.h.log.Error("host: guest trapped; replacing the VM", "worker", w.id, "in", where, "error", err)
 	v.dead = true
 	for _, s := range v.streams {
-		s.failed = true
 		if s.paused {
+			s.failed = true
 			s.paused = false
 			w.pending = append(w.pending, s)
 		}
@@ -215,8 +217,8 @@ func (w *worker) tick(force bool) {
 
 // signal wakes the goroutine waiting on s, if any.
 func (s *stream) signal() {
-	if s.waiting {
-		s.waiting = false
+	if s.waiting.Load() {
+		s.waiting.Store(false)
 		s.done <- struct{}{}
 	}
 }
