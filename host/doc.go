@@ -36,11 +36,18 @@
 // # Traps
 //
 // A guest call that fails (unreachable, Go panic → proc_exit, out of memory at the memory cap,
-// a panic inside a host call) kills that VM. The request in progress gets a 500 response
-// (Response.Failed is true), or, with Options.FailOpen, goes on to the upstream unfiltered;
-// the other in-flight streams of that VM are treated the same way. The worker then
-// instantiates and configures a fresh VM before it serves anything else; Stats counts
-// restarts. The Host itself never panics because of a guest.
+// a panic inside a host call, or — with Options.CallTimeout — a call that runs too long)
+// kills that VM. The request in progress gets a 500 response (Response.Failed is true), or,
+// with Options.FailOpen, goes on to the upstream unfiltered; the other streams of that VM
+// are treated the same way (paused ones at once, the others at their next phase; a trap in
+// proxy_on_log/done/delete leaves the already computed response alone). The worker then
+// instantiates and configures a fresh VM before it serves anything else (if that fails, it
+// retries at most once a second and its requests fail meanwhile; /healthz says so); Stats
+// counts restarts. The Host itself never panics because of a guest.
+//
+// A body callback that returns Pause buffers: the next callback sees the accumulated body,
+// and the data is released on Continue or at the end of the body. Pause from
+// proxy_on_response_headers waits for proxy_continue_stream(1) like the request side.
 //
 // # Host calls
 //
@@ -54,7 +61,8 @@
 // proxy_continue_response, proxy_set_effective_context, proxy_set_tick_period_milliseconds,
 // proxy_define_metric / proxy_increment_metric / proxy_record_metric / proxy_get_metric,
 // proxy_http_call, proxy_get_current_time_nanoseconds, proxy_get_shared_data /
-// proxy_set_shared_data. Buffers returned to the guest are allocated with its exported
+// proxy_set_shared_data. proxy_set_effective_context accepts the root context and streams
+// the worker owns at that moment (paused, or the one being processed). Buffers returned to the guest are allocated with its exported
 // proxy_on_memory_allocate; an empty result is returned as pointer 0, size 0 without calling it.
 // Every other function the module imports from "env" is linked to a stub that logs once per
 // name and returns UNIMPLEMENTED (12); Options.Extensions can add more host calls (see
