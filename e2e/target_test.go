@@ -87,7 +87,7 @@ var artifacts struct {
 }
 
 // buildArtifacts builds dist-like artifacts once per test binary, unless given by env.
-func buildArtifacts(t *testing.T) (wasm, bin string) {
+func buildArtifacts(t testing.TB) (wasm, bin string) {
 	t.Helper()
 	artifacts.once.Do(func() {
 		artifacts.wasm, artifacts.bin = os.Getenv(envWasm), os.Getenv(envBin)
