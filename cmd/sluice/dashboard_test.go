@@ -113,6 +113,17 @@ func TestDashboardAPIInRun(t *testing.T) {
 	defer stop()
 	admin := "http://" + rs.adminAddr
 
+	// The admin root is the dashboard's front door.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	root, err := noFollow.Get(admin + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root.Body.Close()
+	if root.StatusCode != http.StatusFound || root.Header.Get("Location") != "/dashboard/" {
+		t.Fatalf("GET /: %d Location %q, want 302 to /dashboard/", root.StatusCode, root.Header.Get("Location"))
+	}
+
 	resp, err := http.Get(admin + "/dashboard/")
 	if err != nil {
 		t.Fatal(err)

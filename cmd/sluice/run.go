@@ -279,6 +279,10 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 			add(mux, h)
 		}
 		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+			if len(adminRoutes) > 0 { // the dashboard is mounted: the admin root is its front page
+				http.Redirect(w, r, "/dashboard/", http.StatusFound)
+				return
+			}
 			w.Header().Set("Content-Type", "text/plain")
 			io.WriteString(w, "sluice admin: /metrics /status /healthz\n")
 		})
@@ -287,7 +291,7 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 	fmt.Fprintf(stdout, "sluice: filter %s (Proxy-Wasm %s), %d workers, vm_id %q, config: %s\n", cfg.wasm, h.ABIVersion(), cfg.workers, cfg.vmID, configName)
 	fmt.Fprintf(stdout, "sluice: listening on http://%s -> %s\n", rs.listenAddr, upstreamName)
 	if adminLn != nil {
-		fmt.Fprintf(stdout, "sluice: admin on http://%s (/metrics /status /healthz)\n", rs.adminAddr)
+		fmt.Fprintf(stdout, "sluice: admin on http://%s (/dashboard/ /metrics /status /healthz)\n", rs.adminAddr)
 	}
 	go func() { rs.errc <- serveOrClosed(main, ln) }()
 	if adminLn != nil {
