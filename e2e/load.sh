@@ -5,6 +5,8 @@
 #   ./e2e/load.sh                       # 10 s per run, 64 connections, 1 round
 #   ROUNDS=3 DURATION=10s CONC=64 ./e2e/load.sh
 #   TOOLS="sluice-load wrk" (default: both when wrk is installed)
+#   PIN=1: the server on CPU 0 (so GOMAXPROCS=1 and sluice run --workers 1), the load
+#          generator on CPU 1 (needs taskset and 2 CPUs): they no longer compete for a core
 #
 # Configurations (every server on one port at a time, the built-in echo as upstream,
 # --workers = number of CPUs):
@@ -31,6 +33,10 @@ if [ -z "${TOOLS:-}" ]; then
 	command -v wrk >/dev/null && TOOLS="$TOOLS wrk"
 fi
 GO="${GO:-go}"
+srv_pin=() gen_pin=()
+if [ "${PIN:-0}" = 1 ]; then
+	srv_pin=(taskset -c 0) gen_pin=(taskset -c 1)
+fi
 
 work="$(mktemp -d)"
 server=""
@@ -64,9 +70,9 @@ JSON
 start_server() {
 	local cfg="$1"
 	case "$cfg" in
-	echo) "$work/sluice-load" -serve "127.0.0.1:$PORT" >/dev/null & ;;
-	noop) "$work/sluice" run --wasm "$work/noop.wasm" --listen "127.0.0.1:$PORT" --log-level error >/dev/null & ;;
-	*) "$work/sluice" run --wasm "$work/sluice.wasm" --config "$work/$cfg.json" --listen "127.0.0.1:$PORT" --log-level error >/dev/null & ;;
+	echo) "${srv_pin[@]}" "$work/sluice-load" -serve "127.0.0.1:$PORT" >/dev/null & ;;
+	noop) "${srv_pin[@]}" "$work/sluice" run --wasm "$work/noop.wasm" --listen "127.0.0.1:$PORT" --log-level error >/dev/null & ;;
+	*) "${srv_pin[@]}" "$work/sluice" run --wasm "$work/sluice.wasm" --config "$work/$cfg.json" --listen "127.0.0.1:$PORT" --log-level error >/dev/null & ;;
 	esac
 	server=$!
 	for _ in $(seq 1 600); do
@@ -83,7 +89,7 @@ measure() {
 	[ "$cfg" = allow-1k ] && keys=1000
 	case "$tool" in
 	sluice-load)
-		"$work/sluice-load" -url "http://127.0.0.1:$PORT/load" -c "$CONC" -d "$DURATION" -warmup "$WARMUP" -keys "$keys" -json |
+		"${gen_pin[@]}" "$work/sluice-load" -url "http://127.0.0.1:$PORT/load" -c "$CONC" -d "$DURATION" -warmup "$WARMUP" -keys "$keys" -json |
 			sed -E 's/.*"rps":([0-9.]+).*"p50_ms":([0-9.]+).*"p99_ms":([0-9.]+).*/\1 \2 \3/'
 		;;
 	wrk)
@@ -92,8 +98,8 @@ measure() {
 			script="$work/keys.lua"
 			printf 'local i = 0\nrequest = function()\n  i = (i + 1) %% %d\n  wrk.headers["X-Key"] = "k" .. i\n  return wrk.format(nil)\nend\n' "$keys" >"$script"
 		fi
-		wrk -t2 -c"$CONC" -d"$WARMUP" ${script:+-s "$script"} "http://127.0.0.1:$PORT/load" >/dev/null
-		wrk -t2 -c"$CONC" -d"$DURATION" --latency ${script:+-s "$script"} "http://127.0.0.1:$PORT/load" |
+		"${gen_pin[@]}" wrk -t2 -c"$CONC" -d"$WARMUP" ${script:+-s "$script"} "http://127.0.0.1:$PORT/load" >/dev/null
+		"${gen_pin[@]}" wrk -t2 -c"$CONC" -d"$DURATION" --latency ${script:+-s "$script"} "http://127.0.0.1:$PORT/load" |
 			awk '
 				function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
 				$1 == "50%" { p50 = ms($2) } $1 == "99%" { p99 = ms($2) }
