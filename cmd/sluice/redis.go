@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/hostredis"
@@ -59,6 +63,15 @@ func redisApply(opts *host.Options) (func(), error) {
 	opts.Extensions = append(opts.Extensions, redisext.New(c, nil))
 	if opts.Logger != nil {
 		opts.Logger.Info("redis extension", "clusters", redisClusters.String())
+		// go-redis's own messages (failed dials while a node is down) go to the run's log.
+		redis.SetLogger(redisLogger{opts.Logger})
 	}
 	return func() { c.Close() }, nil
+}
+
+// redisLogger sends go-redis's internal log lines to slog, at warning level.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.Warn("redis client: " + fmt.Sprintf(format, v...))
 }
