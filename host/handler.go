@@ -68,15 +68,40 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, upstream http.
 		iw.writeLocal(lr)
 		return
 	}
-	out := r.Clone(ctx)
+	out := r
 	if !s.failed {
-		applyRequest(out, &s.reqHeaders)
-		if hasBody && s.vm != nil && s.vm.onRequestBody != nil {
-			out.Body = &bodyFilter{src: r.Body, s: s, h: h, r: r}
+		filterBody := hasBody && s.vm != nil && s.vm.onRequestBody != nil
+		// A header map the filter did not touch leaves the request as it came.
+		if changed := s.reqHeaders.edited || len(s.reqHeaders.kv) != len(kv); changed || filterBody {
+			out = r.Clone(ctx)
+			if changed {
+				applyRequest(out, &s.reqHeaders)
+			}
+			if filterBody {
+				out.Body = &bodyFilter{src: r.Body, s: s, h: h, r: r}
+			}
 		}
 	}
 	upstream.ServeHTTP(iw, out)
 	iw.end()
+}
+
+// addedHeadersRoom is spare capacity in header maps for the entries a filter adds (a rate
+// limiter adds up to five), so that adding them does not grow the slice.
+const addedHeadersRoom = 6
+
+// onlyAdded reports whether m holds its first base entries unchanged followed by regular
+// (not pseudo) headers the filter added.
+func onlyAdded(m *headerMap, base int) bool {
+	if m.edited || len(m.kv) < base {
+		return false
+	}
+	for _, p := range m.kv[base:] {
+		if strings.HasPrefix(p[0], ":") {
+			return false
+		}
+	}
+	return true
 }
 
 // applyRequest rewrites out from the filtered request header map.
@@ -189,6 +214,8 @@ type interceptor struct {
 	code int    // status from the upstream; 0 until it writes or returns
 	held []byte // body bytes not yet given to the filter
 
+	respBase int // entries of the response header map before the filter ran
+
 	headersDone bool // the response phase for headers ran and the status is written
 	discard     bool // the upstream's body is dropped (local response or failure)
 	direct      bool // body bypasses the filter
@@ -274,7 +301,7 @@ func (iw *interceptor) process(eos, finish bool) {
 	var steps uint8
 	if !iw.headersDone && !s.failed {
 		hdr := iw.rw.Header()
-		kv := make([][2]string, 0, len(hdr)+1)
+		kv := make([][2]string, 0, len(hdr)+1+addedHeadersRoom)
 		kv = append(kv, [2]string{":status", strconv.Itoa(iw.code)})
 		for k, vs := range hdr {
 			lk := lower(k)
@@ -283,6 +310,7 @@ func (iw *interceptor) process(eos, finish bool) {
 			}
 		}
 		s.respHeaders.kv = kv
+		iw.respBase = len(kv)
 		s.respHeadersEOS = eos && len(iw.held) == 0
 		iw.bodyFilter = s.vm != nil && s.vm.onRespBody != nil
 		steps |= stepRespHeaders
@@ -328,6 +356,14 @@ func (iw *interceptor) process(eos, finish bool) {
 			iw.writeLocalHeaders(s.local)
 			iw.rw.Write(s.local.body)
 			return
+		case onlyAdded(&s.respHeaders, iw.respBase):
+			// The filter only added regular headers (or none): write back the additions.
+			for _, p := range s.respHeaders.kv[iw.respBase:] {
+				k := http.CanonicalHeaderKey(p[0])
+				hdr[k] = append(hdr[k], p[1])
+			}
+			iw.direct = !iw.bodyFilter
+			iw.rw.WriteHeader(iw.code)
 		default:
 			clear(hdr)
 			status := iw.code

@@ -8,6 +8,20 @@ import (
 // headerMap is an ordered multimap with lower-case keys, as Envoy's header maps.
 type headerMap struct {
 	kv [][2]string
+	// edited is set when an entry is replaced or removed, or the whole map is set; a map
+	// that is not edited holds its original entries followed by the ones the guest added,
+	// so the net/http path copies back only the additions (or nothing).
+	edited bool
+}
+
+// lowerBytes returns b lower-cased as a new string (one allocation).
+func lowerBytes(b []byte) string {
+	for i := 0; i < len(b); i++ {
+		if c := b[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(string(b))
+		}
+	}
+	return string(b)
 }
 
 func lower(s string) string {
@@ -76,6 +90,7 @@ func (m *headerMap) replace(key, value string) {
 		out = append(out, p)
 	}
 	m.kv = out
+	m.edited = true
 	if !found {
 		m.kv = append(m.kv, [2]string{key, value})
 	}
@@ -90,6 +105,9 @@ func (m *headerMap) removeBytes(key []byte) {
 	}
 	for i := len(out); i < len(m.kv); i++ {
 		m.kv[i] = [2]string{}
+	}
+	if len(out) != len(m.kv) {
+		m.edited = true
 	}
 	m.kv = out
 }

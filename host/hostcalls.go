@@ -331,6 +331,7 @@ func hcSetHeaderMapPairs(v *vm, s []uint64) {
 		kv[i][0] = lower(kv[i][0])
 	}
 	m.kv = kv
+	m.edited = true
 	ret(s, StatusOK)
 }
 
@@ -362,7 +363,26 @@ func (v *vm) readKV(s []uint64) (string, string, Status) {
 	if !ok {
 		return "", "", StatusInvalidMemoryAccess
 	}
-	return strings.ToLower(string(k)), string(val), StatusOK
+	return v.headerName(k), string(val), StatusOK
+}
+
+// maxInternedNames bounds the header names a VM keeps interned.
+const maxInternedNames = 256
+
+// headerName returns the lower-cased header name k, interned per VM: a filter adds the
+// same few names to every response, and each would otherwise be a new string.
+func (v *vm) headerName(k []byte) string {
+	if s, ok := v.names[string(k)]; ok {
+		return s
+	}
+	s := lowerBytes(k)
+	if len(v.names) < maxInternedNames {
+		if v.names == nil {
+			v.names = make(map[string]string)
+		}
+		v.names[string(k)] = s
+	}
+	return s
 }
 
 func hcAddHeaderMapValue(v *vm, s []uint64) {
@@ -438,56 +458,55 @@ func portOf(addr string) ([]byte, bool) {
 }
 
 // property resolves a property path (segments separated by NUL) for the effective context.
-func (v *vm) property(path []byte) ([]byte, bool) {
+// A value is either a string (str) or bytes (b); strings are returned without a copy.
+func (v *vm) property(path []byte) (str string, b []byte, ok bool) {
 	if n := len(path); n > 0 && path[n-1] == 0 {
 		path = path[:n-1]
 	}
 	c := v.cur
-	str := func(s string) ([]byte, bool) { return []byte(s), true }
+	strv := func(s string) (string, []byte, bool) { return s, nil, true }
+	bytesv := func(b []byte, ok bool) (string, []byte, bool) { return "", b, ok }
 	switch string(path) {
 	case "plugin_name":
-		return str(v.h.opts.PluginName)
+		return strv(v.h.opts.PluginName)
 	case "plugin_root_id":
-		return str(v.h.opts.RootID)
+		return strv(v.h.opts.RootID)
 	case "plugin_vm_id":
-		return str(v.h.opts.VMID)
+		return strv(v.h.opts.VMID)
 	}
 	if c == nil {
-		return nil, false
+		return "", nil, false
 	}
-	hdr := func(name string) ([]byte, bool) {
+	hdr := func(name string) (string, []byte, bool) {
 		val, ok := c.reqHeaders.get(name)
-		if !ok {
-			return nil, false
-		}
-		return []byte(val), true
+		return val, nil, ok
 	}
 	switch string(path) {
 	case "source\x00address":
 		if c.remoteAddr == "" {
-			return nil, false
+			return "", nil, false
 		}
-		return str(c.remoteAddr)
+		return strv(c.remoteAddr)
 	case "source\x00port":
-		return portOf(c.remoteAddr)
+		return bytesv(portOf(c.remoteAddr))
 	case "destination\x00address":
 		if c.localAddr == "" {
-			return nil, false
+			return "", nil, false
 		}
-		return str(c.localAddr)
+		return strv(c.localAddr)
 	case "destination\x00port":
-		return portOf(c.localAddr)
+		return bytesv(portOf(c.localAddr))
 	case "request\x00path":
 		return hdr(":path")
 	case "request\x00url_path":
 		p, ok := c.reqHeaders.get(":path")
 		if !ok {
-			return nil, false
+			return "", nil, false
 		}
 		if i := strings.IndexByte(p, '?'); i >= 0 {
 			p = p[:i]
 		}
-		return str(p)
+		return strv(p)
 	case "request\x00method":
 		return hdr(":method")
 	case "request\x00host":
@@ -497,29 +516,29 @@ func (v *vm) property(path []byte) ([]byte, bool) {
 	case "request\x00id":
 		return hdr("x-request-id")
 	case "request\x00protocol":
-		return str(c.protocol)
+		return strv(c.protocol)
 	case "request\x00headers":
-		return SerializePairs(c.reqHeaders.kv), true
+		return "", SerializePairs(c.reqHeaders.kv), true
 	case "response\x00code":
 		if !c.respPhase {
-			return nil, false
+			return "", nil, false
 		}
 		st, ok := c.respHeaders.get(":status")
 		if !ok {
-			return nil, false
+			return "", nil, false
 		}
 		n, err := strconv.Atoi(st)
 		if err != nil {
-			return nil, false
+			return "", nil, false
 		}
-		return int64LE(int64(n)), true
+		return "", int64LE(int64(n)), true
 	case "response\x00headers":
 		if !c.respPhase {
-			return nil, false
+			return "", nil, false
 		}
-		return SerializePairs(c.respHeaders.kv), true
+		return "", SerializePairs(c.respHeaders.kv), true
 	}
-	return nil, false
+	return "", nil, false
 }
 
 func hcGetProperty(v *vm, s []uint64) {
@@ -528,12 +547,16 @@ func hcGetProperty(v *vm, s []uint64) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
-	val, found := v.property(path)
+	str, b, found := v.property(path)
 	if !found {
 		ret(s, StatusNotFound)
 		return
 	}
-	ret(s, v.returnBytes(val, u32(s[2]), u32(s[3])))
+	if b != nil {
+		ret(s, v.returnBytes(b, u32(s[2]), u32(s[3])))
+		return
+	}
+	ret(s, v.returnString(str, u32(s[2]), u32(s[3])))
 }
 
 func hcSendLocalResponse(v *vm, s []uint64) {

@@ -424,7 +424,7 @@ func (s *stream) callUpstream() {
 		resp = callUpstream(s.upstream, s.forwarded())
 	}
 	s.upstreamResp = resp
-	rk := make([][2]string, 0, len(resp.Headers)+1)
+	rk := make([][2]string, 0, len(resp.Headers)+1+addedHeadersRoom)
 	rk = append(rk, [2]string{":status", strconv.Itoa(resp.Status)})
 	for _, p := range resp.Headers {
 		rk = append(rk, [2]string{lower(p[0]), p[1]})

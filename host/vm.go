@@ -50,6 +50,7 @@ type vm struct {
 	extBuffers map[uint32][]byte // buffers set by extensions for their callbacks
 
 	scratch []byte
+	names   map[string]string // interned header names (headerName)
 	log     *slog.Logger
 }
 
