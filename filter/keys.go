@@ -27,6 +27,12 @@ type request struct {
 	xff     []byte
 	cookie  []byte
 	headerF func(string) (string, bool) // r.header, bound once
+
+	// The client host parsed last, kept across requests (see peer).
+	peerHost   []byte
+	peerAddr   netip.Addr
+	peerOK     bool
+	peerCached bool
 }
 
 const (
@@ -331,7 +337,7 @@ func trimSpace(b []byte) []byte {
 // when the header has too few entries or an unparsable one, the client is
 // the peer itself.
 func clientIP(r *request, xffHops int) (netip.Addr, bool) {
-	peer, peerOK := parseHostIP(r.getSource())
+	peer, peerOK := r.peer()
 	if xffHops > 0 {
 		if ip, ok := xffEntry(r.getXFF(), xffHops, peer, peerOK); ok {
 			return ip, true
@@ -363,36 +369,62 @@ func xffEntry(xff []byte, hops int, peer netip.Addr, peerOK bool) (netip.Addr, b
 	return netip.Addr{}, false
 }
 
+// peer returns the address of the connection's peer (source.address). The
+// host part parsed last is kept: consecutive requests often come from the
+// same client (keep-alive connections, one client behind several), and
+// parsing is a large share of a request's work in wasm.
+func (r *request) peer() (netip.Addr, bool) {
+	h, ok := hostPart(r.getSource())
+	if !ok {
+		return netip.Addr{}, false
+	}
+	if r.peerCached && string(h) == string(r.peerHost) {
+		return r.peerAddr, r.peerOK
+	}
+	r.peerAddr, r.peerOK = parseIP(h)
+	r.peerHost = append(r.peerHost[:0], h...)
+	r.peerCached = true
+	return r.peerAddr, r.peerOK
+}
+
 // parseHostIP parses "ip", "ip:port", "[ipv6]" or "[ipv6]:port". IPv4-mapped
 // IPv6 addresses are unmapped; zones are dropped.
 func parseHostIP(b []byte) (netip.Addr, bool) {
-	if len(b) == 0 {
+	h, ok := hostPart(b)
+	if !ok {
 		return netip.Addr{}, false
 	}
+	return parseIP(h)
+}
+
+// hostPart returns the address part of "ip", "ip:port", "[ipv6]" or
+// "[ipv6]:port"; false for empty input or an unclosed bracket.
+func hostPart(b []byte) ([]byte, bool) {
+	if len(b) == 0 {
+		return nil, false
+	}
 	if b[0] == '[' {
-		end := -1
 		for i, c := range b {
 			if c == ']' {
-				end = i
-				break
+				return b[1:i], true
 			}
 		}
-		if end < 0 {
-			return netip.Addr{}, false
-		}
-		b = b[1:end]
-	} else {
-		colons, last := 0, -1
-		for i, c := range b {
-			if c == ':' {
-				colons++
-				last = i
-			}
-		}
-		if colons == 1 {
-			b = b[:last]
+		return nil, false
+	}
+	colons, last := 0, -1
+	for i, c := range b {
+		if c == ':' {
+			colons++
+			last = i
 		}
 	}
+	if colons == 1 {
+		b = b[:last]
+	}
+	return b, true
+}
+
+func parseIP(b []byte) (netip.Addr, bool) {
 	ip, err := netip.ParseAddr(unsafeString(b))
 	if err != nil {
 		return netip.Addr{}, false

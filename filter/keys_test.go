@@ -205,3 +205,43 @@ func FuzzRequest(f *testing.F) {
 		}
 	})
 }
+
+// The peer parsed last is reused only for the same host part: a sequence of
+// different, repeated and bad source addresses gives each its own address.
+func TestPeerCache(t *testing.T) {
+	h := filtertest.NewHost()
+	r := &request{}
+	for _, c := range []struct {
+		src  string
+		want string // "" = no address
+	}{
+		{"10.0.0.1:1000", "10.0.0.1"},
+		{"10.0.0.1:2000", "10.0.0.1"},
+		{"10.0.0.2:1000", "10.0.0.2"},
+		{"10.0.0.1", "10.0.0.1"},
+		{"bogus:1", ""},
+		{"bogus:2", ""},
+		{"", ""},
+		{"[::ffff:10.0.0.1]:5", "10.0.0.1"},
+		{"[2001:db8::1]:5", "2001:db8::1"},
+		{"[2001:db8::1", ""},
+		{"10.0.0.1:1000", "10.0.0.1"},
+	} {
+		h.Properties = map[string]string{}
+		if c.src != "" {
+			h.Properties[propSourceAddress] = c.src
+		}
+		r.reset(h)
+		ip, ok := r.peer()
+		got := ""
+		if ok {
+			got = ip.String()
+		}
+		if got != c.want {
+			t.Errorf("source %q: peer %q, want %q", c.src, got, c.want)
+		}
+		if wantIP, wantOK := parseHostIP([]byte(c.src)); wantOK != ok || wantIP != ip {
+			t.Errorf("source %q: peer (%v, %v) differs from parseHostIP (%v, %v)", c.src, ip, ok, wantIP, wantOK)
+		}
+	}
+}

@@ -57,7 +57,9 @@ type slotStore struct {
 	host   abi.Host
 	lim    algorithms.Limiter
 	prefix int    // len of the key prefix in kbuf
-	kbuf   []byte // prefix + slot number, rewritten per access
+	kbuf   []byte // prefix + slot number kslot (when keyed)
+	kslot  uint64
+	keyed  bool
 	vbuf   []byte // encoded value to write
 	slots  uint64
 }
@@ -96,8 +98,13 @@ func (s *slotStore) candidates(h uint64) (uint64, uint64) {
 	return a, b
 }
 
+// key returns the shared-data key of slot. A request reads and then writes
+// the same slot, so the key of the last slot is kept.
 func (s *slotStore) key(slot uint64) []byte {
-	s.kbuf = strconv.AppendUint(s.kbuf[:s.prefix], slot, 16)
+	if !s.keyed || s.kslot != slot {
+		s.kbuf = strconv.AppendUint(s.kbuf[:s.prefix], slot, 16)
+		s.kslot, s.keyed = slot, true
+	}
 	return s.kbuf
 }
 

@@ -17,7 +17,7 @@
 //
 // Pausing and resuming (the seam for a remote backend such as Redis, issue
 // 5): a rule whose decision arrives later must copy its per-request state
-// into the stream (streams are found by context id in VM.streams), dispatch
+// into the stream (streams are found by context id with VM.streams.get), dispatch
 // its call and return ActionPause; the host's completion callback then runs
 // the same verdict / charge / remember-headers steps for that stream and
 // either sends the local response or resumes the request
@@ -42,9 +42,14 @@ const maxFreeStreams = 1024
 type VM struct {
 	host    abi.Host
 	plugins map[uint32]*Plugin
-	streams map[uint32]*stream
+	streams streamTable
 	free    []*stream
 	nreq    uint32
+
+	// The root context looked up last (streams are created under one root
+	// context, nearly always the same one).
+	lastRootID uint32
+	lastRoot   *Plugin
 
 	debugID, debugLast uint64 // sluice_debug builds only
 }
@@ -61,13 +66,88 @@ func NewVM(h abi.Host) *VM {
 	return &VM{
 		host:    h,
 		plugins: make(map[uint32]*Plugin),
-		streams: make(map[uint32]*stream),
 	}
 }
+
+// plugin returns the root context id (nil if unknown).
+func (vm *VM) plugin(id uint32) *Plugin {
+	if id == vm.lastRootID && vm.lastRoot != nil {
+		return vm.lastRoot
+	}
+	p := vm.plugins[id]
+	if p != nil {
+		vm.lastRootID, vm.lastRoot = id, p
+	}
+	return p
+}
+
+// streamSlots is the size of streamTable's direct-mapped array.
+const streamSlots = 256
+
+// streamTable maps context ids to live streams. Hosts number contexts
+// sequentially, so an array indexed by the id's low bits holds nearly every
+// live stream without hashing (a Go map costs several calls per operation in
+// wasm); ids whose slot is taken go to a map.
+type streamTable struct {
+	slots [streamSlots]*stream
+	n     int // streams in slots
+	more  map[uint32]*stream
+}
+
+func (t *streamTable) get(id uint32) *stream {
+	if s := t.slots[id%streamSlots]; s != nil && s.id == id {
+		return s
+	}
+	if len(t.more) == 0 {
+		return nil
+	}
+	return t.more[id]
+}
+
+// put adds s under id, replacing a stream with the same id.
+func (t *streamTable) put(id uint32, s *stream) {
+	s.id = id
+	i := id % streamSlots
+	if cur := t.slots[i]; cur == nil || cur.id == id {
+		if cur == nil {
+			t.n++
+		}
+		t.slots[i] = s
+		if len(t.more) > 0 {
+			delete(t.more, id)
+		}
+		return
+	}
+	if t.more == nil {
+		t.more = make(map[uint32]*stream)
+	}
+	t.more[id] = s
+}
+
+// remove removes and returns the stream with id (nil if none).
+func (t *streamTable) remove(id uint32) *stream {
+	i := id % streamSlots
+	if s := t.slots[i]; s != nil && s.id == id {
+		t.slots[i] = nil
+		t.n--
+		return s
+	}
+	if len(t.more) == 0 {
+		return nil
+	}
+	s, ok := t.more[id]
+	if ok {
+		delete(t.more, id)
+	}
+	return s
+}
+
+func (t *streamTable) len() int { return t.n + len(t.more) }
 
 // stream is the per-request state kept between request and response
 // headers.
 type stream struct {
+	id         uint32 // context id (set by streamTable.put)
 	plugin     *Plugin
 	denied     bool // a local response was sent
 	hasHeaders bool // rate-limit headers to add to the response
@@ -83,9 +163,12 @@ func (vm *VM) OnVMStart(rootID uint32, vmConfigSize int) bool { return true }
 func (vm *VM) OnContextCreate(id, parentID uint32) {
 	if parentID == 0 {
 		vm.plugins[id] = &Plugin{host: vm.host, id: id}
+		if vm.lastRootID == id {
+			vm.lastRootID, vm.lastRoot = 0, nil
+		}
 		return
 	}
-	p := vm.plugins[parentID]
+	p := vm.plugin(parentID)
 	if p == nil {
 		return
 	}
@@ -97,7 +180,7 @@ func (vm *VM) OnContextCreate(id, parentID uint32) {
 		s = new(stream)
 	}
 	*s = stream{plugin: p}
-	vm.streams[id] = s
+	vm.streams.put(id, s)
 }
 
 // OnConfigure implements abi.Handler: it compiles the plugin configuration;
@@ -133,7 +216,7 @@ func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) abi.
 	if debugAllocs {
 		vm.reportAllocs()
 	}
-	s := vm.streams[id]
+	s := vm.streams.get(id)
 	if s == nil {
 		return abi.ActionContinue
 	}
@@ -142,7 +225,7 @@ func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) abi.
 
 // OnResponseHeaders implements abi.Handler.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) abi.Action {
-	s := vm.streams[id]
+	s := vm.streams.get(id)
 	if s == nil {
 		return abi.ActionContinue
 	}
@@ -159,30 +242,35 @@ func (vm *VM) OnDone(id uint32) bool { return true }
 
 // OnDelete implements abi.Handler.
 func (vm *VM) OnDelete(id uint32) {
-	if _, ok := vm.plugins[id]; ok {
-		delete(vm.plugins, id)
+	if vm.release(id) {
 		return
 	}
-	vm.release(id)
+	if _, ok := vm.plugins[id]; ok {
+		delete(vm.plugins, id)
+		if vm.lastRootID == id {
+			vm.lastRootID, vm.lastRoot = 0, nil
+		}
+	}
 }
 
 // OnTick implements abi.Handler (sluice sets no tick period).
 func (vm *VM) OnTick(rootID uint32) {}
 
-func (vm *VM) release(id uint32) {
-	s, ok := vm.streams[id]
-	if !ok {
-		return
+// release frees the stream id; false if there is none.
+func (vm *VM) release(id uint32) bool {
+	s := vm.streams.remove(id)
+	if s == nil {
+		return false
 	}
-	delete(vm.streams, id)
 	*s = stream{}
 	if len(vm.free) < maxFreeStreams {
 		vm.free = append(vm.free, s)
 	}
+	return true
 }
 
 // Streams returns the number of live stream contexts (for tests).
-func (vm *VM) Streams() int { return len(vm.streams) }
+func (vm *VM) Streams() int { return vm.streams.len() }
 
 // guardedRequest runs onRequest, turning a panic into a logged error and
 // the failure_mode outcome.
