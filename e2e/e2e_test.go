@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,17 @@ import (
 // TestScenarios runs every scenario against the target (see target_test.go), one proxy per
 // scenario.
 func TestScenarios(t *testing.T) {
+	if targetName() == "envoy" {
+		// One Envoy serves one scenario's configuration: insist on knowing which.
+		name := os.Getenv(envScenario)
+		found := false
+		for _, sc := range Scenarios() {
+			found = found || sc.Name == name
+		}
+		if !found {
+			t.Fatalf("%s=envoy needs %s naming one scenario (got %q); e2e/envoy/run.sh sets it", envTarget, envScenario, name)
+		}
+	}
 	for _, sc := range Scenarios() {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
