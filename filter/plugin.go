@@ -379,7 +379,7 @@ func (p *Plugin) sendDenied(s *stream, r *rule) abi.Action {
 	if retry < 1 {
 		retry = 1
 	}
-	p.vals = strconv.AppendInt(p.vals[:0], retry, 10)
+	p.vals = appendInt(p.vals[:0], retry)
 	n := len(p.vals)
 	p.hdrs = append(p.hdrs[:0],
 		abi.Header{Name: hdrContentType, Value: textPlain},
@@ -417,11 +417,11 @@ func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms
 	s := len(p.vals)
 	p.vals = append(p.vals, r.rlPrefix...)
 	rs := len(p.vals)
-	p.vals = strconv.AppendInt(p.vals, remaining, 10)
+	p.vals = appendInt(p.vals, remaining)
 	re := len(p.vals)
 	p.vals = append(p.vals, ";t="...)
 	ts := len(p.vals)
-	p.vals = strconv.AppendInt(p.vals, reset, 10)
+	p.vals = appendInt(p.vals, reset)
 	te := len(p.vals)
 	if style == config.HeadersDraft || style == config.HeadersBoth {
 		dst = append(dst,
@@ -431,7 +431,7 @@ func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms
 	if style == config.HeadersLegacy || style == config.HeadersBoth {
 		if r.limitVal != d.Limit || r.limitStr == nil {
 			r.limitVal = d.Limit
-			r.limitStr = strconv.AppendInt(r.limitStr[:0], d.Limit, 10)
+			r.limitStr = appendInt(r.limitStr[:0], d.Limit)
 		}
 		dst = append(dst,
 			abi.Header{Name: "x-ratelimit-limit", Value: r.limitStr},

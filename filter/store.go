@@ -3,7 +3,6 @@ package filter
 import (
 	"encoding/binary"
 	"errors"
-	"strconv"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/filter/abi"
@@ -102,7 +101,7 @@ func (s *slotStore) candidates(h uint64) (uint64, uint64) {
 // the same slot, so the key of the last slot is kept.
 func (s *slotStore) key(slot uint64) []byte {
 	if !s.keyed || s.kslot != slot {
-		s.kbuf = strconv.AppendUint(s.kbuf[:s.prefix], slot, 16)
+		s.kbuf = appendHex(s.kbuf[:s.prefix], slot)
 		s.kslot, s.keyed = slot, true
 	}
 	return s.kbuf

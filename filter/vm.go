@@ -50,6 +50,7 @@ type VM struct {
 	// context, nearly always the same one).
 	lastRootID uint32
 	lastRoot   *Plugin
+	loggedID   uint32 // the stream released by the last proxy_on_log
 
 	debugID, debugLast uint64 // sluice_debug builds only
 }
@@ -235,7 +236,11 @@ func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) abi
 // OnLog implements abi.Handler. The stream is released here already: the
 // proxytest emulator never calls proxy_on_delete, and nothing after the
 // access log needs it.
-func (vm *VM) OnLog(id uint32) { vm.release(id) }
+func (vm *VM) OnLog(id uint32) {
+	if vm.release(id) {
+		vm.loggedID = id
+	}
+}
 
 // OnDone implements abi.Handler.
 func (vm *VM) OnDone(id uint32) bool { return true }
@@ -243,6 +248,12 @@ func (vm *VM) OnDone(id uint32) bool { return true }
 // OnDelete implements abi.Handler.
 func (vm *VM) OnDelete(id uint32) {
 	if vm.release(id) {
+		return
+	}
+	if id != 0 && id == vm.loggedID {
+		// The stream released at its access log: context ids are unique
+		// among root and stream contexts, so it is not a root context.
+		vm.loggedID = 0
 		return
 	}
 	if _, ok := vm.plugins[id]; ok {
