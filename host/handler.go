@@ -86,6 +86,36 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, upstream http.
 	iw.end()
 }
 
+// maxCanonicalKeys bounds Host.canonicalKey's cache.
+const maxCanonicalKeys = 256
+
+// canonicalKey is http.CanonicalHeaderKey for the lower-case names a filter adds, cached
+// (bounded, copy-on-write: lookups take no lock): a filter adds the same few names to
+// every response, and each would otherwise be a new string.
+func (h *Host) canonicalKey(name string) string {
+	if m := h.canon.Load(); m != nil {
+		if k, ok := (*m)[name]; ok {
+			return k
+		}
+	}
+	k := http.CanonicalHeaderKey(name)
+	h.canonMu.Lock()
+	defer h.canonMu.Unlock()
+	old := h.canon.Load()
+	if old == nil || len(*old) < maxCanonicalKeys {
+		nm := make(map[string]string, 1)
+		if old != nil {
+			nm = make(map[string]string, len(*old)+1)
+			for a, b := range *old {
+				nm[a] = b
+			}
+		}
+		nm[name] = k
+		h.canon.Store(&nm)
+	}
+	return k
+}
+
 // addedHeadersRoom is spare capacity in header maps for the entries a filter adds (a rate
 // limiter adds up to five), so that adding them does not grow the slice.
 const addedHeadersRoom = 6
@@ -359,7 +389,7 @@ func (iw *interceptor) process(eos, finish bool) {
 		case onlyAdded(&s.respHeaders, iw.respBase):
 			// The filter only added regular headers (or none): write back the additions.
 			for _, p := range s.respHeaders.kv[iw.respBase:] {
-				k := http.CanonicalHeaderKey(p[0])
+				k := iw.h.canonicalKey(p[0])
 				hdr[k] = append(hdr[k], p[1])
 			}
 			iw.direct = !iw.bodyFilter

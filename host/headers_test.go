@@ -1,6 +1,9 @@
 package host
 
-import "testing"
+import (
+	"net/http"
+	"testing"
+)
 
 // The net/http path copies back only the headers a filter added when it neither replaced
 // nor removed any: headerMap.edited and onlyAdded decide that.
@@ -42,5 +45,28 @@ func TestLowerBytes(t *testing.T) {
 		if got := lowerBytes([]byte(in)); got != want {
 			t.Errorf("lowerBytes(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestCanonicalKey(t *testing.T) {
+	h := &Host{}
+	for i := 0; i < 2; i++ {
+		for _, n := range []string{"ratelimit", "x-ratelimit-remaining", "retry-after", "content-type"} {
+			if got, want := h.canonicalKey(n), http.CanonicalHeaderKey(n); got != want {
+				t.Errorf("canonicalKey(%q) = %q, want %q", n, got, want)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { h.canonicalKey("ratelimit-policy") }); n != 0 {
+		t.Errorf("cached lookup: %v allocations", n)
+	}
+	for i := 0; i < 2*maxCanonicalKeys; i++ {
+		n := "x-h" + itoa(uint64(i))
+		if got, want := h.canonicalKey(n), http.CanonicalHeaderKey(n); got != want {
+			t.Fatalf("canonicalKey(%q) = %q, want %q", n, got, want)
+		}
+	}
+	if m := h.canon.Load(); len(*m) > maxCanonicalKeys {
+		t.Errorf("cache holds %d names, bound %d", len(*m), maxCanonicalKeys)
 	}
 }

@@ -79,6 +79,9 @@ type Host struct {
 
 	extFuncs map[string]HostFunc
 	genSeq   atomic.Uint64
+
+	canon   atomic.Pointer[map[string]string] // lower-case header name -> canonical form
+	canonMu sync.Mutex
 }
 
 var (

@@ -27,6 +27,7 @@ type vm struct {
 	gen  uint64
 	ctx  context.Context
 	mod  api.Module
+	mem  api.Memory // mod.Memory(), looked up once
 	dead bool
 
 	stack  [8]uint64 // for top-level guest calls
@@ -108,6 +109,7 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 		return nil, fmt.Errorf("host: instantiating module: %w", err)
 	}
 	v.mod = mod
+	v.mem = mod.Memory()
 	fail := func(err error) (*vm, error) {
 		mod.Close(context.Background())
 		return nil, err
@@ -202,12 +204,12 @@ func (v *vm) alloc(n uint32) uint32 {
 }
 
 func (v *vm) read(ptr, size uint32) ([]byte, bool) {
-	return v.mod.Memory().Read(ptr, size)
+	return v.mem.Read(ptr, size)
 }
 
-func (v *vm) writeU32(ptr, val uint32) bool { return v.mod.Memory().WriteUint32Le(ptr, val) }
+func (v *vm) writeU32(ptr, val uint32) bool { return v.mem.WriteUint32Le(ptr, val) }
 func (v *vm) writeU64(ptr uint32, val uint64) bool {
-	return v.mod.Memory().WriteUint64Le(ptr, val)
+	return v.mem.WriteUint64Le(ptr, val)
 }
 
 // returnBytes allocates len(data) bytes in the guest, copies data there and writes the
