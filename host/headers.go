@@ -173,17 +173,27 @@ func ParsePairs(b []byte) ([][2]string, bool) {
 	}
 	sizes := b[4:]
 	data := 4 + 8*n
-	out := make([][2]string, 0, n)
+	// Validate first, then convert the names and values with one allocation: they are
+	// substrings of one string. One spare entry lets a caller append without growing.
+	end := data
 	for i := 0; i < n; i++ {
 		ks := int(binary.LittleEndian.Uint32(sizes[8*i:]))
 		vs := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
-		if ks < 0 || vs < 0 || data+ks+1+vs+1 > len(b) || ks > len(b) || vs > len(b) {
+		if ks < 0 || vs < 0 || ks > len(b) || vs > len(b) || end+ks+1+vs+1 > len(b) {
 			return nil, false
 		}
-		k := string(b[data : data+ks])
-		data += ks + 1
-		v := string(b[data : data+vs])
-		data += vs + 1
+		end += ks + 1 + vs + 1
+	}
+	all := string(b[data:end])
+	out := make([][2]string, 0, n+1)
+	o := 0
+	for i := 0; i < n; i++ {
+		ks := int(binary.LittleEndian.Uint32(sizes[8*i:]))
+		vs := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
+		k := all[o : o+ks]
+		o += ks + 1
+		v := all[o : o+vs]
+		o += vs + 1
 		out = append(out, [2]string{k, v})
 	}
 	return out, true

@@ -70,3 +70,48 @@ func TestCanonicalKey(t *testing.T) {
 		t.Errorf("cache holds %d names, bound %d", len(*m), maxCanonicalKeys)
 	}
 }
+
+func TestParsePairsRoundTrip(t *testing.T) {
+	for _, kv := range [][][2]string{
+		nil,
+		{{"a", "1"}},
+		{{":status", "429"}, {"retry-after", "7"}, {"", ""}, {"x-empty", ""}, {"k", "v\x00w"}},
+	} {
+		b := SerializePairs(kv)
+		got, ok := ParsePairs(b)
+		if !ok || len(got) != len(kv) {
+			t.Fatalf("ParsePairs(SerializePairs(%q)) = %q, %v", kv, got, ok)
+		}
+		for i := range kv {
+			if got[i] != kv[i] {
+				t.Errorf("pair %d: %q, want %q", i, got[i], kv[i])
+			}
+		}
+		// Every truncation is rejected (or, for the empty prefix, empty).
+		for n := 1; n < len(b)-1; n++ {
+			if p, ok := ParsePairs(b[:n]); ok && len(kv) > 0 {
+				t.Errorf("truncated to %d of %d bytes: accepted %q", n, len(b), p)
+			}
+		}
+	}
+	// Sizes that overflow the buffer.
+	bad := SerializePairs([][2]string{{"a", "b"}})
+	bad[4] = 0xff
+	if _, ok := ParsePairs(bad); ok {
+		t.Error("oversized name accepted")
+	}
+}
+
+func FuzzParsePairs(f *testing.F) {
+	f.Add(SerializePairs([][2]string{{"a", "1"}, {"bb", "22"}}))
+	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 255, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		kv, ok := ParsePairs(b)
+		if !ok {
+			return
+		}
+		if again, ok := ParsePairs(SerializePairs(kv)); !ok || len(again) != len(kv) {
+			t.Fatalf("re-serialization of %q does not parse", kv)
+		}
+	})
+}

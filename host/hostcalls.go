@@ -582,10 +582,10 @@ func hcSendLocalResponse(v *vm, s []uint64) {
 		ret(s, StatusBadArgument)
 		return
 	}
-	m := headerMap{kv: make([][2]string, 0, len(kv)+1)}
-	for _, p := range kv {
-		m.add(p[0], p[1])
+	for i := range kv {
+		kv[i][0] = lower(kv[i][0])
 	}
+	m := headerMap{kv: kv}
 	if _, has := m.get("content-type"); !has && len(body) > 0 {
 		m.add("content-type", "text/plain")
 	}
