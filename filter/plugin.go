@@ -191,7 +191,7 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 	if p.cfg == nil || len(p.rules) == 0 {
 		return abi.ActionContinue
 	}
-	now := p.host.Now()
+	var now int64 // read once, when the first rule applies
 	p.req.reset(p.host)
 	applied := false
 	for _, r := range p.rules {
@@ -212,6 +212,9 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 		r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFTrustedHops)
 		if !ok {
 			continue
+		}
+		if !applied {
+			now = p.host.Now()
 		}
 		r.applies, applied = true, true
 		r.hash = hashKey(p.seed, r.key)
