@@ -89,9 +89,10 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, upstream http.
 // maxCanonicalKeys bounds Host.canonicalKey's cache.
 const maxCanonicalKeys = 256
 
-// canonicalKey is http.CanonicalHeaderKey for the lower-case names a filter adds, cached
-// (bounded, copy-on-write: lookups take no lock): a filter adds the same few names to
-// every response, and each would otherwise be a new string.
+// canonicalKey is http.CanonicalHeaderKey for the lower-case names of response headers
+// (the upstream's, the filter's additions, a local reply's), cached (bounded, copy-on-write:
+// lookups take no lock): responses carry the same few names again and again, and each would
+// otherwise be a new string. Request header names, which clients choose, are not cached.
 func (h *Host) canonicalKey(name string) string {
 	if m := h.canon.Load(); m != nil {
 		if k, ok := (*m)[name]; ok {
@@ -407,7 +408,7 @@ func (iw *interceptor) process(eos, finish bool) {
 				if strings.HasPrefix(p[0], ":") {
 					continue
 				}
-				k := http.CanonicalHeaderKey(p[0])
+				k := iw.h.canonicalKey(p[0])
 				hdr[k] = append(hdr[k], p[1])
 			}
 			iw.direct = !iw.bodyFilter
@@ -485,7 +486,7 @@ func (iw *interceptor) writeLocalHeaders(lr *localReply) {
 		if strings.HasPrefix(p[0], ":") {
 			continue
 		}
-		k := http.CanonicalHeaderKey(p[0])
+		k := iw.h.canonicalKey(p[0])
 		hdr[k] = append(hdr[k], p[1])
 	}
 	hdr.Set("Content-Length", strconv.Itoa(len(lr.body)))
