@@ -69,6 +69,11 @@ JSON
 
 start_server() {
 	local cfg="$1"
+	# A server already on the port would answer the readiness probe and be measured instead.
+	if curl -s -o /dev/null "http://127.0.0.1:$PORT/" 2>/dev/null; then
+		echo "load: 127.0.0.1:$PORT is already in use; set PORT to a free port" >&2
+		return 1
+	fi
 	case "$cfg" in
 	echo) "${srv_pin[@]}" "$work/sluice-load" -serve "127.0.0.1:$PORT" >/dev/null & ;;
 	noop) "${srv_pin[@]}" "$work/sluice" run --wasm "$work/noop.wasm" --listen "127.0.0.1:$PORT" --log-level error >/dev/null & ;;
@@ -76,6 +81,10 @@ start_server() {
 	esac
 	server=$!
 	for _ in $(seq 1 600); do
+		if ! kill -0 "$server" 2>/dev/null; then
+			echo "load: $cfg exited before serving" >&2
+			return 1
+		fi
 		if curl -fs -o /dev/null "http://127.0.0.1:$PORT/" 2>/dev/null; then return 0; fi
 		sleep 0.1
 	done
