@@ -38,10 +38,11 @@ type Plugin struct {
 	seed   uint64
 	req    request
 	hdrs   []abi.Header
-	vals   []byte // scratch for header values
-	body   []byte // rejection body
-	errors uint32 // metric id of sluice.errors
-	logged int    // store errors logged so far (bounded)
+	vals   []byte      // scratch for header values
+	body   []byte      // rejection body
+	errors uint32      // metric id of sluice.errors
+	logged int         // store errors logged so far (bounded)
+	redis  *redisState // nil without Redis rules
 }
 
 // rule is one configured rule plus its per-request scratch state.
@@ -88,7 +89,7 @@ func (p *Plugin) configure(data []byte) error {
 	if err != nil {
 		return err
 	}
-	if cfg.HasRedisRules() && !RedisSupported {
+	if cfg.HasRedisRules() && !hasRedisCalls(p.host) {
 		for _, r := range cfg.Rules {
 			if r.Backend == config.BackendRedis {
 				return errors.New("rules[" + strconv.Itoa(r.Index) + "].backend: \"redis\" needs sluice-redis.wasm (a host with the Redis extension, e.g. Higress); this module (sluice.wasm) has only the local backend")
@@ -141,6 +142,12 @@ func (p *Plugin) configure(data []byte) error {
 	// 20 digits and separators (the other values are precomputed).
 	p.vals = make([]byte, 0, 2*maxQuoted+6*20+32)
 	p.body = []byte(cfg.Response.Body)
+	p.redis = nil
+	if cfg.HasRedisRules() {
+		if p.redis, err = newRedisState(p, cfg, rules); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -190,6 +197,9 @@ func ceilSeconds(d time.Duration) int64 {
 func (p *Plugin) onRequest(s *stream) abi.Action {
 	if p.cfg == nil || len(p.rules) == 0 {
 		return abi.ActionContinue
+	}
+	if p.redis != nil {
+		return p.redisRequest(s)
 	}
 	var now int64 // read once, when the first rule applies
 	p.req.reset(p.host)

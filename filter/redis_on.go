@@ -2,9 +2,8 @@
 
 package filter
 
-// RedisSupported reports whether this build has the Redis backend (build
-// tag "redis", artifact sluice-redis.wasm).
-//
-// TODO(issue 5): the Redis store is not implemented yet; until it is, the
-// redis build refuses Redis rules like the local build does.
-const RedisSupported = false
+// RedisSupported reports whether this build has the Redis backend's host
+// calls (build tag "redis", artifact sluice-redis.wasm): its abi.Imports
+// implements RedisHost. The plugin accepts rules with backend "redis" when
+// its host implements RedisHost, so sluice.wasm refuses them.
+const RedisSupported = true

@@ -150,8 +150,9 @@ func (t *streamTable) len() int { return t.n + len(t.more) }
 type stream struct {
 	id         uint32 // context id (set by streamTable.put)
 	plugin     *Plugin
-	denied     bool // a local response was sent
-	hasHeaders bool // rate-limit headers to add to the response
+	rwait      *redisWait // the Redis decisions this request waits for
+	denied     bool       // a local response was sent
+	hasHeaders bool       // rate-limit headers to add to the response
 	rule       *rule
 	d          algorithms.Decision
 }
@@ -264,8 +265,13 @@ func (vm *VM) OnDelete(id uint32) {
 	}
 }
 
-// OnTick implements abi.Handler (sluice sets no tick period).
-func (vm *VM) OnTick(rootID uint32) {}
+// OnTick implements abi.Handler: the Redis backend's guard (the only user
+// of a tick period).
+func (vm *VM) OnTick(rootID uint32) {
+	if p := vm.plugins[rootID]; p != nil && p.redis != nil {
+		p.redis.tick()
+	}
+}
 
 // release frees the stream id; false if there is none.
 func (vm *VM) release(id uint32) bool {

@@ -1,0 +1,668 @@
+package filter
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/redisrl"
+	"github.com/sluice-proxy/sluice/resp"
+)
+
+// The Redis backend (sluice-redis.wasm; Higress's Redis host calls).
+//
+// A request that matches rules with backend "redis" is decided like this:
+//
+//  1. Local rules that apply are decided first, without writing anything. If
+//     an enforcing local rule denies, the request is denied at once: no Redis
+//     call is made and no rule is charged.
+//  2. Each applying Redis rule gets one call of its algorithm's script
+//     (package redisrl), all sent at once through proxy_redis_call, and the
+//     request is paused (proxy_on_request_headers returns Pause). The call is
+//     EVALSHA, except EVAL (the script's source, which also caches it on the
+//     node) until this VM has seen a reply of that script and for a second
+//     after a NOSCRIPT: a cold or restarted node then costs no request a
+//     second round trip, and once warm only the SHA-1 travels.
+//  3. When every reply is in (proxy_on_redis_call_response; a NOSCRIPT reply
+//     is answered by resending the call as EVAL), the local rules are decided
+//     again and charged (compare-and-swap, as without Redis), and the verdict
+//     is given as usual: any enforcing rule denying → the configured
+//     rejection; otherwise the request resumes (proxy_continue_stream) and
+//     the response gets the rate-limit headers of the most restrictive rule.
+//  4. A denied request is charged to no rule: each Redis rule that admitted it
+//     is sent a refund (fire and forget; redisrl documents the exact effect),
+//     and local rules were never charged.
+//
+// A Redis rule whose decision failed — a nonzero callback status (network
+// error, timeout), an error reply other than NOSCRIPT (MOVED that outlived
+// the host's redirects, CLUSTERDOWN, …), a reply of the wrong shape, a call
+// the host refused, or no reply within redis.timeout_ms plus a margin (a
+// guard checked on every tick and request, for hosts that never answer) —
+// is handled by failure_mode: "open" lets the rule pass, "closed" rejects
+// the request with 503 and a plain-text body, "local" decides the rule on
+// this proxy's shared data with its limit (and burst) divided by
+// redis.instances (at least 1). Each outcome has a counter. A reply that
+// arrives after the guard gave up is dropped: if it was an admission, that
+// charge stays in Redis until the window passes (errs towards limiting).
+//
+// Redis calls belong to the root context (as in Higress's Envoy): replies
+// arrive with the root context id, the token is mapped back to the paused
+// stream, which is made the effective context before it is resumed or
+// answered. A stream that ended while waiting (client gone) is not answered;
+// the admissions made for it are refunded.
+
+// RedisHost is what the Redis backend needs from the host beyond abi.Host:
+// Higress's Redis calls plus the calls that resume a paused stream from a
+// later callback. abi.Imports implements it in the redis build.
+type RedisHost interface {
+	RedisInit(service, username, password string, timeoutMS uint32) abi.Status
+	RedisCall(service string, query []byte) (token uint32, st abi.Status)
+	SetEffectiveContext(id uint32) abi.Status
+	ContinueStream() abi.Status
+	SetTickPeriod(ms uint32) abi.Status
+}
+
+// hasRedisCalls reports whether h provides the Redis calls: true for the
+// redis build's imports (RedisSupported) and for test hosts that implement
+// RedisHost; false for sluice.wasm, which therefore refuses Redis rules.
+func hasRedisCalls(h abi.Host) bool {
+	_, ok := h.(RedisHost)
+	return ok
+}
+
+// Redis metric names (counters).
+const (
+	MetricRedisCalls          = "sluice.redis.calls"           // EVALSHA/EVAL sent for decisions
+	MetricRedisNoScript       = "sluice.redis.noscript"        // NOSCRIPT answered with EVAL
+	MetricRedisFailures       = "sluice.redis.failures"        // decisions Redis could not make
+	MetricRedisTimeouts       = "sluice.redis.timeouts"        // of which: timeout status or guard
+	MetricRedisFailOpen       = "sluice.redis.fail_open"       // failures let through (failure_mode open)
+	MetricRedisFailClosed     = "sluice.redis.fail_closed"     // failures rejected with 503 (closed)
+	MetricRedisFailLocal      = "sluice.redis.fail_local"      // failures decided locally (local)
+	MetricRedisRefunds        = "sluice.redis.refunds"         // refunds sent (denied multi-rule requests)
+	MetricRedisRefundFailures = "sluice.redis.refund_failures" // refunds that did not land
+)
+
+// redisGuardMargin is added to redis.timeout_ms for the guard that fails a
+// wait the host never answers; the host's own timeout normally fires first.
+const redisGuardMargin = 10_000_000 // 10 ms in ns
+
+// noScriptEvalPeriod is how long calls of an algorithm go out as EVAL after
+// a NOSCRIPT reply (1 s).
+const noScriptEvalPeriod = 1_000_000_000
+
+// Minimum time between proxy_redis_init retries after a failed init.
+const redisInitRetry = 1_000_000_000
+
+type redisMetrics struct {
+	calls, noscript, failures, timeouts, failOpen, failClosed, failLocal, refunds, refundFailures uint32
+}
+
+// redisState is a Plugin's Redis backend.
+type redisState struct {
+	p        *Plugin
+	rh       RedisHost
+	cfg      config.Redis
+	initOK   bool
+	lastInit int64
+	guard    int64 // ns a wait may last before the guard fails it
+	rules    []*redisRule
+	calls    map[uint32]*redisCall // tokens in flight
+	waits    map[uint32]*redisWait // paused streams by context id
+	nextDue  int64                 // earliest guard deadline (0: none)
+	// Scripts go out as EVAL (the source; it also caches the script on the
+	// node) until this VM has seen a reply of that algorithm's script, and
+	// for noScriptEvalPeriod after a NOSCRIPT (a node restarted or failed
+	// over), so a cold cluster costs a burst of requests no second round
+	// trip; otherwise as EVALSHA (the SHA-1 only).
+	scriptSeen [8]bool
+	evalUntil  [8]int64
+	free       []*redisWait
+	cmd        []byte
+	dec        resp.Decoder
+	m          redisMetrics
+}
+
+// redisRule is the Redis side of one rule (nil entries for local rules).
+type redisRule struct {
+	kind     algorithms.Kind
+	params   algorithms.Params
+	fallback *slotStore         // failure_mode local: shared data, divided limit
+	fbLim    algorithms.Limiter // the divided limit
+}
+
+// redisWait is one paused request.
+type redisWait struct {
+	id       uint32
+	s        *stream
+	deadline int64
+	missing  int
+	applies  []bool
+	hashes   []uint64
+	calls    []redisCall // by rule index
+}
+
+// redisCall is one rule's decision in flight (or a refund when w is nil).
+type redisCall struct {
+	w      *redisWait
+	rule   int
+	req    redisrl.Request
+	key    []byte
+	eval   bool  // sent as EVAL (after NOSCRIPT, or while evalUntil holds)
+	due    int64 // refunds: when the guard gives up on the reply
+	done   bool
+	failed bool
+	why    string
+	res    redisrl.Result
+	refund redisrl.Result // what req.Refund points at, for refunds
+}
+
+func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, error) {
+	rh, ok := p.host.(RedisHost)
+	if !ok {
+		return nil, errors.New("backend \"redis\": the host has no Redis extension")
+	}
+	if cfg.Redis == nil {
+		return nil, errors.New("redis: required by rules with backend \"redis\"")
+	}
+	rs := &redisState{
+		p:     p,
+		rh:    rh,
+		cfg:   *cfg.Redis,
+		guard: int64(cfg.Redis.TimeoutMS)*1_000_000 + redisGuardMargin,
+		rules: make([]*redisRule, len(rules)),
+		calls: make(map[uint32]*redisCall),
+		waits: make(map[uint32]*redisWait),
+		cmd:   make([]byte, 0, 512),
+	}
+	instances := int64(max(1, cfg.Redis.Instances))
+	for i, r := range rules {
+		if r.cfg.Backend != config.BackendRedis {
+			continue
+		}
+		lim := r.cfg.Limiter
+		par := lim.Params()
+		if err := redisrl.Validate(lim.Kind(), par); err != nil {
+			var pe *algorithms.ParamError
+			if errors.As(err, &pe) {
+				return nil, errors.New("rules[" + strconv.Itoa(r.cfg.Index) + "]." + pe.Field + ": " + pe.Reason)
+			}
+			return nil, err
+		}
+		rr := &redisRule{kind: lim.Kind(), params: par}
+		fb := par
+		fb.Limit = max(1, par.Limit/instances)
+		if fb.Burst != 0 {
+			fb.Burst = max(1, par.Burst/instances)
+		}
+		fl, err := algorithms.New(lim.Kind(), fb)
+		if err != nil {
+			return nil, errors.New("rules[" + strconv.Itoa(r.cfg.Index) + "]: the local fallback limit: " + err.Error())
+		}
+		rr.fbLim = fl
+		rr.fallback = newSlotStore(p.host, fl, "sluice:"+p.name+":"+r.cfg.Name+":fallback:", r.cfg.MaxKeys)
+		rs.rules[i] = rr
+	}
+	for _, m := range []struct {
+		id   *uint32
+		name string
+	}{
+		{&rs.m.calls, MetricRedisCalls}, {&rs.m.noscript, MetricRedisNoScript}, {&rs.m.failures, MetricRedisFailures},
+		{&rs.m.timeouts, MetricRedisTimeouts}, {&rs.m.failOpen, MetricRedisFailOpen}, {&rs.m.failClosed, MetricRedisFailClosed},
+		{&rs.m.failLocal, MetricRedisFailLocal}, {&rs.m.refunds, MetricRedisRefunds}, {&rs.m.refundFailures, MetricRedisRefundFailures},
+	} {
+		id, st := p.host.DefineMetric(abi.MetricCounter, m.name)
+		if st != abi.StatusOK {
+			return nil, errors.New("defining metric " + m.name + ": " + st.String())
+		}
+		*m.id = id
+	}
+	rs.init(p.host.Now())
+	// The guard's clock: a tick about every timeout (10 ms .. 1 s).
+	rh.SetTickPeriod(uint32(min(max(cfg.Redis.TimeoutMS, 10), 1000)))
+	return rs, nil
+}
+
+// init calls proxy_redis_init; it is retried (at most once a second) while it fails.
+func (rs *redisState) init(now int64) bool {
+	rs.lastInit = now
+	st := rs.rh.RedisInit(rs.cfg.Cluster, rs.cfg.Username, rs.cfg.Password, uint32(rs.cfg.TimeoutMS))
+	rs.initOK = st == abi.StatusOK
+	if !rs.initOK {
+		rs.p.host.Log(abi.LogError, "sluice: proxy_redis_init("+strconv.Quote(rs.cfg.Cluster)+") failed: "+st.String()+
+			" (is redis.cluster the name of a Redis service the host knows?); Redis rules follow failure_mode until it succeeds")
+	}
+	return rs.initOK
+}
+
+// onRequest decides a request of a configuration with Redis rules.
+func (p *Plugin) redisRequest(s *stream) abi.Action {
+	rs := p.redis
+	now := p.host.Now()
+	if rs.nextDue != 0 && now >= rs.nextDue {
+		rs.expire(now) // answers other streams: make this one effective again
+		rs.rh.SetEffectiveContext(s.id)
+	}
+	p.req.reset(p.host)
+	applied, redis := false, false
+	for i, r := range p.rules {
+		r.applies, r.failed = false, false
+		m := &r.cfg.Match
+		var method, path string
+		if len(m.Methods) > 0 {
+			method = unsafeString(p.req.getMethod())
+		}
+		if m.PathPrefix != "" {
+			path = unsafeString(p.req.getPath())
+		}
+		if !m.Matches(method, path, p.req.headerF) {
+			continue
+		}
+		var ok bool
+		r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFTrustedHops)
+		if !ok {
+			continue
+		}
+		r.applies, applied = true, true
+		r.hash = hashKey(p.seed, r.key)
+		if rs.rules[i] != nil {
+			redis = true
+			r.d = algorithms.Decision{Allowed: true} // undecided: not a denial yet
+			continue
+		}
+		if err := p.evaluate(r, now); err != nil {
+			p.storeFailed(r, err)
+		}
+	}
+	if !applied {
+		return abi.ActionContinue
+	}
+	// Step 1: a local denial (or a local store failure under "closed")
+	// answers now, before any Redis call.
+	if act, done := p.verdict(s); done {
+		return act
+	}
+	if !redis {
+		return p.redisFinish(s, nil, now)
+	}
+	w := rs.newWait(s)
+	for i, r := range p.rules {
+		w.applies[i] = r.applies
+		w.hashes[i] = r.hash
+		rr := rs.rules[i]
+		if rr == nil || !r.applies {
+			continue
+		}
+		c := &w.calls[i]
+		*c = redisCall{w: w, rule: i, key: c.key[:0]}
+		c.key = redisrl.AppendKey(c.key, rr.kind, r.cfg.Name, unsafeString(r.key))
+		c.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.key, Cost: 1}
+		w.missing++
+		rs.send(c, now)
+	}
+	if w.missing == 0 { // every call failed at once: decide now
+		act := p.redisFinish(s, w, now)
+		rs.release(w)
+		return act
+	}
+	w.deadline = now + rs.guard
+	if rs.nextDue == 0 || w.deadline < rs.nextDue {
+		rs.nextDue = w.deadline
+	}
+	rs.waits[w.id] = w
+	s.rwait = w
+	return abi.ActionPause
+}
+
+// send sends c (EVALSHA, or EVAL once NOSCRIPT was seen). A refused call
+// fails c (and completes its wait's count).
+func (rs *redisState) send(c *redisCall, now int64) {
+	if !rs.initOK && (now-rs.lastInit < redisInitRetry || !rs.init(now)) {
+		rs.fail(c, "proxy_redis_init failed", false)
+		return
+	}
+	if k := c.req.Kind & 7; !c.eval && (!rs.scriptSeen[k] || now < rs.evalUntil[k]) {
+		c.eval = true
+	}
+	if c.eval {
+		rs.cmd = c.req.AppendEval(rs.cmd[:0])
+	} else {
+		rs.cmd = c.req.AppendEvalSHA(rs.cmd[:0])
+	}
+	token, st := rs.rh.RedisCall(rs.cfg.Cluster, rs.cmd)
+	if st != abi.StatusOK {
+		rs.fail(c, "proxy_redis_call: "+st.String(), false)
+		return
+	}
+	if c.w != nil {
+		rs.p.host.IncrementMetric(rs.m.calls, 1)
+	} else {
+		c.due = now + rs.guard
+		if rs.nextDue == 0 || c.due < rs.nextDue {
+			rs.nextDue = c.due
+		}
+	}
+	rs.calls[token] = c
+}
+
+// fail marks c failed. For a decision it counts down its wait.
+func (rs *redisState) fail(c *redisCall, why string, timeout bool) {
+	if c.w == nil {
+		rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
+		return
+	}
+	c.done, c.failed, c.why = true, true, why
+	rs.p.host.IncrementMetric(rs.m.failures, 1)
+	if timeout {
+		rs.p.host.IncrementMetric(rs.m.timeouts, 1)
+	}
+	c.w.missing--
+}
+
+// onReply handles proxy_on_redis_call_response.
+func (rs *redisState) onReply(token, status uint32, size int) {
+	c := rs.calls[token]
+	if c == nil {
+		return // a reply after the guard gave up, or not ours
+	}
+	delete(rs.calls, token)
+	now := rs.p.host.Now()
+	var res redisrl.Result
+	var err error
+	if status != 0 {
+		err = errors.New("redis call status " + strconv.FormatUint(uint64(status), 10))
+	} else {
+		b, st := rs.p.host.GetBuffer(abi.BufferRedisCallResponse, 0, size)
+		if st != abi.StatusOK && size > 0 {
+			err = errors.New("reading the redis reply: " + st.String())
+		} else {
+			var v resp.Value
+			if v, err = rs.dec.Parse(b); err == nil {
+				res, err = redisrl.ParseReply(v)
+			}
+		}
+	}
+	if redisrl.IsNoScript(err) && !c.eval {
+		rs.p.host.IncrementMetric(rs.m.noscript, 1)
+		rs.evalUntil[c.req.Kind&7] = now + noScriptEvalPeriod
+		c.eval = true
+		rs.send(c, now) // still counted in missing unless send fails it
+		if c.w != nil && c.w.missing == 0 {
+			rs.complete(c.w, now)
+		}
+		return
+	}
+	if c.w == nil { // a refund
+		if err != nil {
+			rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
+		}
+		return
+	}
+	if err != nil {
+		rs.fail(c, err.Error(), status == 2)
+	} else {
+		rs.scriptSeen[c.req.Kind&7] = true
+		c.done, c.res = true, res
+		c.w.missing--
+	}
+	if c.w.missing == 0 {
+		rs.complete(c.w, now)
+	}
+	if rs.nextDue != 0 && now >= rs.nextDue {
+		rs.expire(now)
+	}
+}
+
+// expire fails the calls of every wait past its guard deadline, and gives
+// up on refunds whose reply never came.
+func (rs *redisState) expire(now int64) {
+	rs.nextDue = 0
+	for t, c := range rs.calls {
+		if c.w != nil {
+			continue
+		}
+		if c.due <= now {
+			delete(rs.calls, t)
+			rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
+		} else if rs.nextDue == 0 || c.due < rs.nextDue {
+			rs.nextDue = c.due
+		}
+	}
+	for _, w := range rs.waits {
+		if w.deadline > now {
+			if rs.nextDue == 0 || w.deadline < rs.nextDue {
+				rs.nextDue = w.deadline
+			}
+			continue
+		}
+		for i := range w.calls {
+			c := &w.calls[i]
+			if c.w == w && !c.done {
+				for t, x := range rs.calls {
+					if x == c {
+						delete(rs.calls, t)
+					}
+				}
+				rs.fail(c, "no reply within redis.timeout_ms", true)
+			}
+		}
+		rs.complete(w, now)
+	}
+}
+
+// complete resumes or answers the stream of a wait whose calls are all in.
+func (rs *redisState) complete(w *redisWait, now int64) {
+	delete(rs.waits, w.id)
+	s := w.s
+	if s.rwait != w || rs.rh.SetEffectiveContext(w.id) != abi.StatusOK {
+		rs.refundAdmitted(w, now) // the stream ended while waiting
+		rs.release(w)
+		return
+	}
+	s.rwait = nil
+	if rs.p.redisFinish(s, w, now) == abi.ActionContinue {
+		rs.rh.ContinueStream()
+	}
+	rs.release(w)
+}
+
+// redisFinish gives the verdict once the Redis decisions of w are in (w nil:
+// local rules only), with w's stream as the effective context.
+func (p *Plugin) redisFinish(s *stream, w *redisWait, now int64) abi.Action {
+	rs := p.redis
+	if w != nil {
+		// Other requests used the rules' scratch state while this one waited.
+		for i, r := range p.rules {
+			r.applies, r.failed = w.applies[i], false
+			if !r.applies {
+				continue
+			}
+			r.hash = w.hashes[i]
+			rr := rs.rules[i]
+			if rr == nil {
+				if err := p.evaluate(r, now); err != nil {
+					p.storeFailed(r, err)
+				}
+				continue
+			}
+			c := &w.calls[i]
+			if !c.failed {
+				r.d = c.res.Decision
+				continue
+			}
+			p.storeFailed(r, errors.New("redis: "+c.why))
+			switch p.cfg.FailureMode {
+			case config.FailOpen:
+				p.host.IncrementMetric(rs.m.failOpen, 1)
+			case config.FailClosed:
+				p.host.IncrementMetric(rs.m.failClosed, 1)
+			case config.FailLocal:
+				p.host.IncrementMetric(rs.m.failLocal, 1)
+				r.failed = false
+				if err := evaluateWith(r, rr.fallback, rr.fbLim, now); err != nil {
+					p.storeFailed(r, err)
+				}
+			}
+		}
+	}
+	if act, done := p.verdict(s); done {
+		rs.refundAdmitted(w, now)
+		return act
+	}
+	// Charge the rules decided here: local rules and local fallbacks.
+	for i, r := range p.rules {
+		if !r.applies || r.failed || !r.d.Allowed {
+			continue
+		}
+		store, lim := r.store, r.cfg.Limiter
+		if rr := rs.rules[i]; rr != nil {
+			if w == nil || !w.calls[i].failed {
+				continue // charged in Redis already
+			}
+			store, lim = rr.fallback, rr.fbLim
+		}
+		if err := commitWith(r, store, lim, now); err != nil {
+			p.storeFailed(r, err)
+		}
+		if r.e.shared && !r.failed {
+			p.host.IncrementMetric(r.metrics.slotShared, 1)
+		}
+	}
+	if act, done := p.verdict(s); done {
+		rs.refundAdmitted(w, now)
+		return act
+	}
+	var best *rule
+	for _, r := range p.rules {
+		if !r.applies || r.failed {
+			continue
+		}
+		if r.d.Allowed {
+			p.host.IncrementMetric(r.metrics.allowed, 1)
+		} else {
+			p.host.IncrementMetric(r.metrics.shadowDenied, 1)
+		}
+		if best == nil || moreRestrictive(&r.d, &best.d) {
+			best = r
+		}
+	}
+	if best != nil && p.cfg.Response.Headers != config.HeadersNone {
+		s.hasHeaders = true
+		s.rule = best
+		s.d = best.d
+	}
+	return abi.ActionContinue
+}
+
+// refundAdmitted sends a refund for every Redis admission of w (fire and
+// forget).
+func (rs *redisState) refundAdmitted(w *redisWait, now int64) {
+	if w == nil {
+		return
+	}
+	for i := range w.calls {
+		c := &w.calls[i]
+		if c.w != w || !c.done || c.failed || !c.res.Allowed {
+			continue
+		}
+		rf := &redisCall{rule: i, key: append([]byte(nil), c.key...)}
+		rf.refund = c.res
+		rf.req = c.req
+		rf.req.Key = rf.key
+		rf.req.Refund = &rf.refund
+		rf.eval = c.eval // the node has the script if EVAL was needed
+		rs.p.host.IncrementMetric(rs.m.refunds, 1)
+		rs.send(rf, now)
+	}
+}
+
+func (rs *redisState) newWait(s *stream) *redisWait {
+	var w *redisWait
+	if n := len(rs.free); n > 0 {
+		w = rs.free[n-1]
+		rs.free = rs.free[:n-1]
+	} else {
+		n := len(rs.p.rules)
+		w = &redisWait{applies: make([]bool, n), hashes: make([]uint64, n), calls: make([]redisCall, n)}
+		for i := range w.calls {
+			w.calls[i].key = make([]byte, 0, redisrl.MaxKeyLen)
+		}
+	}
+	w.id, w.s, w.missing, w.deadline = s.id, s, 0, 0
+	for i := range w.calls {
+		w.calls[i].w = nil
+	}
+	return w
+}
+
+func (rs *redisState) release(w *redisWait) {
+	w.s = nil
+	for i := range w.calls {
+		w.calls[i].w = nil
+	}
+	if len(rs.free) < maxFreeStreams {
+		rs.free = append(rs.free, w)
+	}
+}
+
+// tick runs the guard.
+func (rs *redisState) tick() {
+	now := rs.p.host.Now()
+	if rs.nextDue != 0 && now >= rs.nextDue {
+		rs.expire(now)
+	}
+}
+
+// evaluateWith is Plugin.evaluate on another store and limiter.
+func evaluateWith(r *rule, store *slotStore, lim algorithms.Limiter, now int64) error {
+	if err := store.load(r.hash, now, &r.e); err != nil {
+		return err
+	}
+	st, d, err := lim.Decide(r.state[:0], r.e.state, now, 1)
+	if errors.Is(err, algorithms.ErrCorruptState) {
+		r.e.state = nil
+		st, d, err = lim.Decide(r.state[:0], nil, now, 1)
+	}
+	if err != nil {
+		return err
+	}
+	r.state, r.d = st, d
+	return nil
+}
+
+// commitWith is Plugin.commit on another store and limiter.
+func commitWith(r *rule, store *slotStore, lim algorithms.Limiter, now int64) error {
+	for i := 0; i < MaxCASRetries; i++ {
+		ok, err := store.store(&r.e, r.state)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if err := evaluateWith(r, store, lim, now); err != nil {
+			return err
+		}
+		if !r.d.Allowed {
+			return nil
+		}
+	}
+	return errCASExhausted
+}
+
+// OnRedisCallResponse receives proxy_on_redis_call_response (the redis
+// build's export dispatches here).
+func (vm *VM) OnRedisCallResponse(rootID, token, status uint32, size int) {
+	p := vm.plugins[rootID]
+	if p == nil || p.redis == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			p.recovered(nil, r)
+		}
+	}()
+	p.redis.onReply(token, status, size)
+}
