@@ -261,7 +261,13 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 	if act, done := p.verdict(s); done {
 		return act
 	}
-	// Admitted.
+	return p.admitted(s)
+}
+
+// admitted finishes an admitted request: counts each applying rule as
+// allowed (or shadow-denied) and remembers the most restrictive decision for
+// the response headers.
+func (p *Plugin) admitted(s *stream) abi.Action {
 	var best *rule
 	for _, r := range p.rules {
 		if !r.applies || r.failed {

@@ -534,26 +534,7 @@ func (p *Plugin) redisFinish(s *stream, w *redisWait, now int64) abi.Action {
 		rs.refundAdmitted(w, now)
 		return act
 	}
-	var best *rule
-	for _, r := range p.rules {
-		if !r.applies || r.failed {
-			continue
-		}
-		if r.d.Allowed {
-			p.host.IncrementMetric(r.metrics.allowed, 1)
-		} else {
-			p.host.IncrementMetric(r.metrics.shadowDenied, 1)
-		}
-		if best == nil || moreRestrictive(&r.d, &best.d) {
-			best = r
-		}
-	}
-	if best != nil && p.cfg.Response.Headers != config.HeadersNone {
-		s.hasHeaders = true
-		s.rule = best
-		s.d = best.d
-	}
-	return abi.ActionContinue
+	return p.admitted(s)
 }
 
 // refundAdmitted sends a refund for every Redis admission of w (fire and
