@@ -213,21 +213,7 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 	applied := false
 	for _, r := range p.rules {
 		r.applies, r.failed = false, false
-		// Fetch :method and :path only when the match looks at them.
-		m := &r.cfg.Match
-		var method, path string
-		if len(m.Methods) > 0 {
-			method = unsafeString(p.req.getMethod())
-		}
-		if m.PathPrefix != "" {
-			path = unsafeString(p.req.getPath())
-		}
-		if !m.Matches(method, path, p.req.headerF) {
-			continue
-		}
-		var ok bool
-		r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFTrustedHops)
-		if !ok {
+		if !p.keyFor(r) {
 			continue
 		}
 		if !applied {
@@ -288,6 +274,26 @@ func (p *Plugin) admitted(s *stream) abi.Action {
 		s.d = best.d
 	}
 	return abi.ActionContinue
+}
+
+// keyFor reports whether r applies to the current request: its match holds
+// and every key part is present. It leaves the key in r.key.
+func (p *Plugin) keyFor(r *rule) bool {
+	// Fetch :method and :path only when the match looks at them.
+	m := &r.cfg.Match
+	var method, path string
+	if len(m.Methods) > 0 {
+		method = unsafeString(p.req.getMethod())
+	}
+	if m.PathPrefix != "" {
+		path = unsafeString(p.req.getPath())
+	}
+	if !m.Matches(method, path, p.req.headerF) {
+		return false
+	}
+	var ok bool
+	r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFTrustedHops)
+	return ok
 }
 
 // verdict rejects the request when a rule's store failed under

@@ -249,20 +249,7 @@ func (p *Plugin) redisRequest(s *stream) abi.Action {
 	applied, redis := false, false
 	for i, r := range p.rules {
 		r.applies, r.failed = false, false
-		m := &r.cfg.Match
-		var method, path string
-		if len(m.Methods) > 0 {
-			method = unsafeString(p.req.getMethod())
-		}
-		if m.PathPrefix != "" {
-			path = unsafeString(p.req.getPath())
-		}
-		if !m.Matches(method, path, p.req.headerF) {
-			continue
-		}
-		var ok bool
-		r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFTrustedHops)
-		if !ok {
+		if !p.keyFor(r) {
 			continue
 		}
 		r.applies, applied = true, true
