@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
 // Options configures a Host. Wasm is required; everything else has a default.
@@ -55,6 +55,9 @@ type Options struct {
 	// CompilationCache is shared between Hosts to avoid recompiling the same module; default:
 	// one process-wide in-memory cache.
 	CompilationCache wazero.CompilationCache
+	// Profile names the proxy-wasm-cpp-host behaviour set to reproduce (see Profile);
+	// default DefaultProfile, the strictest.
+	Profile string
 }
 
 // Host runs a Proxy-Wasm module on a pool of workers. Safe for concurrent use.
@@ -79,6 +82,10 @@ type Host struct {
 
 	extFuncs map[string]HostFunc
 	genSeq   atomic.Uint64
+
+	profile         Profile
+	restrictedTraps atomic.Uint64 // host calls refused in a restricted callback
+	pollOneoffCalls atomic.Uint64 // WASI poll_oneoff calls (the Go runtime's netpoll/usleep)
 
 	canon   atomic.Pointer[map[string]string] // lower-case header name -> canonical form
 	canonMu sync.Mutex
@@ -122,6 +129,11 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	if opts.CompilationCache == nil {
 		opts.CompilationCache = processCache()
 	}
+	profile, err := LookupProfile(opts.Profile)
+	if err != nil {
+		return nil, err
+	}
+	opts.Profile = profile.Name
 	h := &Host{
 		opts:       opts,
 		log:        opts.Logger,
@@ -133,6 +145,7 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		unimplSeen: map[string]bool{},
 		extFuncs:   map[string]HostFunc{},
 		exports:    map[string]bool{},
+		profile:    profile,
 	}
 	if h.client == nil {
 		h.client = &http.Client{}
@@ -180,7 +193,10 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 			return fail(fmt.Errorf("host: module does not export %s", need))
 		}
 	}
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.rt); err != nil {
+	if missing := h.missingImports(compiled); len(missing) > 0 {
+		return fail(fmt.Errorf("%w (profile %s): %s", errMissingImport, profile.Name, strings.Join(missing, ", ")))
+	}
+	if err := h.instantiateWASI(ctx); err != nil {
 		return fail(fmt.Errorf("host: WASI: %w", err))
 	}
 	if err := h.instantiateEnv(ctx); err != nil {
@@ -214,15 +230,25 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 	defined := map[string]bool{}
 	for name, hc := range builtinHostCalls {
 		fn := hc.fn
+		qualified := "env." + name
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
-			fn(vmFrom(ctx), stack)
+			v := vmFrom(ctx)
+			if v.allow != nil {
+				v.checkAllowed(qualified)
+			}
+			fn(v, stack)
 		}), hc.params, hc.results).Export(name)
 		defined[name] = true
 	}
 	for name, f := range h.extFuncs {
 		f := f
+		qualified := "env." + name
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
-			f.Func(&Guest{vm: vmFrom(ctx)}, stack)
+			v := vmFrom(ctx)
+			if v.allow != nil {
+				v.checkAllowed(qualified)
+			}
+			f.Func(&Guest{vm: v}, stack)
 		}), f.Params, f.Results).Export(name)
 		defined[name] = true
 	}
@@ -232,7 +258,11 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 			continue
 		}
 		results := imp.ResultTypes()
+		qualified := "env." + name
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+			if v := vmFrom(ctx); v.allow != nil {
+				v.checkAllowed(qualified)
+			}
 			h.unimplemented(name)
 			for i := range results {
 				stack[i] = 0
@@ -270,6 +300,9 @@ func (h *Host) Close(ctx context.Context) error {
 	return h.rt.Close(ctx)
 }
 
+// Profile returns the cpp-host profile the Host reproduces.
+func (h *Host) Profile() Profile { return h.profile }
+
 // ABIVersion reports the Proxy-Wasm ABI the module declared ("0.2.1" or "0.2.0").
 func (h *Host) ABIVersion() string { return h.abi }
 
@@ -302,6 +335,11 @@ type Stats struct {
 	Uptime     time.Duration
 	ABIVersion string
 	SharedData struct{ Keys, Bytes int }
+	// Profile is the cpp-host profile in force; RestrictedTraps counts host calls that
+	// trapped because cpp-host forbids them where they were made; PollOneoffCalls counts the
+	// guest's WASI poll_oneoff calls (each is a VM death under the strictest profile).
+	Profile                          string
+	RestrictedTraps, PollOneoffCalls uint64
 }
 
 // WorkerStats describes one worker.
@@ -333,6 +371,9 @@ func (h *Host) Stats() Stats {
 	}
 	s.Uptime = time.Since(h.start)
 	s.ABIVersion = h.abi
+	s.Profile = h.profile.Name
+	s.RestrictedTraps = h.restrictedTraps.Load()
+	s.PollOneoffCalls = h.pollOneoffCalls.Load()
 	s.SharedData.Keys, s.SharedData.Bytes = h.shared.Len(), h.shared.Bytes()
 	return s
 }

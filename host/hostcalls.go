@@ -590,6 +590,9 @@ func hcSendLocalResponse(v *vm, s []uint64) {
 		m.add("content-type", "text/plain")
 	}
 	c.local = &localReply{status: status, details: string(details), body: append([]byte(nil), body...), headers: m.kv}
+	if v.h.profile.StopIterationVMWide {
+		v.stopIteration = true
+	}
 	if c.paused {
 		c.paused = false
 		v.w.wake(c)

@@ -134,7 +134,10 @@ func (w *worker) advance(s *stream) {
 				s.failed = true
 				continue
 			}
-			if r == actionPause && s.local == nil {
+			if (r == actionPause || v.lastStopped) && s.local == nil {
+				// Pause, or StopAllIterationAndWatermark because a local reply for another
+				// stream raised cpp-host's VM-wide flag during this callback: either way the
+				// stream waits for proxy_continue_stream.
 				s.paused, s.pauseOn = true, streamHTTPRequest
 			}
 		case stepReqBody:
@@ -147,6 +150,9 @@ func (w *worker) advance(s *stream) {
 					continue
 				}
 				s.bodyAction = r
+				if v.lastStopped {
+					s.bodyAction = actionPause
+				}
 			}
 		case stepRespHeaders:
 			s.respPhase = true
@@ -157,7 +163,7 @@ func (w *worker) advance(s *stream) {
 					s.failed = true
 					continue
 				}
-				if r == actionPause && s.local == nil {
+				if (r == actionPause || v.lastStopped) && s.local == nil {
 					s.paused, s.pauseOn = true, streamHTTPResponse
 				}
 			}
@@ -171,6 +177,9 @@ func (w *worker) advance(s *stream) {
 					continue
 				}
 				s.bodyAction = r
+				if v.lastStopped {
+					s.bodyAction = actionPause
+				}
 			}
 		}
 		if s.local != nil {

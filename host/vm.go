@@ -50,6 +50,13 @@ type vm struct {
 
 	extBuffers map[uint32][]byte // buffers set by extensions for their callbacks
 
+	// Restricted callbacks (Profile.InitAllow / AllocAllow): nil = unrestricted.
+	allow            map[string]bool
+	restrictedDuring string
+	// stopIteration is cpp-host's VM-wide flag raised by proxy_send_local_response;
+	// lastStopped is its value when the last top-level call returned (then it is cleared).
+	stopIteration, lastStopped bool
+
 	scratch []byte
 	names   map[string]string // interned header names (headerName)
 	log     *slog.Logger
@@ -129,14 +136,17 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 	v.onDelete = exp("proxy_on_delete")
 	v.onHTTPCallResponse = exp("proxy_on_http_call_response")
 
-	if f := exp("_initialize"); f != nil {
-		if _, err := f.Call(v.ctx); err != nil {
-			return fail(fmt.Errorf("host: _initialize: %w", err))
+	for _, start := range []string{"_initialize", "_start"} {
+		f := exp(start)
+		if f == nil {
+			continue
 		}
-	} else if f := exp("_start"); f != nil {
-		if _, err := f.Call(v.ctx); err != nil {
-			return fail(fmt.Errorf("host: _start: %w", err))
+		var err error
+		v.restrict(h.profile.InitAllow, start, func() { _, err = f.Call(v.ctx) })
+		if err != nil {
+			return fail(fmt.Errorf("host: %s: %w", start, err))
 		}
+		break
 	}
 	if _, err := v.call(v.onContextCreate, rootContextID, 0); err != nil {
 		return fail(fmt.Errorf("host: proxy_on_context_create(root): %w", err))
@@ -178,6 +188,9 @@ func (v *vm) call(f api.Function, params ...uint64) (uint64, error) {
 	if v.h.opts.CallTimeout > 0 {
 		v.w.callStart.Store(0)
 	}
+	// cpp-host clears the stop-iteration flag when a callback returns, after converting its
+	// result (DeferAfterCallActions in src/context.cc).
+	v.lastStopped, v.stopIteration = v.stopIteration, false
 	if err != nil {
 		v.dead = true
 		return 0, err
@@ -196,7 +209,11 @@ func (t guestTrap) Error() string { return "guest trapped inside a host call: " 
 // alloc calls proxy_on_memory_allocate.
 func (v *vm) alloc(n uint32) uint32 {
 	v.mstack[0] = uint64(n)
-	if err := v.malloc.CallWithStack(v.ctx, v.mstack[:]); err != nil {
+	prevAllow, prevDuring := v.allow, v.restrictedDuring
+	v.allow, v.restrictedDuring = v.h.profile.AllocAllow, "proxy_on_memory_allocate"
+	err := v.malloc.CallWithStack(v.ctx, v.mstack[:])
+	v.allow, v.restrictedDuring = prevAllow, prevDuring
+	if err != nil {
 		v.dead = true
 		panic(guestTrap{err})
 	}
