@@ -26,8 +26,6 @@
 package filter
 
 import (
-	"runtime"
-
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/filter/abi"
@@ -53,6 +51,36 @@ type VM struct {
 	loggedID   uint32 // the stream released by the last proxy_on_log
 
 	debugID, debugLast uint64 // sluice_debug builds only
+
+	// The guest's own heap, reported as GCCyclesMetric and HeapBytesMetric.
+	gcID, heapID          uint32
+	metricsDefined        bool
+	metricsOK             bool
+	gcReported, heapShown uint64
+}
+
+// The module's heap metrics: collections it has run (a counter) and the bytes of heap
+// objects (a gauge), updated every heapReportEvery requests and after each collection.
+const (
+	GCCyclesMetric  = "sluice.guest.gc_cycles"
+	HeapBytesMetric = "sluice.guest.heap_bytes"
+	heapReportEvery = 64
+)
+
+func (vm *VM) reportHeap() {
+	if !vm.metricsDefined {
+		vm.metricsDefined = true
+		var st1, st2 abi.Status
+		vm.gcID, st1 = vm.host.DefineMetric(abi.MetricCounter, GCCyclesMetric)
+		vm.heapID, st2 = vm.host.DefineMetric(abi.MetricGauge, HeapBytesMetric)
+		vm.metricsOK = st1 == abi.StatusOK && st2 == abi.StatusOK
+	}
+	cycles, heap := abi.GCCycles(), abi.HeapBytes()
+	if vm.metricsOK {
+		vm.host.IncrementMetric(vm.gcID, int64(cycles-vm.gcReported))
+		vm.host.IncrementMetric(vm.heapID, int64(heap)-int64(vm.heapShown))
+	}
+	vm.gcReported, vm.heapShown = cycles, heap
 }
 
 // DebugAllocsMetric is the counter a sluice_debug build increments by the
@@ -212,8 +240,8 @@ func (vm *VM) OnConfigure(rootID uint32, size int) bool {
 // OnRequestHeaders implements abi.Handler.
 func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) abi.Action {
 	vm.nreq++
-	if vm.nreq%GoschedEvery == 0 {
-		runtime.Gosched()
+	if vm.nreq%heapReportEvery == 0 || abi.GCCycles() != vm.gcReported {
+		vm.reportHeap()
 	}
 	if debugAllocs {
 		vm.reportAllocs()

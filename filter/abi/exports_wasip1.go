@@ -112,6 +112,7 @@ func enter() {
 	depth++
 	if depth == 1 {
 		arenaReset()
+		collectIfDue()
 	}
 }
 
@@ -170,8 +171,9 @@ func allocate(size uint32) uint32 {
 		arenaOff = off + n
 		return addr(&arena[off])
 	}
-	b := make([]byte, n)
+	b := make([]byte, n) // never starts a collection: see gc_wasip1.go
 	arenaBig = append(arenaBig, b)
+	gcBigSince += uint64(n)
 	return addr(&b[0])
 }
 
