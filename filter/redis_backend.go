@@ -38,9 +38,10 @@ import (
 // A Redis rule whose decision failed — a nonzero callback status (network
 // error, timeout), an error reply other than NOSCRIPT (MOVED that outlived
 // the host's redirects, CLUSTERDOWN, …), a reply of the wrong shape, a call
-// the host refused, or no reply within redis.timeout_ms plus a margin (a
-// guard checked on every tick and request, for hosts that never answer) —
-// is handled by failure_mode: "open" lets the rule pass, "closed" rejects
+// the host refused, or no reply within redis.timeout_ms plus a margin (the
+// guard, for hosts that never answer: checked on proxy_on_tick, whose period
+// is timeout_ms clamped to 10 ms .. 1 s, and after each Redis reply) — is
+// handled by failure_mode: "open" lets the rule pass, "closed" rejects
 // the request with 503 and a plain-text body, "local" decides the rule on
 // this proxy's shared data with its limit (and burst) divided by
 // redis.instances (at least 1). Each outcome has a counter. A reply that
@@ -52,6 +53,16 @@ import (
 // stream, which is made the effective context before it is resumed or
 // answered. A stream that ended while waiting (client gone) is not answered;
 // the admissions made for it are refunded.
+//
+// A paused stream is resumed or answered only from root-context callbacks
+// (proxy_on_redis_call_response, proxy_on_tick), never from another stream's
+// callback: in proxy-wasm-cpp-host proxy_send_local_response raises a
+// VM-wide stop-iteration flag (WasmBase::stopNextIteration, src/exports.cc
+// send_local_response) that converts the status of whichever stream callback
+// is running to StopAllIterationAndWatermark (src/context.cc), so answering
+// stream B from stream A's proxy_on_request_headers would stop A until the
+// stream idle timeout. After a root callback the flag is cleared without
+// converting any stream's status.
 
 // RedisHost is what the Redis backend needs from the host beyond abi.Host:
 // Higress's Redis calls plus the calls that resume a paused stream from a
@@ -220,8 +231,13 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		*m.id = id
 	}
 	rs.init(p.host.Now())
-	// The guard's clock: a tick about every timeout (10 ms .. 1 s).
-	rh.SetTickPeriod(uint32(min(max(cfg.Redis.TimeoutMS, 10), 1000)))
+	// The guard's clock, and its only one: a tick about every timeout
+	// (10 ms .. 1 s), so a wait the host never answers is failed within
+	// timeout_ms + 10 ms plus one period.
+	if st := rh.SetTickPeriod(uint32(min(max(cfg.Redis.TimeoutMS, 10), 1000))); st != abi.StatusOK {
+		p.host.Log(abi.LogError, "sluice: proxy_set_tick_period_milliseconds failed: "+st.String()+
+			"; a Redis call the host never answers holds its request until the host gives up on it")
+	}
 	return rs, nil
 }
 
@@ -237,14 +253,12 @@ func (rs *redisState) init(now int64) bool {
 	return rs.initOK
 }
 
-// onRequest decides a request of a configuration with Redis rules.
+// redisRequest decides a request of a configuration with Redis rules. It
+// answers no stream but s, so it never runs the guard: expire answers other
+// streams, which only root-context callbacks may do (see above).
 func (p *Plugin) redisRequest(s *stream) abi.Action {
 	rs := p.redis
 	now := p.host.Now()
-	if rs.nextDue != 0 && now >= rs.nextDue {
-		rs.expire(now) // answers other streams: make this one effective again
-		rs.rh.SetEffectiveContext(s.id)
-	}
 	p.req.reset(p.host)
 	applied, redis := false, false
 	for i, r := range p.rules {
@@ -403,7 +417,9 @@ func (rs *redisState) onReply(token, status uint32, size int) {
 }
 
 // expire fails the calls of every wait past its guard deadline, and gives
-// up on refunds whose reply never came.
+// up on refunds whose reply never came. It answers or resumes the streams
+// of those waits: call it only from root-context callbacks (tick, Redis
+// reply), never from a stream's.
 func (rs *redisState) expire(now int64) {
 	rs.nextDue = 0
 	for t, c := range rs.calls {
@@ -440,6 +456,7 @@ func (rs *redisState) expire(now int64) {
 }
 
 // complete resumes or answers the stream of a wait whose calls are all in.
+// Root-context callbacks only (see expire).
 func (rs *redisState) complete(w *redisWait, now int64) {
 	delete(rs.waits, w.id)
 	s := w.s
@@ -575,7 +592,7 @@ func (rs *redisState) release(w *redisWait) {
 	}
 }
 
-// tick runs the guard.
+// tick runs the guard (proxy_on_tick: a root-context callback).
 func (rs *redisState) tick() {
 	now := rs.p.host.Now()
 	if rs.nextDue != 0 && now >= rs.nextDue {

@@ -27,6 +27,12 @@ type redisFake struct {
 	continued              []uint32
 	local                  map[uint32]*filtertest.LocalResponse
 	tickMS                 uint32
+	// inStream is the stream whose callback is running (0: a root-context callback, or
+	// none). Answering or resuming another stream from it is recorded in foreign: in
+	// proxy-wasm-cpp-host a local reply sent then stops the running stream (its VM-wide
+	// stop-iteration flag).
+	inStream uint32
+	foreign  []string
 }
 
 var _ filter.RedisHost = (*redisFake)(nil)
@@ -58,6 +64,7 @@ func (f *redisFake) SetEffectiveContext(id uint32) abi.Status {
 }
 
 func (f *redisFake) ContinueStream() abi.Status {
+	f.checkOwn("proxy_continue_stream")
 	f.continued = append(f.continued, f.effective)
 	return abi.StatusOK
 }
@@ -71,7 +78,14 @@ func (f *redisFake) GetBuffer(bt abi.BufferType, start, max int) ([]byte, abi.St
 	return f.Host.GetBuffer(bt, start, max)
 }
 
+func (f *redisFake) checkOwn(call string) {
+	if f.inStream != 0 && f.effective != f.inStream {
+		f.foreign = append(f.foreign, fmt.Sprintf("%s for stream %d during stream %d's callback", call, f.effective, f.inStream))
+	}
+}
+
 func (f *redisFake) SendLocalResponse(status int, details string, body []byte, headers []abi.Header) abi.Status {
+	f.checkOwn("proxy_send_local_response")
 	f.Host.Local = nil
 	st := f.Host.SendLocalResponse(status, details, body, headers)
 	f.local[f.effective] = f.Host.Local
@@ -95,6 +109,11 @@ func startRedisRig(t *testing.T, cfg string) *redisRig {
 	if !vm.OnVMStart(1, 0) || !vm.OnConfigure(1, len(cfg)) {
 		t.Fatalf("plugin refused to start: %v", f.Logs)
 	}
+	t.Cleanup(func() {
+		if len(f.foreign) > 0 {
+			t.Errorf("streams answered from another stream's callback: %v", f.foreign)
+		}
+	})
 	return &redisRig{t: t, f: f, vm: vm, id: 1}
 }
 
@@ -106,10 +125,14 @@ func (r *redisRig) request(user string) (uint32, abi.Action) {
 	r.f.live[id] = true
 	r.f.effective = id
 	r.vm.OnContextCreate(id, 1)
+	r.f.inStream = id
+	defer func() { r.f.inStream = 0 }()
 	return id, r.vm.OnRequestHeaders(id, 3, true)
 }
 
 func (r *redisRig) end(id uint32) {
+	r.f.inStream, r.f.effective = id, id
+	defer func() { r.f.inStream = 0 }()
 	r.vm.OnLog(id)
 	r.vm.OnDone(id)
 	r.vm.OnDelete(id)
@@ -483,15 +506,16 @@ func TestRedisRequestAllocations(t *testing.T) {
 	}
 }
 
-// The guard can fire while another request is being decided: that request's headers and
-// answer still belong to it.
+// A request arriving after another's guard deadline does not answer that other request:
+// in cpp-host a local reply sent during bob's callback would stop bob (the VM-wide
+// stop-iteration flag). The next tick answers alice; bob's decision is his own.
 func TestRedisGuardDuringAnotherRequest(t *testing.T) {
 	r := startRedisRig(t, redisRuleConfig("closed", ""))
 	old, _ := r.request("alice")
 	r.f.Now_ += 61e6 // past alice's guard; no tick came
 	id, act := r.request("bob")
-	if lr := r.f.local[old]; lr == nil || lr.Status != 503 {
-		t.Fatalf("alice after the guard: %+v", lr)
+	if lr := r.f.local[old]; lr != nil {
+		t.Fatalf("alice answered during bob's callback: %+v", lr)
 	}
 	if act != abi.ActionPause || r.f.effective != id {
 		t.Fatalf("bob: action %v, effective context %d, want %d", act, r.f.effective, id)
@@ -499,8 +523,36 @@ func TestRedisGuardDuringAnotherRequest(t *testing.T) {
 	if q := r.f.sent[r.lastToken()]; !strings.Contains(q, "sluice:{r1|#") || len(r.f.order) != 2 {
 		t.Fatalf("bob's call: %.80q", q)
 	}
+	r.f.effective = 1
+	r.vm.OnTick(1)
+	if lr := r.f.local[old]; lr == nil || lr.Status != 503 || r.f.local[id] != nil {
+		t.Fatalf("after the tick: alice %+v, bob %+v", lr, r.f.local[id])
+	}
 	r.answer(r.lastToken(), 0, replyAdmit)
 	if !r.continuedOnce(id) {
 		t.Fatalf("bob not resumed: %v", r.f.continued)
+	}
+}
+
+// A request that no rule applies to, arriving after a waiting request's guard deadline,
+// goes on at once and answers nobody else.
+func TestRedisGuardNotRunByAnUnlimitedRequest(t *testing.T) {
+	r := startRedisRig(t, redisRuleConfig("closed", ""))
+	old, _ := r.request("alice")
+	r.f.Now_ += 61e6
+	r.id++
+	id := r.id
+	r.f.ReqHeaders = [][2]string{{":method", "GET"}, {":path", "/api"}} // no x-user
+	r.f.live[id], r.f.effective, r.f.inStream = true, id, id
+	r.vm.OnContextCreate(id, 1)
+	act := r.vm.OnRequestHeaders(id, 2, true)
+	r.f.inStream = 0
+	if act != abi.ActionContinue || len(r.f.local) != 0 || len(r.f.continued) != 0 {
+		t.Fatalf("unlimited request: action %v, local replies %v, continued %v", act, r.f.local, r.f.continued)
+	}
+	r.f.effective = 1
+	r.vm.OnTick(1)
+	if lr := r.f.local[old]; lr == nil || lr.Status != 503 {
+		t.Fatalf("alice after the tick: %+v", lr)
 	}
 }
