@@ -17,6 +17,7 @@ wasm:
 	@mkdir -p $(DIST)
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./cmd/sluice-wasm
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -tags redis -o $(WASMREDIS) ./cmd/sluice-wasm
+	$(GO) run ./internal/wasmpatch/cmd/wasmpatch $(WASM) $(WASMREDIS)
 
 $(BIN): FORCE
 	@mkdir -p $(DIST)

@@ -51,6 +51,7 @@ trap 'stop_server; rm -rf "$work"' EXIT
 
 echo "load: building into $work" >&2
 GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared -trimpath -o "$work/sluice.wasm" ./cmd/sluice-wasm
+"$GO" run ./internal/wasmpatch/cmd/wasmpatch "$work/sluice.wasm"
 (cd host/testdata/guests/minimal && GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared -trimpath -o "$work/noop.wasm" .)
 "$GO" build -trimpath -o "$work/sluice" ./cmd/sluice
 "$GO" build -trimpath -o "$work/sluice-load" ./e2e/cmd/sluice-load

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-proxy/sluice/dashboard"
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 // dashboardConfig allows 5 requests per minute per client IP: the 6th request of a burst
@@ -53,6 +54,9 @@ func buildSluice(t *testing.T) (wasm, bin string) {
 		wasmCmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if out, err := wasmCmd.CombinedOutput(); err != nil {
 			dashBuildErr = fmt.Errorf("building sluice.wasm: %v\n%s", err, out)
+			return
+		}
+		if dashBuildErr = wasmpatch.PatchFile(filepath.Join(dir, "sluice.wasm")); dashBuildErr != nil {
 			return
 		}
 		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "sluice"), ".").CombinedOutput(); err != nil {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 var (
@@ -34,6 +36,9 @@ func buildRedisWasm(t *testing.T) string {
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			redisWasmErr = fmt.Errorf("building sluice-redis.wasm: %v\n%s", err, msg)
+			return
+		}
+		if redisWasmErr = wasmpatch.PatchFile(out); redisWasmErr != nil {
 			return
 		}
 		redisWasmPath = out

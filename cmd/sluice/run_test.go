@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 // Modules used by these tests are compiled once per test binary run.
@@ -53,6 +55,11 @@ func buildWasm(t *testing.T, dir string) string {
 			wb.err = err
 			t.Logf("%s", msg)
 			return
+		}
+		if strings.HasSuffix(dir, "sluice-wasm") {
+			if wb.err = wasmpatch.PatchFile(out); wb.err != nil {
+				return
+			}
 		}
 		wb.path = out
 	})

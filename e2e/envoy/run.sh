@@ -45,6 +45,7 @@ trap cleanup EXIT
 
 echo "e2e-envoy: building sluice.wasm"
 GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared -trimpath -o "$work/sluice.wasm" ./cmd/sluice-wasm
+"$GO" run ./internal/wasmpatch/cmd/wasmpatch "$work/sluice.wasm"
 "$GO" run ./e2e/cmd/sluice-e2e-envoy -out "$work/scenarios" >"$work/list"
 chmod -R a+rX "$work" # the Envoy image runs as an unprivileged user
 export SLUICE_E2E_WASM="$work/sluice.wasm"

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 var (
@@ -48,6 +50,10 @@ func BuildWasm(tags string) ([]byte, error) {
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
+		return nil, err
+	}
+	// What the Makefile ships: the module answers poll_oneoff itself (internal/wasmpatch).
+	if b, err = wasmpatch.PollOneoff(b); err != nil {
 		return nil, err
 	}
 	built[tags] = b
