@@ -95,10 +95,10 @@ var profiles = []Profile{
 	},
 	{
 		Name:                "higress",
-		Summary:             "Higress's patched cpp-host: WASI as with #533; the Redis host calls come from the redis extension",
+		Summary:             "Higress ≥ 2.1.2 (its cpp-host fork): WASI as with #533, no restriction inside proxy_on_memory_allocate; Redis host calls from the redis extension",
 		WASI:                wasiCppHost533,
 		InitAllow:           initAllow533,
-		AllocAllow:          allocAllow533,
+		AllocAllow:          nil,
 		StopIterationVMWide: true,
 	},
 	{
