@@ -66,6 +66,7 @@ type runConfig struct {
 	callTimeout                                               time.Duration
 	cacheDir                                                  string
 	clusters                                                  clusterFlag
+	profile                                                   string
 }
 
 type clusterFlag map[string]string
@@ -110,6 +111,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.memoryMB, "memory-limit-mb", 256, "linear memory cap per VM, in MiB")
 	fs.DurationVar(&cfg.callTimeout, "call-timeout", 0, "abort a filter call that runs longer (a stuck filter) and replace its VM; 0: off (it slows every call)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error (also what the filter's proxy_get_log_level sees)")
+	fs.StringVar(&cfg.profile, "profile", host.DefaultProfile, "proxy-wasm-cpp-host behaviour to reproduce: "+profileNames()+" (the default is the strictest: Envoy 1.33–1.38)")
 	fs.StringVar(&cfg.cacheDir, "cache-dir", defaultCacheDir(), "directory for compiled modules, so later starts skip compilation; empty: compile every time")
 	fs.Var(cfg.clusters, "cluster", "NAME=URL: an upstream for the filter's proxy_http_call (repeatable)")
 	for _, hk := range runHooks {
@@ -126,6 +128,10 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sluice run: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
+		return 2
+	}
+	if _, err := host.LookupProfile(cfg.profile); err != nil {
+		fmt.Fprintf(stderr, "sluice run: --profile: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -221,6 +227,7 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 		LogLevel:         level,
 		Clusters:         cfg.clusters,
 		CallTimeout:      cfg.callTimeout,
+		Profile:          cfg.profile,
 	}
 	if cfg.cacheDir != "" {
 		cache, err := wazero.NewCompilationCacheWithDir(cfg.cacheDir)
@@ -288,7 +295,7 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 		})
 		rs.servers = append(rs.servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
 	}
-	fmt.Fprintf(stdout, "sluice: filter %s (Proxy-Wasm %s), %d workers, vm_id %q, config: %s\n", cfg.wasm, h.ABIVersion(), cfg.workers, cfg.vmID, configName)
+	fmt.Fprintf(stdout, "sluice: filter %s (Proxy-Wasm %s), %d workers, vm_id %q, host profile %s, config: %s\n", cfg.wasm, h.ABIVersion(), cfg.workers, cfg.vmID, h.Profile().Name, configName)
 	fmt.Fprintf(stdout, "sluice: listening on http://%s -> %s\n", rs.listenAddr, upstreamName)
 	if adminLn != nil {
 		fmt.Fprintf(stdout, "sluice: admin on http://%s (/dashboard/ /metrics /status /healthz)\n", rs.adminAddr)
@@ -396,4 +403,13 @@ func echoHandler() http.Handler {
 		fmt.Fprintf(&b, "\n(%d body bytes)\n", n)
 		io.WriteString(w, b.String())
 	})
+}
+
+// profileNames lists the host profiles for --help.
+func profileNames() string {
+	var names []string
+	for _, p := range host.Profiles() {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -142,7 +142,7 @@ func TestRunServesThroughTheFilter(t *testing.T) {
 	cfgFile := filepath.Join(t.TempDir(), "cfg")
 	os.WriteFile(cfgFile, []byte("from-file"), 0o644)
 	rs, out, cancel := startTestRun(t, runConfig{wasm: buildWasm(t, kitchenDir), configPath: cfgFile, admin: "127.0.0.1:0", clusters: clusterFlag{}})
-	for _, want := range []string{"listening on http://" + rs.listenAddr + " -> built-in echo", "admin on http://" + rs.adminAddr, "config: " + cfgFile} {
+	for _, want := range []string{"listening on http://" + rs.listenAddr + " -> built-in echo", "admin on http://" + rs.adminAddr, "config: " + cfgFile, "host profile envoy-1.33"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -259,6 +259,8 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"--cluster", "noequals"}, 2, "want NAME=URL"},
 		{[]string{"--log-level", "loud"}, 1, "--log-level"},
 		{[]string{"--config", "/does/not/exist.json", "--wasm", os.Args[0]}, 1, "reading --config"},
+		{[]string{"--profile", "envoy-9"}, 2, `--profile: host: unknown profile "envoy-9" (known: cpphost-533, envoy-1.33, higress, permissive)`},
+		{[]string{"-h"}, 0, "envoy-1.33, cpphost-533, higress, permissive (the default is the strictest"},
 	} {
 		var out, errOut bytes.Buffer
 		code := dispatch(append([]string{"run"}, tc.args...), &out, &errOut)
