@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 // Targets (environment):
@@ -118,6 +120,10 @@ func buildArtifacts(t testing.TB) (wasm, bin string) {
 				artifacts.err = fmt.Errorf("building sluice.wasm: %v\n%s", err, out)
 				return
 			}
+			if err := wasmpatch.PatchFile(artifacts.wasm); err != nil {
+				artifacts.err = err
+				return
+			}
 		}
 		if artifacts.bin == "" {
 			artifacts.bin = filepath.Join(dir, "sluice")
@@ -149,6 +155,7 @@ func moduleRoot(goTool string) (string, error) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	closeSurvivalCluster()
 	if artifacts.dir != "" {
 		os.RemoveAll(artifacts.dir)
 	}
