@@ -19,9 +19,22 @@
 // Start-up of each VM: instantiate (WASI preview1 with real wall and monotonic clocks and
 // crypto randomness, memory capped at Options.MemoryLimitPages), require an exported
 // proxy_abi_version_0_2_1 or proxy_abi_version_0_2_0 function, call _initialize (or _start if
-// that is what the module has), then proxy_on_context_create(root, 0),
-// proxy_on_vm_start(root, len(VMConfig)) and proxy_on_configure(root, len(PluginConfig)).
+// that is what the module has), then, for each plugin, a root context:
+// proxy_on_context_create(root, 0), proxy_on_vm_start(root, len(VMConfig)) and
+// proxy_on_configure(root, len(config)), with the plugin's configuration as buffer type 7.
 // A false return from either is an error from New that says which one.
+//
+// Plugins and root contexts. Plugin 0 is Options.PluginConfig; Options.MorePlugins add
+// plugins of the same module in the same VMs, as Envoy does for several filter chains with
+// one vm_id; each has its own root context in every VM (ids 1, 2, … at start-up; roots and
+// streams share one id counter). proxy_on_vm_start runs for every new root context, as
+// cpp-host's ContextBase::onStart does (src/context.cc; WasmBase::start in src/wasm.cc), not
+// once per VM. A request goes through Request.Plugin (Exchange) or the plugin of its
+// PluginHandler; its stream is created with that plugin's active root as parent.
+// What belongs to a root is per root: tick periods
+// (proxy_set_tick_period_milliseconds sets the period of the calling context's root;
+// proxy_on_tick(root) runs per root on its own timer), proxy_http_call replies and extension
+// replies (Guest.RootContextID) go to the root of the context that made the call.
 //
 // Per request (stream): proxy_on_context_create(ctx, root), proxy_on_request_headers,
 // proxy_on_request_body (only when the request has a body and the module exports it),
@@ -61,8 +74,9 @@
 // proxy_continue_response, proxy_set_effective_context, proxy_set_tick_period_milliseconds,
 // proxy_define_metric / proxy_increment_metric / proxy_record_metric / proxy_get_metric,
 // proxy_http_call, proxy_get_current_time_nanoseconds, proxy_get_shared_data /
-// proxy_set_shared_data. proxy_set_effective_context accepts the root context and streams
-// the worker owns at that moment (paused, or the one being processed). Buffers returned to the guest are allocated with its exported
+// proxy_set_shared_data. proxy_set_effective_context accepts any live root context (active
+// or draining) and the streams the worker owns at that moment (paused, or the one being
+// processed). Buffers returned to the guest are allocated with its exported
 // proxy_on_memory_allocate; an empty result is returned as pointer 0, size 0 without calling it.
 // Every other function the module imports from "env" is linked to a stub that logs once per
 // name and returns UNIMPLEMENTED (12); Options.Extensions can add more host calls (see
@@ -83,17 +97,19 @@
 // HTTP calls: proxy_http_call(cluster, headers, body, trailers, timeout) sends the request to
 // Options.Clusters[cluster] (a base URL; :path is appended); :method, :path and :authority
 // are required (BAD_ARGUMENT otherwise, and for an unknown cluster). As in Envoy the call
-// belongs to the root context: the reply is delivered on the calling VM's worker as
-// proxy_on_http_call_response(root_context_id, id, headers, body size, trailers), with the
-// root as the effective context; the guest makes the calling stream effective with
-// proxy_set_effective_context (BAD_ARGUMENT if that stream has ended meanwhile). A failure or
-// timeout is delivered with 0 headers and an empty body, like Envoy.
+// belongs to a root context, the root of the calling context: the reply is delivered on the
+// calling VM's worker as proxy_on_http_call_response(root_context_id, id, headers, body
+// size, trailers), with that root as the effective context; the guest makes the calling
+// stream effective with proxy_set_effective_context (BAD_ARGUMENT if that stream has ended
+// meanwhile). A failure or timeout is delivered with 0 headers and an empty body, like
+// Envoy; a reply for a root that has been deleted meanwhile is dropped.
 //
 // # Go API
 //
 //	h, err := host.New(ctx, host.Options{Wasm: wasmBytes, PluginConfig: cfg, Workers: 4})
 //	defer h.Close(ctx)
 //	srv := &http.Server{Handler: h.Handler(upstream)}    // net/http path (streams bodies)
+//	h.PluginHandler(1, upstream)                         // the same for plugin 1 (MorePlugins[0])
 //	resp, err := h.Exchange(ctx, &host.Request{...}, up) // plain structs, for tests/benchmarks
 //	h.SharedData().Get(key) / Set(key, v, cas) / Len() / Bytes() / Keys()
 //	h.Stats()                     // per-worker memory, restarts, requests, failed requests
@@ -101,7 +117,7 @@
 //	h.WritePrometheus(w)          // guest + host metrics, Prometheus text format
 //	h.Status()                    // the /status document
 //	h.AdminHandler()              // /metrics, /status (JSON), /healthz
-//	h.Tick(ctx)                   // run proxy_on_tick now on every worker that has a period set
+//	h.Tick(ctx)                   // run proxy_on_tick now for every root that has a period set
 //
 // Exchange sends the request through one worker in a single hand-off: request phase, then
 // upstream(req) on the worker goroutine with the request as the filter left it (so the
@@ -121,7 +137,8 @@
 //
 // Options.Extensions add host calls (Extension, HostFunc). A HostFunc runs on the worker
 // inside the guest's call and sees the calling VM as a *Guest: memory access, ReturnBytes
-// (allocates in the guest like every built-in call), the effective context id, Post (hand
+// (allocates in the guest like every built-in call), the effective context id and its root
+// context's id (RootContextID: where a call's reply belongs), Post (hand
 // work back to this VM's worker from any goroutine) and, inside a Post callback, Callback
 // (call a guest export for a context, with extra buffer types readable through
 // proxy_get_buffer_bytes, e.g. type 9 for a Redis reply). A request paused in

@@ -44,8 +44,18 @@ func (g *Guest) ReturnBytes(data []byte, ptrPtr, sizePtr uint32) Status {
 	return g.vm.returnBytes(data, ptrPtr, sizePtr)
 }
 
-// ContextID is the effective context id (1 is the root context).
+// ContextID is the effective context id: a stream's, or a root context's.
 func (g *Guest) ContextID() uint32 { return g.vm.curID }
+
+// RootContextID is the root context of the effective context: the stream's parent, or the
+// effective root context itself (0 before the VM has one, during _initialize). Calls that
+// belong to a root context, as Higress's Redis calls do, deliver their reply to it.
+func (g *Guest) RootContextID() uint32 {
+	if r := g.vm.curRoot; r != nil {
+		return r.id
+	}
+	return 0
+}
 
 // Worker is the index of the VM's worker.
 func (g *Guest) Worker() int { return g.vm.w.id }
@@ -97,9 +107,10 @@ func (g *Guest) Callback(name string, contextID uint32, buffers map[uint32][]byt
 	return r, nil
 }
 
-// ContextExists reports whether a context id is live on this VM.
+// ContextExists reports whether a context id is live on this VM: a root context (active or
+// draining) or a stream.
 func (g *Guest) ContextExists(id uint32) bool {
-	if id == rootContextID {
+	if g.vm.root(id) != nil {
 		return true
 	}
 	_, ok := g.vm.streams[id]

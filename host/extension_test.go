@@ -1,6 +1,7 @@
 package host
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,6 +28,9 @@ func testAsyncExtension(calls *int) Extension {
 				return
 			}
 			reply := []byte(strings.ToUpper(string(arg)))
+			if string(arg) == "root" {
+				reply = []byte("root=" + strconv.Itoa(int(g.RootContextID())))
+			}
 			const token = 42
 			g.WriteUint32(uint32(stack[2]), token)
 			ctxID := g.ContextID()

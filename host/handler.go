@@ -14,22 +14,34 @@ import (
 // method, path and authority as the filter left them; the response headers pass
 // proxy_on_response_headers before they are written; bodies stream (a body callback that
 // returns Pause buffers until Continue or the end of the body). source.address is
-// r.RemoteAddr, destination.address the local address of the connection.
+// r.RemoteAddr, destination.address the local address of the connection. Requests go
+// through plugin 0; PluginHandler chooses another.
 func (h *Host) Handler(upstream http.Handler) http.Handler {
+	return h.PluginHandler(0, upstream)
+}
+
+// PluginHandler is Handler for the requests of one plugin (see Options.MorePlugins): a
+// second listener of the same module. A plugin the Host does not have answers every request
+// with 500 and a message that says so.
+func (h *Host) PluginHandler(plugin int, upstream http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		h.serveHTTP(rw, r, upstream)
+		h.serveHTTP(rw, r, plugin, upstream)
 	})
 }
 
-func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, upstream http.Handler) {
+func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, upstream http.Handler) {
 	select {
 	case <-h.closed:
 		http.Error(rw, "host closed", http.StatusServiceUnavailable)
 		return
 	default:
 	}
+	if err := h.checkPlugin(plugin); err != nil {
+		http.Error(rw, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	ctx := r.Context()
-	s := h.newStream()
+	s := h.newStream(plugin)
 	s.remoteAddr = r.RemoteAddr
 	if la, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr); ok {
 		s.localAddr = la.String()

@@ -23,6 +23,11 @@ type Options struct {
 	// PluginConfig is returned to the guest as buffer type 7 (plugin configuration) and its
 	// length passed to proxy_on_configure. VMConfig likewise, buffer type 6 / proxy_on_vm_start.
 	PluginConfig, VMConfig []byte
+	// MorePlugins are the configurations of further plugins of the same module in the same
+	// VMs — what Envoy does for two filter chains that load one module with one vm_id: each
+	// plugin has its own root context in every VM. Plugin 0 is PluginConfig's, plugin i is
+	// MorePlugins[i-1]'s; Request.Plugin and PluginHandler choose one.
+	MorePlugins [][]byte
 	// VMID names the shared-data map (default ""), RootID the root context (plugin_root_id,
 	// default ""), PluginName the plugin_name property (default "sluice").
 	VMID, RootID, PluginName string
@@ -82,6 +87,8 @@ type Host struct {
 
 	extFuncs map[string]HostFunc
 	genSeq   atomic.Uint64
+
+	plugins int // 1 + len(opts.MorePlugins)
 
 	profile         Profile
 	restrictedTraps atomic.Uint64 // host calls refused in a restricted callback
@@ -146,6 +153,7 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		extFuncs:   map[string]HostFunc{},
 		exports:    map[string]bool{},
 		profile:    profile,
+		plugins:    1 + len(opts.MorePlugins),
 	}
 	if h.client == nil {
 		h.client = &http.Client{}
@@ -202,9 +210,11 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	if err := h.instantiateEnv(ctx); err != nil {
 		return fail(err)
 	}
+	configs := append([][]byte{opts.PluginConfig}, opts.MorePlugins...)
 	h.workers = make([]*worker, opts.Workers)
 	for i := range h.workers {
 		w := newWorker(h, i)
+		w.configs = append([][]byte(nil), configs...)
 		v, err := h.newVM(ctx, w)
 		if err != nil {
 			for _, w := range h.workers[:i] {
@@ -378,8 +388,9 @@ func (h *Host) Stats() Stats {
 	return s
 }
 
-// Tick runs proxy_on_tick now on every worker whose root context has a tick period set, and
-// waits for them. Tests use it to drive tick-based logic without waiting for the timer.
+// Tick runs proxy_on_tick now for every root context that has a tick period set, on every
+// worker, and waits for them. Tests use it to drive tick-based logic without waiting for the
+// timers.
 func (h *Host) Tick(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var firstErr error

@@ -131,10 +131,21 @@ func hcGetTime(v *vm, s []uint64) {
 	ret(s, StatusOK)
 }
 
-// hcSetTickPeriod sets the tick period of the root context (also when called from a
-// stream's context, as Envoy applies it to the context's root); 0 stops ticking.
+// hcSetTickPeriod sets the tick period of the effective context's root context (the
+// stream's parent when called from a stream, as cpp-host passes the context's
+// root_context_id to Envoy's Wasm::setTickPeriod); 0 stops that root's ticks. The first
+// tick comes one period later. Before any root exists (_initialize) → BAD_ARGUMENT.
 func hcSetTickPeriod(v *vm, s []uint64) {
-	v.tickPeriodMS = u32(s[0])
+	r := v.curRoot
+	if r == nil {
+		ret(s, StatusBadArgument)
+		return
+	}
+	r.tickMS = u32(s[0])
+	if r.tickMS > 0 {
+		r.nextTick = time.Now().Add(time.Duration(r.tickMS) * time.Millisecond)
+	}
+	v.tickChanged = true
 	ret(s, StatusOK)
 }
 
@@ -146,7 +157,9 @@ func (v *vm) buffer(t uint32) (*[]byte, bool) {
 	}
 	switch t {
 	case bufferPluginConfiguration:
-		return &v.h.opts.PluginConfig, true
+		if r := v.curRoot; r != nil {
+			return &r.config, true // the configuration of the effective context's root
+		}
 	case bufferVMConfiguration:
 		return &v.h.opts.VMConfig, true
 	case bufferHTTPCallResponse:

@@ -49,6 +49,11 @@ func hcHTTPCall(v *vm, s []uint64) {
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
+	root := v.curRoot
+	if root == nil {
+		ret(s, StatusBadArgument)
+		return
+	}
 	v.nextCallout++
 	id := v.nextCallout
 	if !v.writeU32(u32(s[9]), id) {
@@ -66,7 +71,7 @@ func hcHTTPCall(v *vm, s []uint64) {
 			req.Header.Add(p[0], p[1])
 		}
 	}
-	v.callouts[id] = v.curID // the caller, for the record; the reply goes to the root context
+	v.callouts[id] = root.id // the reply goes to the root of the calling context
 	h, w := v.h, v.w
 	go func() {
 		res := h.doHTTPCall(req, timeout)
@@ -111,24 +116,30 @@ func (h *Host) doHTTPCall(req *http.Request, timeout time.Duration) *httpCallRes
 }
 
 // deliverHTTPCall calls proxy_on_http_call_response on the VM that made the call. As in
-// Envoy, the call belongs to the root context: the callback gets the root context's id (and
-// runs with the root as the effective context) and the guest makes the calling stream
-// effective with proxy_set_effective_context. The reply is delivered even if that stream has
-// ended meanwhile (the guest must check); it is dropped if the VM was replaced.
+// Envoy, the call belongs to a root context — the root of the context that was effective
+// when the call was made: the callback gets that root's id (and runs with it as the
+// effective context) and the guest makes the calling stream effective with
+// proxy_set_effective_context. The reply is delivered even if that stream has ended
+// meanwhile (the guest must check); it is dropped if the VM was replaced or the root has
+// been deleted (a replaced configuration's root whose streams all ended).
 func (w *worker) deliverHTTPCall(v *vm, id uint32, res *httpCallResult) {
 	if w.vm != v || v.dead {
 		return
 	}
-	if _, ok := v.callouts[id]; !ok {
+	rootID, ok := v.callouts[id]
+	if !ok {
 		return
 	}
 	delete(v.callouts, id)
 	if v.onHTTPCallResponse == nil {
 		return
 	}
-	v.setCurrent(rootContextID)
+	if !v.setCurrent(rootID) {
+		v.log.Debug("host: http call reply dropped: its root context has been deleted", "root", rootID, "callout", id)
+		return
+	}
 	v.callResp = res
-	_, err := v.call(v.onHTTPCallResponse, rootContextID, uint64(id), uint64(len(res.headers.kv)), uint64(len(res.body)), uint64(len(res.trailers.kv)))
+	_, err := v.call(v.onHTTPCallResponse, uint64(rootID), uint64(id), uint64(len(res.headers.kv)), uint64(len(res.body)), uint64(len(res.trailers.kv)))
 	v.callResp = nil
 	if err != nil {
 		w.trap(v, "proxy_on_http_call_response", err)

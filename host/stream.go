@@ -41,6 +41,8 @@ type stream struct {
 	// worker side
 	vm      *vm
 	id      uint32
+	plugin  int32       // the plugin (index) the request goes through
+	root    *rootCtx    // parent: the plugin's active root when the context was created
 	waiting atomic.Bool // the caller waits: the worker owns the stream
 	steps   uint8
 	paused  bool
@@ -69,9 +71,17 @@ type stream struct {
 	upstreamCalled bool
 }
 
-func (h *Host) newStream() *stream {
+func (h *Host) newStream(plugin int) *stream {
 	w := h.pick()
-	return &stream{h: h, w: w, done: make(chan struct{}, 1)}
+	return &stream{h: h, w: w, plugin: int32(plugin), done: make(chan struct{}, 1)}
+}
+
+// checkPlugin returns an error for a plugin index the Host does not have.
+func (h *Host) checkPlugin(p int) error {
+	if p < 0 || p >= h.plugins {
+		return fmt.Errorf("host: plugin %d does not exist: the Host has %d plugin(s) (0: Options.PluginConfig, 1..%d: Options.MorePlugins)", p, h.plugins, h.plugins-1)
+	}
+	return nil
 }
 
 // run asks the worker to execute steps and waits until they are done, failed, or paused
@@ -124,7 +134,7 @@ func (w *worker) advance(s *stream) {
 		if v == nil {
 			continue // s.failed is set
 		}
-		v.cur, v.curID = s, s.id
+		v.cur, v.curID, v.curRoot = s, s.id, s.root
 		switch step {
 		case stepReqHeaders:
 			w.requests.Add(1)
@@ -206,15 +216,14 @@ func (w *worker) vmFor(s *stream, step uint8) *vm {
 			return nil
 		}
 		s.vm = v
-		s.id = v.nextContext
-		v.nextContext++
-		if v.nextContext == 0 {
-			v.nextContext = rootContextID + 1
-		}
+		s.id = v.newContextID()
+		r := v.active[s.plugin]
+		s.root = r
+		r.streams++
 		v.streams[s.id] = s
 		s.created = true
-		v.cur, v.curID = s, s.id
-		if _, err := v.call(v.onContextCreate, uint64(s.id), rootContextID); err != nil {
+		v.cur, v.curID, v.curRoot = s, s.id, r
+		if _, err := v.call(v.onContextCreate, uint64(s.id), uint64(r.id)); err != nil {
 			w.trap(v, "proxy_on_context_create", err)
 			s.failed = true
 			return nil
@@ -239,7 +248,7 @@ func (w *worker) finish(s *stream) {
 	if v == nil || v.dead || v != w.vm {
 		return
 	}
-	v.cur, v.curID = s, s.id
+	v.cur, v.curID, v.curRoot = s, s.id, s.root
 	if err := v.callOpt(v.onLog, s.id); err != nil {
 		w.trap(v, "proxy_on_log", err)
 		return
@@ -253,8 +262,13 @@ func (w *worker) finish(s *stream) {
 		return
 	}
 	delete(v.streams, s.id)
+	r := s.root
+	r.streams--
 	if v.cur == s {
-		v.cur, v.curID = nil, rootContextID
+		v.setRoot(r)
+	}
+	if r.draining && r.streams == 0 {
+		w.retire(v, r)
 	}
 }
 
@@ -285,6 +299,9 @@ type Request struct {
 	// RemoteAddr is the peer, "ip:port" (the source.address property); LocalAddr the
 	// listener (destination.address). Empty: the property is NOT_FOUND.
 	RemoteAddr, LocalAddr string
+	// Plugin is the plugin the request goes through: 0 (default) is Options.PluginConfig's,
+	// i > 0 is Options.MorePlugins[i-1]'s. Out of range: Exchange returns an error.
+	Plugin int
 }
 
 // Response is the result of Exchange.
@@ -317,16 +334,19 @@ type Upstream func(*Request) *Response
 // Exchange sends req through the filter on one worker: request headers (and body), then
 // upstream with the request as the filter left it, then the response phase, then log, done
 // and delete, all before it returns; one hand-off to the worker when the filter does not
-// pause. A nil upstream answers 200 with no body. The error is
-// non-nil only when ctx ends or the Host is closed; a trapping guest gives a 500 Response
-// with Failed set (or, with FailOpen, the upstream's response with Failed set).
+// pause. A nil upstream answers 200 with no body. The error is non-nil only when
+// req.Plugin does not exist, ctx ends or the Host is closed; a trapping guest gives a 500
+// Response with Failed set (or, with FailOpen, the upstream's response with Failed set).
 func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*Response, error) {
 	select {
 	case <-h.closed:
 		return nil, ErrClosed
 	default:
 	}
-	return h.exchangeOn(ctx, h.newStream(), req, upstream)
+	if err := h.checkPlugin(req.Plugin); err != nil {
+		return nil, err
+	}
+	return h.exchangeOn(ctx, h.newStream(req.Plugin), req, upstream)
 }
 
 func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream Upstream) (*Response, error) {
@@ -400,6 +420,7 @@ func (s *stream) forwarded() *Request {
 		Body:       s.reqBody,
 		RemoteAddr: req.RemoteAddr,
 		LocalAddr:  req.LocalAddr,
+		Plugin:     req.Plugin,
 	}
 }
 

@@ -14,7 +14,22 @@ import (
 	"github.com/tetratelabs/wazero/api"
 )
 
+// rootContextID is the id of the first root context of a VM (plugin 0's, at start-up).
 const rootContextID = 1
+
+// rootCtx is one root context: one plugin's configuration in one VM. A plugin has one
+// active root per VM (the parent of its new streams); Reconfigure replaces it, and the old
+// one drains: it gets proxy_on_done and proxy_on_delete when its last stream has ended.
+// Touched only on the VM's worker goroutine.
+type rootCtx struct {
+	id       uint32
+	plugin   int
+	config   []byte    // buffer type 7 for this root
+	tickMS   uint32    // proxy_set_tick_period_milliseconds of this root; 0: no ticks
+	nextTick time.Time // when the next proxy_on_tick is due (tickMS > 0)
+	streams  int       // live streams created with this root as parent
+	draining bool      // replaced by a newer root of its plugin
+}
 
 type vmKey struct{}
 
@@ -38,13 +53,17 @@ type vm struct {
 	onLog, onDone, onDelete, onHTTPCallResponse                    api.Function
 
 	nextContext uint32
+	idWrapped   bool // nextContext wrapped around: new ids must skip live ones
 	streams     map[uint32]*stream
-	cur         *stream // effective context: nil = root
+	roots       []*rootCtx // live root contexts, oldest first (active and draining)
+	active      []*rootCtx // per plugin, the root its new streams get as parent
+	cur         *stream    // effective context: nil = the root curRoot
 	curID       uint32
+	curRoot     *rootCtx // root of the effective context (nil only before the first root)
 
-	tickPeriodMS uint32
+	tickChanged bool // a root's tick period or the set of roots changed: re-arm the timer
 
-	callouts    map[uint32]uint32 // callout id -> context id
+	callouts    map[uint32]uint32 // callout id -> id of the root context that made the call
 	nextCallout uint32
 	callResp    *httpCallResult // during proxy_on_http_call_response
 
@@ -94,7 +113,7 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 	gen := h.genSeq.Add(1)
 	v := &vm{
 		h: h, w: w, gen: gen,
-		nextContext: rootContextID + 1,
+		nextContext: rootContextID,
 		streams:     map[uint32]*stream{},
 		callouts:    map[uint32]uint32{},
 		log:         h.log.With("worker", w.id),
@@ -148,29 +167,124 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 		}
 		break
 	}
-	if _, err := v.call(v.onContextCreate, rootContextID, 0); err != nil {
-		return fail(fmt.Errorf("host: proxy_on_context_create(root): %w", err))
-	}
-	v.cur, v.curID = nil, rootContextID
-	if v.onVMStart != nil {
-		ok, err := v.call(v.onVMStart, rootContextID, uint64(len(h.opts.VMConfig)))
+	v.active = make([]*rootCtx, len(w.configs))
+	for p, cfg := range w.configs {
+		r, err := v.startRoot(p, cfg)
 		if err != nil {
-			return fail(fmt.Errorf("host: proxy_on_vm_start: %w", err))
+			return fail(err)
+		}
+		v.active[p] = r
+	}
+	return v, nil
+}
+
+// pluginPrefix names the plugin in errors: nothing for plugin 0 (the only one, usually).
+func pluginPrefix(p int) string {
+	if p == 0 {
+		return "host: "
+	}
+	return fmt.Sprintf("host: plugin %d: ", p)
+}
+
+// startRoot creates a root context for plugin p with configuration cfg, as cpp-host's
+// WasmBase::start and WasmBase::configure do for a plugin (src/wasm.cc; ContextBase::onStart
+// and ContextBase::onConfigure in src/context.cc): proxy_on_context_create(root, 0),
+// proxy_on_vm_start(root, len(VMConfig)) — cpp-host calls it for every new root context,
+// not once per VM — and proxy_on_configure(root, len(cfg)) with cfg as buffer type 7.
+// The root is in v.roots from the start (the guest may make it effective); on an error it
+// is still there, and v.dead tells a trap from a refusal.
+func (v *vm) startRoot(p int, cfg []byte) (*rootCtx, error) {
+	r := &rootCtx{id: v.newContextID(), plugin: p, config: cfg}
+	v.roots = append(v.roots, r)
+	v.setRoot(r)
+	pre := pluginPrefix(p)
+	if _, err := v.call(v.onContextCreate, uint64(r.id), 0); err != nil {
+		return r, fmt.Errorf("%sproxy_on_context_create(root %d): %w", pre, r.id, err)
+	}
+	if v.onVMStart != nil {
+		v.setRoot(r)
+		ok, err := v.call(v.onVMStart, uint64(r.id), uint64(len(v.h.opts.VMConfig)))
+		if err != nil {
+			return r, fmt.Errorf("%sproxy_on_vm_start: %w", pre, err)
 		}
 		if uint32(ok) == 0 {
-			return fail(errors.New("host: proxy_on_vm_start returned false: the plugin refused to start (see its log)"))
+			return r, errors.New(pre + "proxy_on_vm_start returned false: the plugin refused to start (see its log)")
 		}
 	}
 	if v.onConfigure != nil {
-		ok, err := v.call(v.onConfigure, rootContextID, uint64(len(h.opts.PluginConfig)))
+		v.setRoot(r)
+		ok, err := v.call(v.onConfigure, uint64(r.id), uint64(len(cfg)))
 		if err != nil {
-			return fail(fmt.Errorf("host: proxy_on_configure: %w", err))
+			return r, fmt.Errorf("%sproxy_on_configure: %w", pre, err)
 		}
 		if uint32(ok) == 0 {
-			return fail(errors.New("host: proxy_on_configure returned false: the plugin rejected its configuration (see its log)"))
+			return r, errors.New(pre + "proxy_on_configure returned false: the plugin rejected its configuration (see its log)")
 		}
 	}
-	return v, nil
+	return r, nil
+}
+
+// newContextID allocates a context id (roots and streams share the counter, as in cpp-host's
+// WasmBase::allocContextId). After the counter wraps, ids still in use are skipped.
+func (v *vm) newContextID() uint32 {
+	for {
+		id := v.nextContext
+		v.nextContext++
+		if v.nextContext == 0 {
+			v.nextContext = 1
+			v.idWrapped = true
+		}
+		if !v.idWrapped {
+			return id
+		}
+		if _, live := v.streams[id]; !live && id != 0 && v.root(id) == nil {
+			return id
+		}
+	}
+}
+
+// root returns the live root context id, or nil.
+func (v *vm) root(id uint32) *rootCtx {
+	for _, r := range v.roots {
+		if r.id == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// setRoot makes root r the effective context.
+func (v *vm) setRoot(r *rootCtx) { v.cur, v.curID, v.curRoot = nil, r.id, r }
+
+// removeRoot forgets r (after its proxy_on_delete, or when the guest refused it).
+func (v *vm) removeRoot(r *rootCtx) {
+	for i, x := range v.roots {
+		if x == r {
+			v.roots = append(v.roots[:i], v.roots[i+1:]...)
+			break
+		}
+	}
+	if r.tickMS > 0 {
+		v.tickChanged = true
+	}
+	if v.curRoot == r && v.cur == nil {
+		v.setRoot(v.active[r.plugin])
+	}
+}
+
+// nextTickIn is the time until the earliest proxy_on_tick due on any root; false when no
+// root has a tick period.
+func (v *vm) nextTickIn(now time.Time) (time.Duration, bool) {
+	var first time.Time
+	for _, r := range v.roots {
+		if r.tickMS > 0 && (first.IsZero() || r.nextTick.Before(first)) {
+			first = r.nextTick
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return max(first.Sub(now), 0), true
 }
 
 // call invokes a guest export with up to 5 parameters and returns its first result.
@@ -273,18 +387,19 @@ func (v *vm) returnString(s string, ptrPtr, sizePtr uint32) Status {
 	return StatusOK
 }
 
-// setCurrent makes id the effective context. It reports false for an unknown id, and for a
-// stream that is between phases (its own goroutine owns it then).
+// setCurrent makes id the effective context: any live root context (active or draining),
+// or a stream. It reports false for an unknown id, and for a stream that is between phases
+// (its own goroutine owns it then).
 func (v *vm) setCurrent(id uint32) bool {
-	if id == rootContextID {
-		v.cur, v.curID = nil, id
+	if r := v.root(id); r != nil {
+		v.setRoot(r)
 		return true
 	}
 	s, ok := v.streams[id]
 	if !ok || !s.waiting.Load() {
 		return false
 	}
-	v.cur, v.curID = s, id
+	v.cur, v.curID, v.curRoot = s, id, s.root
 	return true
 }
 

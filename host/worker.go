@@ -24,6 +24,9 @@ type worker struct {
 	vm          *vm // current VM; nil while none is configured
 	pending     []*stream
 	lastAttempt time.Time
+	// configs holds, per plugin, the configuration in force on this worker: a VM created
+	// for it (at start, after a trap) gets one root per plugin configured with these.
+	configs [][]byte
 
 	callStart atomic.Int64 // UnixNano when the current guest call started; 0 when idle
 	callVM    atomic.Pointer[vm]
@@ -92,32 +95,29 @@ func (w *worker) stop() {
 
 func (w *worker) loop() {
 	defer close(w.exited)
-	var ticker *time.Ticker
+	// One timer for the earliest tick due on any root context of the VM; re-armed when the
+	// VM changes or a root's period (or the set of roots) does.
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	var tickC <-chan time.Time
-	var period uint32
+	var armed *vm
 	defer func() {
-		if ticker != nil {
-			ticker.Stop()
-		}
+		timer.Stop()
 		if w.vm != nil {
 			w.vm.close()
 		}
 	}()
 	for {
-		p := uint32(0)
-		if w.vm != nil {
-			p = w.vm.tickPeriodMS
-		}
-		if p != period {
-			if ticker != nil {
-				ticker.Stop()
-				ticker, tickC = nil, nil
+		if v := w.vm; v != armed || (v != nil && v.tickChanged) {
+			armed, tickC = v, nil
+			timer.Stop()
+			if v != nil {
+				v.tickChanged = false
+				if d, ok := v.nextTickIn(time.Now()); ok {
+					timer.Reset(d)
+					tickC = timer.C
+				}
 			}
-			if p > 0 {
-				ticker = time.NewTicker(time.Duration(p) * time.Millisecond)
-				tickC = ticker.C
-			}
-			period = p
 		}
 		select {
 		case j := <-w.jobs:
@@ -203,16 +203,47 @@ func (w *worker) trap(v *vm, where string, err error) {
 	}
 }
 
-// tick calls proxy_on_tick on the root context. With force it runs only if a period is set.
+// tick calls proxy_on_tick(root) for every root context with a tick period that is due —
+// or, with force, for every root context with a tick period (as cpp-host keeps one timer per
+// root context: Envoy's Wasm::setTickPeriod and Wasm::tickHandler). A root's next tick is
+// due one period after this one starts.
 func (w *worker) tick(force bool) {
 	v := w.vm
-	if v == nil || v.dead || v.onTick == nil || v.tickPeriodMS == 0 {
+	if v == nil || v.dead || v.onTick == nil {
 		return
 	}
-	v.cur, v.curID = nil, rootContextID
-	if _, err := v.call(v.onTick, rootContextID); err != nil {
-		w.trap(v, "proxy_on_tick", err)
+	now := time.Now()
+	v.tickChanged = true
+	for _, r := range v.roots { // a tick callback cannot add or end roots
+		if r.tickMS == 0 || (!force && now.Before(r.nextTick)) {
+			continue
+		}
+		r.nextTick = now.Add(time.Duration(r.tickMS) * time.Millisecond)
+		v.setRoot(r)
+		if _, err := v.call(v.onTick, uint64(r.id)); err != nil {
+			w.trap(v, "proxy_on_tick", err)
+			return
+		}
 	}
+}
+
+// retire ends root context r — a replaced root that no stream has as parent any more, or one
+// whose configuration the guest refused: proxy_on_done and proxy_on_delete (cpp-host's
+// WasmBase::startShutdown for one plugin, which Envoy runs when the last user of the old
+// plugin configuration is gone). proxy_done, for a root that answers false from
+// proxy_on_done, is not implemented: the root is deleted anyway.
+func (w *worker) retire(v *vm, r *rootCtx) {
+	v.setRoot(r)
+	if err := v.callOpt(v.onDone, r.id); err != nil {
+		w.trap(v, "proxy_on_done", err)
+		return
+	}
+	v.setRoot(r)
+	if err := v.callOpt(v.onDelete, r.id); err != nil {
+		w.trap(v, "proxy_on_delete", err)
+		return
+	}
+	v.removeRoot(r)
 }
 
 // signal wakes the goroutine waiting on s, if any.

@@ -289,15 +289,24 @@ const (
 )
 
 var (
-	config                                                string
 	mRequests, mGauge, mHist, mTicks, mLogs, mDeletes, mC uint32
 	tickWaiters                                           []uint32
 	callouts                                              = map[uint32]uint32{} // callout -> context
 	contexts                                              = map[uint32]*httpCtx{}
+	roots                                                 = map[uint32]*rootState{}
 )
 
+// rootState is one root context (one plugin configuration). Its configuration is stored
+// only when on_configure accepts it.
+type rootState struct {
+	config     string
+	configured bool
+	tickMetric uint32 // kitchen_ticks_root_<id>, defined at its first tick
+}
+
 type httpCtx struct {
-	path string
+	path   string
+	parent uint32
 	// /shared/race: the value and cas read in on_request_headers, written on the next tick.
 	raceKey, raceValue string
 	raceCAS            uint32
@@ -310,22 +319,38 @@ func abiVersion() {}
 func onContextCreate(id, parent uint32) {
 	enter()
 	if parent != 0 {
-		contexts[id] = &httpCtx{}
+		contexts[id] = &httpCtx{parent: parent}
+		return
 	}
+	roots[id] = &rootState{}
+	logf(2, "root created "+strconv.Itoa(int(id)))
 }
 
 //go:wasmexport proxy_on_vm_start
 func onVMStart(root, size uint32) uint32 {
 	enter()
 	vmc, _ := getBuffer(bufVMConfig, 0, size)
-	logf(2, "vm start, vm config: "+vmc)
+	logf(2, "vm start, vm config: "+vmc+", root "+strconv.Itoa(int(root)))
 	return 1
 }
 
 //go:wasmexport proxy_on_configure
 func onConfigure(root, size uint32) uint32 {
 	enter()
-	config, _ = getBuffer(bufPlugin, 0, size)
+	config, _ := getBuffer(bufPlugin, 0, size)
+	if strings.Contains(config, "trap-configure") {
+		panic("kitchen: trap in on_configure")
+	}
+	if strings.Contains(config, "reject") {
+		logf(3, "rejecting configuration of root "+strconv.Itoa(int(root))+": "+config)
+		return 0
+	}
+	r := roots[root]
+	if r == nil {
+		logf(4, "on_configure for an unknown root "+strconv.Itoa(int(root)))
+		return 0
+	}
+	r.config, r.configured = config, true
 	mRequests = defineMetric(0, "kitchen_requests_total")
 	mGauge = defineMetric(1, "kitchen_gauge")
 	mHist = defineMetric(2, "kitchen_latency_ms")
@@ -337,7 +362,7 @@ func onConfigure(root, size uint32) uint32 {
 		ms, _ := strconv.Atoi(v)
 		hSetTick(uint32(ms))
 	}
-	logf(2, "configured: "+config)
+	logf(2, "configured root "+strconv.Itoa(int(root))+": "+config)
 	return 1
 }
 
@@ -345,6 +370,14 @@ func onConfigure(root, size uint32) uint32 {
 func onTick(root uint32) {
 	enter()
 	hIncMetric(mTicks, 1)
+	if r := roots[root]; r != nil {
+		if r.tickMetric == 0 {
+			r.tickMetric = defineMetric(0, "kitchen_ticks_root_"+strconv.Itoa(int(root)))
+		}
+		hIncMetric(r.tickMetric, 1)
+	} else {
+		logf(4, "tick for an unknown root "+strconv.Itoa(int(root)))
+	}
 	w := tickWaiters
 	tickWaiters = nil
 	for _, id := range w {
@@ -477,7 +510,34 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		tickWaiters = append(tickWaiters, id)
 		return 1
 	case "/pause-tick":
+		addHeader(reqHeaders, "x-kitchen-root", strconv.Itoa(int(c.parent)))
+		if r := roots[c.parent]; r != nil {
+			addHeader(reqHeaders, "x-kitchen-config", r.config)
+		}
 		tickWaiters = append(tickWaiters, id)
+		return 1
+	case "/whoami":
+		// The stream's parent and what the guest stored for it in on_configure.
+		r := roots[c.parent]
+		if r == nil || !r.configured {
+			sendLocal(500, "", "parent "+strconv.Itoa(int(c.parent))+" is not a configured root", nil)
+			return 1
+		}
+		sendLocal(200, "", "root="+strconv.Itoa(int(c.parent))+";config="+r.config, nil)
+		return 1
+	case "/set-tick":
+		// From a stream: the period applies to the stream's root.
+		ms, _ := strconv.Atoi(query(path, "ms"))
+		st := hSetTick(uint32(ms))
+		sendLocal(200, "", "status="+strconv.Itoa(int(st)), nil)
+		return 1
+	case "/trap":
+		panic("kitchen: trap requested")
+	case "/set-effective":
+		n, _ := strconv.Atoi(query(path, "id"))
+		st := hSetEffective(uint32(n))
+		hSetEffective(id)
+		sendLocal(200, "", "status="+strconv.Itoa(int(st)), nil)
 		return 1
 	case "/pause-call", "/pause-call-local":
 		up := query(path, "cluster")
@@ -541,6 +601,7 @@ func onHTTPCallResponse(root, cid, nh, bodySize, nt uint32) {
 		sendLocal(429, "from_callout", "callout said "+status+": "+body, nil)
 		return
 	}
+	addHeader(reqHeaders, "x-callout-root", strconv.Itoa(int(root)))
 	addHeader(reqHeaders, "x-callout-status", status)
 	addHeader(reqHeaders, "x-callout-body", body)
 	hContinue(0)
@@ -610,11 +671,22 @@ func onLog(id uint32) {
 }
 
 //go:wasmexport proxy_on_done
-func onDone(id uint32) uint32 { enter(); return 1 }
+func onDone(id uint32) uint32 {
+	enter()
+	if roots[id] != nil {
+		logf(2, "root done "+strconv.Itoa(int(id)))
+	}
+	return 1
+}
 
 //go:wasmexport proxy_on_delete
 func onDelete(id uint32) {
 	enter()
+	if roots[id] != nil {
+		logf(2, "root delete "+strconv.Itoa(int(id)))
+		delete(roots, id)
+		return
+	}
 	delete(contexts, id)
 	hIncMetric(mDeletes, 1)
 }
