@@ -31,7 +31,13 @@
 // cpp-host's ContextBase::onStart does (src/context.cc; WasmBase::start in src/wasm.cc), not
 // once per VM. A request goes through Request.Plugin (Exchange) or the plugin of its
 // PluginHandler; its stream is created with that plugin's active root as parent.
-// What belongs to a root is per root: tick periods
+// Reconfigure(ctx, plugin, config) gives the plugin a new root context on every worker
+// (proxy_on_context_create, proxy_on_vm_start, proxy_on_configure); new streams get it, and
+// the old root drains — it gets proxy_on_done and proxy_on_delete once no live stream has it
+// as parent, as Envoy keeps the old plugin until its last stream ends. A refusal (or trap)
+// leaves the old root in force on that worker; Reconfigure tries every worker and names the
+// ones that refused. A VM re-created after a trap gets, for every plugin, the configuration
+// last in force on its worker. What belongs to a root is per root: tick periods
 // (proxy_set_tick_period_milliseconds sets the period of the calling context's root;
 // proxy_on_tick(root) runs per root on its own timer), proxy_http_call replies and extension
 // replies (Guest.RootContextID) go to the root of the context that made the call.
@@ -111,6 +117,7 @@
 //	srv := &http.Server{Handler: h.Handler(upstream)}    // net/http path (streams bodies)
 //	h.PluginHandler(1, upstream)                         // the same for plugin 1 (MorePlugins[0])
 //	resp, err := h.Exchange(ctx, &host.Request{...}, up) // plain structs, for tests/benchmarks
+//	err = h.Reconfigure(ctx, plugin, newConfig)          // a configuration reload
 //	h.SharedData().Get(key) / Set(key, v, cas) / Len() / Bytes() / Keys()
 //	h.Stats()                     // per-worker memory, restarts, requests, failed requests
 //	h.Metrics(), h.Metric(name)   // the guest's metrics (process-wide, by name)

@@ -88,7 +88,8 @@ type Host struct {
 	extFuncs map[string]HostFunc
 	genSeq   atomic.Uint64
 
-	plugins int // 1 + len(opts.MorePlugins)
+	plugins  int        // 1 + len(opts.MorePlugins)
+	reconfMu sync.Mutex // one Reconfigure at a time
 
 	profile         Profile
 	restrictedTraps atomic.Uint64 // host calls refused in a restricted callback
@@ -425,6 +426,68 @@ func (h *Host) Tick(ctx context.Context) error {
 		return firstErr
 	}
 	return ctx.Err()
+}
+
+// Reconfigure gives plugin a new configuration, as Envoy does when a listener's plugin
+// configuration changes: on every worker's VM a new root context (a fresh id)
+// gets proxy_on_context_create(root, 0), proxy_on_vm_start and proxy_on_configure(root,
+// len(config)) with config as buffer type 7. Where that succeeds, new streams of the plugin
+// get the new root as parent; the old root drains — streams already created keep it, and it
+// gets proxy_on_done and proxy_on_delete when the last of them has ended (at once if there
+// is none). Where the guest refuses (false from proxy_on_vm_start or proxy_on_configure), the
+// old root stays in force on that worker and the refused root gets proxy_on_done and
+// proxy_on_delete; where it traps, the VM is replaced by one with the previous configuration.
+//
+// Reconfigure tries every worker (no rollback: it is not all or none) and returns nil, or an
+// error that names each worker that kept the previous configuration. A worker without a
+// VM at that moment gets the new configuration when its VM is re-created. A VM re-created
+// after a trap gets, for every plugin, the configuration last in force on its worker.
+// Reconfigure calls do not overlap. If ctx ends first, Reconfigure returns ctx.Err() and
+// the reconfigurations already queued still happen.
+//
+// Unlike Envoy, which validates a new configuration on a throw-away canary VM first
+// (cpp-host's WasmHandleBase::canary), the refused configuration is tried on the live VMs.
+func (h *Host) Reconfigure(ctx context.Context, plugin int, config []byte) error {
+	if err := h.checkPlugin(plugin); err != nil {
+		return err
+	}
+	select {
+	case <-h.closed:
+		return ErrClosed
+	default:
+	}
+	config = append([]byte{}, config...)
+	h.reconfMu.Lock()
+	defer h.reconfMu.Unlock()
+	results := make([]chan error, len(h.workers))
+	var errs []error
+	for i, w := range h.workers {
+		ch := make(chan error, 1)
+		if err := w.post(ctx, job{fn: func(w *worker) { ch <- w.reconfigure(plugin, config) }}); err != nil {
+			errs = append(errs, fmt.Errorf("worker %d: %w", w.id, err))
+			continue
+		}
+		results[i] = ch
+	}
+	for _, ch := range results {
+		if ch == nil {
+			continue
+		}
+		select {
+		case err := <-ch:
+			if err != nil {
+				errs = append(errs, err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.closed:
+			return ErrClosed
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("host: reconfigure plugin %d: %d of %d workers kept the previous configuration: %w", plugin, len(errs), len(h.workers), errors.Join(errs...))
+	}
+	return nil
 }
 
 // watchdog aborts guest calls that run longer than timeout by closing their module (wazero

@@ -72,6 +72,115 @@ func TestTwoPluginsOneVM(t *testing.T) {
 	}
 }
 
+func TestReconfigureDrainsOldRoot(t *testing.T) {
+	h, logs := newHost(t, "kitchen", Options{Workers: 1, PluginConfig: []byte("v1&tick=3600000")})
+	ctx := testCtx(t)
+	type result struct {
+		seen *Request
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var seen *Request
+		_, err := h.Exchange(ctx, &Request{Path: "/pause-tick"}, func(r *Request) *Response { seen = r; return nil })
+		done <- result{seen, err}
+	}()
+	waitFor(t, func() bool { return metricValue(h, "kitchen_requests_total") == 1 })
+
+	if err := h.Reconfigure(ctx, 0, []byte("v2&tick=3600000")); err != nil {
+		t.Fatal(err)
+	}
+	// Ids on the one VM: root 1, the paused stream 2, the new root 3.
+	if got := whoami(t, h, 0); got != "root=3;config=v2&tick=3600000" {
+		t.Errorf("after Reconfigure: %q", got)
+	}
+	if !strings.Contains(logs.String(), "vm start, vm config: , root 3") {
+		t.Errorf("the new root did not get proxy_on_vm_start:\n%s", logs)
+	}
+	if strings.Contains(logs.String(), "root done 1") || strings.Contains(logs.String(), "root delete 1") {
+		t.Fatalf("old root ended while its stream is paused:\n%s", logs)
+	}
+	// Both roots tick; the tick resumes the paused stream, which still has root 1.
+	if err := h.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.seen == nil {
+		t.Fatalf("paused request: %+v", r)
+	}
+	if v, _ := header(r.seen.Headers, "x-kitchen-root"); v != "1" {
+		t.Errorf("paused stream's parent = %q, want 1", v)
+	}
+	if v, _ := header(r.seen.Headers, "x-kitchen-config"); v != "v1&tick=3600000" {
+		t.Errorf("paused stream's configuration = %q", v)
+	}
+	out := logs.String()
+	d, del := strings.Index(out, "root done 1"), strings.Index(out, "root delete 1")
+	if d < 0 || del < d {
+		t.Fatalf("old root: done at %d, delete at %d:\n%s", d, del, out)
+	}
+	// The deleted root's timer is gone: only root 3 ticks now.
+	t1, t3 := metricValue(h, "kitchen_ticks_root_1"), metricValue(h, "kitchen_ticks_root_3")
+	if err := h.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if metricValue(h, "kitchen_ticks_root_1") != t1 || metricValue(h, "kitchen_ticks_root_3") != t3+1 {
+		t.Errorf("ticks after the old root ended: root 1 %d→%d, root 3 %d→%d", t1, metricValue(h, "kitchen_ticks_root_1"), t3, metricValue(h, "kitchen_ticks_root_3"))
+	}
+	// Without streams, the replaced root ends at once.
+	if err := h.Reconfigure(ctx, 0, []byte("v3")); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "root delete 3") {
+		t.Errorf("idle old root not deleted:\n%s", logs)
+	}
+	if got := whoami(t, h, 0); !strings.HasSuffix(got, ";config=v3") {
+		t.Errorf("after the second Reconfigure: %q", got)
+	}
+	if err := h.Reconfigure(ctx, 1, []byte("x")); err == nil || !strings.Contains(err.Error(), "plugin 1 does not exist") {
+		t.Errorf("Reconfigure of a missing plugin: %v", err)
+	}
+}
+
+func TestReconfigureRefusedKeepsOldConfig(t *testing.T) {
+	h, logs := newHost(t, "kitchen", Options{Workers: 2, PluginConfig: []byte("good"), MorePlugins: [][]byte{[]byte("other")}})
+	ctx := testCtx(t)
+	err := h.Reconfigure(ctx, 0, []byte("reject-me"))
+	if err == nil {
+		t.Fatal("Reconfigure accepted a configuration the guest refused")
+	}
+	for _, want := range []string{"worker 0:", "worker 1:", "proxy_on_configure returned false", "2 of 2 workers"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		if got := whoami(t, h, 0); got != "root=1;config=good" {
+			t.Errorf("plugin 0 after a refused Reconfigure: %q", got)
+		}
+		if got := whoami(t, h, 1); got != "root=2;config=other" {
+			t.Errorf("plugin 1 after a refused Reconfigure: %q", got)
+		}
+	}
+	// The refused root (3 on each VM) got done and delete.
+	if n := logs.count("root delete 3"); n != 2 {
+		t.Errorf("refused root deleted %d times, want once per worker:\n%s", n, logs)
+	}
+	// A trap in proxy_on_configure: the VM is replaced, with the previous configuration.
+	err = h.Reconfigure(ctx, 0, []byte("trap-configure"))
+	if err == nil || !strings.Contains(err.Error(), "worker 0:") || !strings.Contains(err.Error(), "VM was replaced") {
+		t.Fatalf("trapping Reconfigure: %v", err)
+	}
+	if st := h.Stats(); st.VMRestarts != 2 {
+		t.Errorf("VMRestarts = %d, want 2", st.VMRestarts)
+	}
+	for i := 0; i < 4; i++ {
+		if got := whoami(t, h, 0); got != "root=1;config=good" {
+			t.Errorf("plugin 0 after a trapping Reconfigure: %q", got)
+		}
+	}
+}
+
 func TestTicksPerRoot(t *testing.T) {
 	h, _ := newHost(t, "kitchen", Options{Workers: 1, PluginConfig: []byte("a&tick=3600000"), MorePlugins: [][]byte{[]byte("b")}})
 	ctx := testCtx(t)
@@ -101,6 +210,33 @@ func TestTicksPerRoot(t *testing.T) {
 	}
 	if metricValue(h, "kitchen_ticks_root_2") != n || metricValue(h, "kitchen_ticks_root_1") != 2 {
 		t.Errorf("after stopping root 2: root 1 %d, root 2 %d→%d", metricValue(h, "kitchen_ticks_root_1"), n, metricValue(h, "kitchen_ticks_root_2"))
+	}
+}
+
+func TestRestartAfterTrapRecreatesAllRoots(t *testing.T) {
+	h, logs := newHost(t, "kitchen", Options{Workers: 1, PluginConfig: []byte("p0"), MorePlugins: [][]byte{[]byte("p1")}})
+	ctx := testCtx(t)
+	if err := h.Reconfigure(ctx, 1, []byte("p1-new")); err != nil {
+		t.Fatal(err)
+	}
+	if got := whoami(t, h, 1); got != "root=3;config=p1-new" {
+		t.Fatalf("plugin 1 after Reconfigure: %q", got)
+	}
+	if r := mustExchange(t, h, &Request{Path: "/trap", Plugin: 1}, nil); r.Status != 500 || !r.Failed {
+		t.Fatalf("/trap: %+v", r)
+	}
+	if st := h.Stats(); st.VMRestarts != 1 {
+		t.Fatalf("VMRestarts = %d", st.VMRestarts)
+	}
+	// The fresh VM has both roots again, with the latest configuration of each.
+	if got := whoami(t, h, 0); got != "root=1;config=p0" {
+		t.Errorf("plugin 0 on the fresh VM: %q", got)
+	}
+	if got := whoami(t, h, 1); got != "root=2;config=p1-new" {
+		t.Errorf("plugin 1 on the fresh VM: %q", got)
+	}
+	if n := logs.count("configured root 2: p1-new"); n != 1 {
+		t.Errorf("fresh VM's root 2 configured %d times with p1-new:\n%s", n, logs)
 	}
 }
 

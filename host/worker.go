@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -225,6 +226,38 @@ func (w *worker) tick(force bool) {
 			return
 		}
 	}
+}
+
+// reconfigure gives plugin a new root context on this worker's VM configured with config
+// (Reconfigure). On success new streams of the plugin get the new root and the old one
+// drains; a refusal leaves the old root in force (the refused root gets proxy_on_done and
+// proxy_on_delete); a trap replaces the VM, which is re-created with the previous
+// configuration.
+func (w *worker) reconfigure(plugin int, config []byte) error {
+	v := w.vm
+	if v == nil || v.dead {
+		// No VM to ask: the next one is created with the new configuration.
+		w.configs[plugin] = config
+		w.h.log.Warn("host: reconfigure: worker has no VM; its next VM gets the new configuration", "worker", w.id, "plugin", plugin)
+		return nil
+	}
+	r, err := v.startRoot(plugin, config)
+	if err != nil {
+		if v.dead {
+			w.trap(v, "reconfigure", err)
+			return fmt.Errorf("worker %d: %w (the VM was replaced; the previous configuration stays in force)", w.id, err)
+		}
+		w.retire(v, r)
+		return fmt.Errorf("worker %d: %w; the previous configuration stays in force", w.id, err)
+	}
+	old := v.active[plugin]
+	v.active[plugin] = r
+	w.configs[plugin] = config
+	old.draining = true
+	if old.streams == 0 {
+		w.retire(v, old)
+	}
+	return nil
 }
 
 // retire ends root context r — a replaced root that no stream has as parent any more, or one
