@@ -13,12 +13,14 @@
 // VM that made the call, as proxy_on_redis_call_response with the reply readable through
 // proxy_get_buffer_bytes as buffer type 9 (raw RESP2) during that callback.
 //
-// Like Higress's Envoy (and Envoy's proxy_http_call), a call belongs to the root context:
-// the callback's context_id is the root context's id, and the guest maps the token back to
-// the stream that made the call and makes it the effective context
+// Like Higress's Envoy (and Envoy's proxy_http_call), a call belongs to a root context —
+// the root of the context effective when the call was made (a stream's parent: its
+// plugin's root): the callback's context_id is that root's id, and the guest maps the
+// token back to the stream that made the call and makes it the effective context
 // (proxy_set_effective_context) before it resumes or answers that stream. The reply is
 // delivered whether or not that stream still exists; the guest drops tokens it no longer
-// knows.
+// knows. It is dropped when the root context is gone (a replaced plugin configuration whose
+// streams have all ended; counted in Stats.Undelivered) or the VM was replaced.
 //
 // Results of the host calls: OK; NOT_FOUND for a service that is not configured, or a call
 // before the service's init; BAD_ARGUMENT for a query that is not a RESP array of bulk
@@ -54,7 +56,7 @@ type Stats struct {
 	Refused     atomic.Int64 // proxy_redis_call answered with an error status
 	Replies     atomic.Int64 // callbacks delivered with status 0
 	Failures    atomic.Int64 // callbacks delivered with a nonzero status
-	Undelivered atomic.Int64 // replies dropped: the VM was replaced or does not export the callback
+	Undelivered atomic.Int64 // replies dropped: the VM does not export the callback, or the root context is gone
 }
 
 // New returns the extension serving the clusters of c. st may be nil.
@@ -127,7 +129,7 @@ func (x *ext) call(g *host.Guest, stack []uint64) {
 	if token == 0 { // wrapped: 0 is never a token
 		token = x.token.Add(1)
 	}
-	const root = 1 // the root context: calls belong to it, as in Higress's Envoy
+	root := g.RootContextID() // calls belong to the caller's root context, as in Higress's Envoy
 	// Call copies query before returning, so the view of guest memory may go stale.
 	err := x.c.Call(context.Background(), string(name), query, func(st hostredis.Status, reply []byte) {
 		g.Post(func(g *host.Guest) { x.deliver(g, root, token, st, reply) })
@@ -143,7 +145,7 @@ func (x *ext) call(g *host.Guest, stack []uint64) {
 }
 
 func (x *ext) deliver(g *host.Guest, root, token uint32, st hostredis.Status, reply []byte) {
-	if !g.HasExport(CallbackName) {
+	if !g.HasExport(CallbackName) || !g.ContextExists(root) {
 		x.st.Undelivered.Add(1)
 		return
 	}

@@ -147,6 +147,39 @@ func TestCallsReachEveryNode(t *testing.T) {
 	}
 }
 
+// With two plugins in one VM, a call's reply goes to the root context of the stream that
+// made it: plugin 1's root (2), not the first root.
+func TestCallbackGoesToTheCallersRoot(t *testing.T) {
+	c := hostredis.New(map[string][]string{"rc": cluster.Addrs}, hostredis.Options{})
+	t.Cleanup(func() { c.Close() })
+	st := new(Stats)
+	ctx := context.Background()
+	h, err := host.New(ctx, host.Options{
+		Wasm:         testGuest(t),
+		PluginConfig: []byte("rc - - 500"),
+		MorePlugins:  [][]byte{[]byte("rc - - 500")},
+		Workers:      1,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Extensions:   []host.Extension{New(c, st)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx) })
+	for plugin, want := range []string{"1", "2"} {
+		r, err := h.Exchange(ctx, &host.Request{Path: "/", Plugin: plugin, Headers: [][2]string{{"x-redis", "PING"}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != 200 || r.Header("x-callback-context") != want {
+			t.Errorf("plugin %d: %d %q, callback context %q, want %s", plugin, r.Status, r.Body, r.Header("x-callback-context"), want)
+		}
+	}
+	if st.Undelivered.Load() != 0 {
+		t.Errorf("Undelivered = %d", st.Undelivered.Load())
+	}
+}
+
 func TestReplyTypes(t *testing.T) {
 	h, _ := newHost(t, "rc - - 500", 1)
 	k := "redisext:{types}"
