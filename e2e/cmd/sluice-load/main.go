@@ -3,13 +3,15 @@
 // is bounded in time and in requests.
 //
 //	sluice-load -url http://127.0.0.1:8080/ -c 64 -d 10s [-warmup 2s] [-n 5000000]
-//	            [-H 'Name: value'] [-keys N -key-header X-Key] [-json]
+//	            [-H 'Name: value'] [-keys N -key-header X-Key [-key-bytes B]] [-json]
+//	            [-want-status CODE]
 //	sluice-load -serve 127.0.0.1:8081      # echo server without any Proxy-Wasm host
 //
 // -c connections each send requests back to back (keep-alive) for -d after -warmup; the
 // report gives requests/s, latency percentiles (p50, p90, p99, max) and the status codes.
 // With -keys N, request i carries -key-header with one of N values (round-robin), to spread
-// the load over N rate-limit keys.
+// the load over N rate-limit keys; -key-bytes pads each value to B bytes (hostile keys).
+// With -want-status, any error or any other status makes the exit status 1.
 package main
 
 import (
@@ -43,6 +45,7 @@ const (
 	maxDuration    = 2 * time.Minute
 	maxConcurrency = 1024
 	maxRequests    = 50_000_000
+	maxKeyBytes    = 1 << 20
 )
 
 type options struct {
@@ -54,6 +57,8 @@ type options struct {
 	headers     http.Header
 	keys        int
 	keyHeader   string
+	keyBytes    int
+	wantStatus  int
 	jsonOut     bool
 }
 
@@ -69,6 +74,8 @@ func main() {
 	flag.Var(&hs, "H", "request header 'Name: value' (repeatable)")
 	flag.IntVar(&o.keys, "keys", 0, "spread requests over this many values of -key-header (0: none)")
 	flag.StringVar(&o.keyHeader, "key-header", "X-Key", "header carrying the -keys values")
+	flag.IntVar(&o.keyBytes, "key-bytes", 0, "pad each -keys value to this many bytes (0: no padding)")
+	flag.IntVar(&o.wantStatus, "want-status", 0, "exit 1 unless every measured request got this status (0: any)")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
 	flag.Parse()
 	if *serve != "" {
@@ -101,6 +108,10 @@ func main() {
 	} else {
 		rep.print(os.Stdout)
 	}
+	if err := rep.check(o.wantStatus); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice-load:", err)
+		os.Exit(1)
+	}
 }
 
 func (o *options) validate() error {
@@ -122,6 +133,12 @@ func (o *options) validate() error {
 		return fmt.Errorf("-n must be in 1..%d", maxRequests)
 	case o.keys < 0:
 		return errors.New("-keys must be >= 0")
+	case o.keyBytes < 0 || o.keyBytes > maxKeyBytes:
+		return fmt.Errorf("-key-bytes must be in 0..%d", maxKeyBytes)
+	case o.keyBytes > 0 && o.keys == 0:
+		return errors.New("-key-bytes needs -keys")
+	case o.wantStatus != 0 && (o.wantStatus < 100 || o.wantStatus > 599):
+		return errors.New("-want-status must be an HTTP status")
 	}
 	return nil
 }
@@ -172,6 +189,21 @@ func (r *report) print(w io.Writer) {
 	}
 }
 
+// check returns an error when want is set and a measured request failed or got another
+// status.
+func (r *report) check(want int) error {
+	if want == 0 {
+		return nil
+	}
+	if r.Errors > 0 {
+		return fmt.Errorf("%d requests failed (first: %s)", r.Errors, r.FirstError)
+	}
+	if n := r.Statuses[strconv.Itoa(want)]; n != r.Requests {
+		return fmt.Errorf("%d of %d requests got a status other than %d: %v", r.Requests-n, r.Requests, want, r.Statuses)
+	}
+	return nil
+}
+
 // sample is one measured request.
 type sample struct {
 	d      time.Duration
@@ -191,6 +223,9 @@ func run(o options) (*report, error) {
 	keys := make([]string, o.keys)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
+		if pad := o.keyBytes - len(keys[i]); pad > 0 {
+			keys[i] += strings.Repeat("x", pad)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -205,6 +240,8 @@ func run(o options) (*report, error) {
 		seq       atomic.Uint64
 		wg        sync.WaitGroup
 	)
+	// Without a warm-up every request counts, the first ones too.
+	measuring.Store(o.warmup == 0)
 	per := make([][]sample, o.concurrency)
 	perCap := int(min(o.requests/int64(o.concurrency)+1, 1<<20))
 	for w := range o.concurrency {
