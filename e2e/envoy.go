@@ -28,13 +28,50 @@ var envoyTmpl = template.Must(template.New("envoy.yaml").Funcs(template.FuncMap{
 	},
 }).Parse(envoyTemplate))
 
+// envoyBootstrap is what envoy/envoy.yaml.tmpl renders.
+type envoyBootstrap struct {
+	Name   string // the scenario or stage, for the header comment
+	Config string // the plugin configuration
+	// MaxRequestHeadersKB, when nonzero, is the connection manager's
+	// max_request_headers_kb (Envoy's default: 60).
+	MaxRequestHeadersKB int
+}
+
 // RenderEnvoy returns the Envoy bootstrap (YAML) that serves sc: a listener on
 // EnvoyListenPort running sluice (EnvoyWasmPath, vm_id "sluice", sc.Config as the plugin
 // configuration) in front of the cluster "upstream" (upstream:8080), admin on
 // EnvoyAdminPort. The number of workers is Envoy's --concurrency, set by run.sh.
 func RenderEnvoy(sc Scenario) ([]byte, error) {
+	return renderEnvoy(envoyBootstrap{Name: sc.Name, Config: sc.Config})
+}
+
+// The survival stage of e2e/envoy/run.sh: the attack that killed earlier builds in a
+// cpp-host before PR #533 (Envoy 1.33–1.38). Two rules keyed on x-api-key, far above what
+// the stage sends, so every request must be admitted; x-api-key values of 33 KiB and 96 KiB
+// (run.sh sends them with sluice-load); one worker, so one VM takes every request. Envoy's
+// default max_request_headers_kb (60) would answer 431 to the 96 KiB value before sluice
+// sees it, so the stage raises the limit (e2e/envoy/upstream.yaml does too).
+const (
+	SurvivalWorkers             = 1
+	SurvivalMaxRequestHeadersKB = 128
+	SurvivalConfig              = `{
+  "rules": [
+    {"name": "survival-a", "key": [{"header": "x-api-key"}], "algorithm": "token_bucket", "limit": 1000000, "window": "1h"},
+    {"name": "survival-b", "key": [{"header": "x-api-key"}], "algorithm": "sliding_window", "limit": 1000000, "window": "1h"}
+  ],
+  "failure_mode": "closed"
+}`
+)
+
+// RenderEnvoySurvival returns the bootstrap of the survival stage: RenderEnvoy's, with
+// SurvivalConfig and max_request_headers_kb SurvivalMaxRequestHeadersKB.
+func RenderEnvoySurvival() ([]byte, error) {
+	return renderEnvoy(envoyBootstrap{Name: "survival", Config: SurvivalConfig, MaxRequestHeadersKB: SurvivalMaxRequestHeadersKB})
+}
+
+func renderEnvoy(data envoyBootstrap) ([]byte, error) {
 	var b bytes.Buffer
-	if err := envoyTmpl.Execute(&b, sc); err != nil {
+	if err := envoyTmpl.Execute(&b, data); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil

@@ -85,63 +85,121 @@ func TestEnvoyBootstraps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := parseBootstrap(t, y)
-			if got := b.GetAdmin().GetAddress().GetSocketAddress().GetPortValue(); got != EnvoyAdminPort {
-				t.Errorf("admin port %d, want %d", got, EnvoyAdminPort)
-			}
-			ls := b.GetStaticResources().GetListeners()
-			if len(ls) != 1 || ls[0].GetAddress().GetSocketAddress().GetPortValue() != EnvoyListenPort {
-				t.Fatalf("want one listener on %d", EnvoyListenPort)
-			}
-			var hcm hcmv3.HttpConnectionManager
-			if err := ls[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-				t.Fatal(err)
-			}
-			filters := hcm.GetHttpFilters()
-			if len(filters) != 2 || filters[1].GetName() != "envoy.filters.http.router" {
-				t.Fatalf("http filters %v: want sluice then the router", filters)
-			}
-			var w wasmv3.Wasm
-			if err := filters[0].GetTypedConfig().UnmarshalTo(&w); err != nil {
-				t.Fatal(err)
-			}
-			if got := w.GetConfig().GetVmConfig().GetCode().GetLocal().GetFilename(); got != EnvoyWasmPath {
-				t.Errorf("module path %q, want %q", got, EnvoyWasmPath)
-			}
-			if w.GetConfig().GetFailOpen() {
-				t.Error("fail_open is on: the scenarios would not see the filter failing")
-			}
-			var cfg wrapperspb.StringValue
-			if err := w.GetConfig().GetConfiguration().UnmarshalTo(&cfg); err != nil {
-				t.Fatal(err)
-			}
-			if strings.TrimSpace(cfg.GetValue()) != strings.TrimSpace(sc.Config) {
-				t.Errorf("plugin configuration changed in rendering:\n%s\nwant:\n%s", cfg.GetValue(), sc.Config)
-			}
-			if _, err := config.Parse([]byte(cfg.GetValue())); err != nil {
-				t.Errorf("plugin configuration: %v", err)
-			}
-			clusters := map[string]bool{}
-			for _, c := range b.GetStaticResources().GetClusters() {
-				clusters[c.GetName()] = true
-			}
-			for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
-				for _, r := range vh.GetRoutes() {
-					if c := r.GetRoute().GetCluster(); !clusters[c] {
-						t.Errorf("route to unknown cluster %q", c)
-					}
-				}
+			hcm := checkRenderedBootstrap(t, y, sc.Config)
+			if hcm.GetMaxRequestHeadersKb() != nil {
+				t.Errorf("max_request_headers_kb set to %d: the scenarios run with Envoy's default", hcm.GetMaxRequestHeadersKb().GetValue())
 			}
 		})
 	}
 	if n == 0 {
 		t.Fatal("no scenario for Envoy")
 	}
+	upstreamHCM(t)
+}
+
+// TestEnvoySurvivalBootstrap: the survival stage's bootstrap is valid like the scenarios',
+// keys both rules on x-api-key, and lets 96 KiB header values through, here and at the
+// upstream (Envoy's default limit, 60 KiB, would answer 431 before sluice sees them).
+func TestEnvoySurvivalBootstrap(t *testing.T) {
+	y, err := RenderEnvoySurvival()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcm := checkRenderedBootstrap(t, y, SurvivalConfig)
+	const need = 96 + 4 // the largest value run.sh sends, plus the other headers
+	if got := hcm.GetMaxRequestHeadersKb().GetValue(); got < need {
+		t.Errorf("max_request_headers_kb %d, want at least %d", got, need)
+	}
+	if got := upstreamHCM(t).GetMaxRequestHeadersKb().GetValue(); got < need {
+		t.Errorf("upstream max_request_headers_kb %d, want at least %d", got, need)
+	}
+	cfg, err := config.Parse([]byte(SurvivalConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Rules) != 2 {
+		t.Fatalf("%d rules, want 2", len(cfg.Rules))
+	}
+	for _, r := range cfg.Rules {
+		if len(r.Key) != 1 || r.Key[0].Header != "x-api-key" {
+			t.Errorf("rule %s: key %+v, want the x-api-key header", r.Name, r.Key)
+		}
+	}
+	if SurvivalWorkers != 1 {
+		t.Errorf("SurvivalWorkers %d: the attack is on one VM", SurvivalWorkers)
+	}
+}
+
+// checkRenderedBootstrap checks one rendered bootstrap (see TestEnvoyBootstraps) and returns
+// its connection manager.
+func checkRenderedBootstrap(t *testing.T, y []byte, pluginConfig string) *hcmv3.HttpConnectionManager {
+	t.Helper()
+	b := parseBootstrap(t, y)
+	if got := b.GetAdmin().GetAddress().GetSocketAddress().GetPortValue(); got != EnvoyAdminPort {
+		t.Errorf("admin port %d, want %d", got, EnvoyAdminPort)
+	}
+	ls := b.GetStaticResources().GetListeners()
+	if len(ls) != 1 || ls[0].GetAddress().GetSocketAddress().GetPortValue() != EnvoyListenPort {
+		t.Fatalf("want one listener on %d", EnvoyListenPort)
+	}
+	var hcm hcmv3.HttpConnectionManager
+	if err := ls[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	if !hcm.GetUseRemoteAddress().GetValue() {
+		t.Error("use_remote_address is off: source.address would be the right-most X-Forwarded-For entry, which the client writes")
+	}
+	filters := hcm.GetHttpFilters()
+	if len(filters) != 2 || filters[1].GetName() != "envoy.filters.http.router" {
+		t.Fatalf("http filters %v: want sluice then the router", filters)
+	}
+	var w wasmv3.Wasm
+	if err := filters[0].GetTypedConfig().UnmarshalTo(&w); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.GetConfig().GetVmConfig().GetCode().GetLocal().GetFilename(); got != EnvoyWasmPath {
+		t.Errorf("module path %q, want %q", got, EnvoyWasmPath)
+	}
+	if w.GetConfig().GetFailOpen() {
+		t.Error("fail_open is on: the scenarios would not see the filter failing")
+	}
+	var cfg wrapperspb.StringValue
+	if err := w.GetConfig().GetConfiguration().UnmarshalTo(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(cfg.GetValue()) != strings.TrimSpace(pluginConfig) {
+		t.Errorf("plugin configuration changed in rendering:\n%s\nwant:\n%s", cfg.GetValue(), pluginConfig)
+	}
+	if _, err := config.Parse([]byte(cfg.GetValue())); err != nil {
+		t.Errorf("plugin configuration: %v", err)
+	}
+	clusters := map[string]bool{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = true
+	}
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			if c := r.GetRoute().GetCluster(); !clusters[c] {
+				t.Errorf("route to unknown cluster %q", c)
+			}
+		}
+	}
+	return &hcm
+}
+
+// upstreamHCM validates e2e/envoy/upstream.yaml and returns its connection manager.
+func upstreamHCM(t *testing.T) *hcmv3.HttpConnectionManager {
+	t.Helper()
 	up, err := os.ReadFile("envoy/upstream.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	parseBootstrap(t, up)
+	b := parseBootstrap(t, up)
+	var hcm hcmv3.HttpConnectionManager
+	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	return &hcm
 }
 
 // TestEnvoyRunWithoutDocker: where Docker has no engine, `make e2e-envoy` says so and exits

@@ -1,9 +1,10 @@
 // Command sluice-e2e-envoy renders one Envoy bootstrap per end-to-end scenario that can run
 // on Envoy, for e2e/envoy/run.sh:
 //
-//	sluice-e2e-envoy -out DIR
+//	sluice-e2e-envoy -out DIR [-survival FILE]
 //
-// writes DIR/NAME/envoy.yaml for each scenario and prints "NAME WORKERS" lines on stdout.
+// writes DIR/NAME/envoy.yaml for each scenario and prints "NAME WORKERS" lines on stdout;
+// with -survival, also writes the bootstrap of run.sh's survival stage to FILE.
 package main
 
 import (
@@ -17,15 +18,28 @@ import (
 
 func main() {
 	out := flag.String("out", "", "directory to write NAME/envoy.yaml into")
+	survival := flag.String("survival", "", "also write the survival stage's bootstrap to this file")
 	flag.Parse()
 	if *out == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: sluice-e2e-envoy -out DIR")
+		fmt.Fprintln(os.Stderr, "usage: sluice-e2e-envoy -out DIR [-survival FILE]")
 		os.Exit(2)
 	}
-	if err := render(*out); err != nil {
+	err := render(*out)
+	if err == nil && *survival != "" {
+		err = renderSurvival(*survival)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-e2e-envoy:", err)
 		os.Exit(1)
 	}
+}
+
+func renderSurvival(file string) error {
+	y, err := e2e.RenderEnvoySurvival()
+	if err != nil {
+		return fmt.Errorf("survival: %v", err)
+	}
+	return os.WriteFile(file, y, 0o644)
 }
 
 func render(dir string) error {
