@@ -128,6 +128,9 @@ func checkEnvoy(b *bootstrapv3.Bootstrap) (problems []string, found int) {
 					if i == len(filters)-1 {
 						fail("wasm filter after the router")
 					}
+					if !hcm.GetUseRemoteAddress().GetValue() {
+						fail("listener " + l.GetName() + ": use_remote_address is off: source.address would be the right-most X-Forwarded-For entry, which a client can write")
+					}
 					pc := w.GetConfig()
 					if pc.GetVmConfig().GetVmId() == "" {
 						fail("vm_id not set: workers would not share one limit")
@@ -201,6 +204,7 @@ func TestEnvoyYAMLMistakesFail(t *testing.T) {
 	for _, c := range []struct{ name, old, new string }{
 		{"route to a missing cluster", "route: {cluster: upstream}", "route: {cluster: upstrem}"},
 		{"bad plugin configuration", `"limit": 100, "window": "1m"`, `"limit": 100, "window": "1x"`},
+		{"source.address from X-Forwarded-For", "use_remote_address: true", "use_remote_address: false"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mut := strings.Replace(string(data), c.old, c.new, 1)
