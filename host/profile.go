@@ -79,7 +79,7 @@ var (
 var profiles = []Profile{
 	{
 		Name:                DefaultProfile,
-		Summary:             "strictest: cpp-host #427 up to #533 (Envoy 1.33–1.37, Istio 1.25–1.28): poll_oneoff ENOSYS, restricted _initialize and proxy_on_memory_allocate",
+		Summary:             "strictest: cpp-host #427 up to #533 (Envoy 1.33–1.38, Istio 1.25–1.30): poll_oneoff ENOSYS, restricted _initialize and proxy_on_memory_allocate",
 		WASI:                wasiCppHost427,
 		InitAllow:           initAllow427,
 		AllocAllow:          allocAllow427,
@@ -87,7 +87,7 @@ var profiles = []Profile{
 	},
 	{
 		Name:                "cpphost-533",
-		Summary:             "cpp-host with #533 (upstream Envoy from its first release pinning 94091cd): poll_oneoff returns 0, allowed while allocating",
+		Summary:             "cpp-host with #533 (Envoy ≥ 1.39, Istio ≥ 1.31): poll_oneoff returns 0, allowed while allocating",
 		WASI:                wasiCppHost533,
 		InitAllow:           initAllow533,
 		AllocAllow:          allocAllow533,
