@@ -308,6 +308,58 @@ func TestSurvivalLargeKeyAttack(t *testing.T) {
 	}
 }
 
+// TestSurvivalReloadsAndPlugins: three plugins in one VM per worker (each its own root
+// context), and 150 configuration reloads (new root contexts; the old ones drain and are
+// deleted) between requests, cycling through the algorithms, with 33 KB keys on part of
+// the traffic.
+func TestSurvivalReloadsAndPlugins(t *testing.T) {
+	for _, b := range builds() {
+		t.Run(b.name, func(t *testing.T) {
+			cfg := func(alg string) []byte {
+				return []byte(rulesFor(alg, b.redis))
+			}
+			opts := host.Options{Wasm: b.wasm(t), PluginConfig: cfg("token_bucket"),
+				MorePlugins: [][]byte{cfg("sliding_window"), cfg("fixed_window")}}
+			if b.redis {
+				opts.Extensions = redisExtension(t)
+			}
+			s := startSurvivalHost(t, opts)
+			big := strings.Repeat("k", 33<<10)
+			var denied int
+			for i := 0; i < 150; i++ {
+				plugin := i % 3
+				if err := s.h.Reconfigure(context.Background(), plugin, cfg(Algorithms[i%len(Algorithms)])); err != nil {
+					t.Fatalf("reload %d: %v", i, err)
+				}
+				for j := 0; j < 20; j++ {
+					key := strconv.Itoa(j % 5)
+					if j%4 == 0 {
+						key += big
+					}
+					hdrs := [][2]string{{"x-api-key", key}, {"x-tenant", "t"}}
+					if j%5 == 0 {
+						hdrs = append(hdrs, [2]string{"x-deny", "1"})
+					}
+					resp := exchange(t, s.h, &host.Request{Path: "/?q7=1", Headers: hdrs, Plugin: (plugin + j) % 3, RemoteAddr: "10.0.0.1:1"})
+					switch resp.Status {
+					case 200:
+					case 429:
+						denied++
+					default:
+						t.Fatalf("reload %d, request %d: status %d (%s)", i, j, resp.Status, resp.Details)
+					}
+				}
+			}
+			// Each reload starts new rules (new names, fresh state): the x-deny requests on a
+			// key past its first are denied, so some are, and never the plain ones.
+			if denied == 0 || denied > 150*4 {
+				t.Errorf("%d denied, want between 1 and %d", denied, 150*4)
+			}
+			s.survived(t)
+		})
+	}
+}
+
 // TestSurvivalSlidingLogContention: 10,000-entry sliding logs (one shared-data value of
 // about 80 KB, read and compare-and-swapped by two workers at once): exactly 10,000
 // admitted of 11,000. A request whose compare-and-swap retries run out under this
