@@ -16,8 +16,8 @@
 // all workers. Metrics are process-wide (defining the same name from every worker gives one
 // metric).
 //
-// Start-up of each VM: instantiate (WASI preview1 with real wall and monotonic clocks and
-// crypto randomness, memory capped at Options.MemoryLimitPages), require an exported
+// Start-up of each VM: instantiate (WASI as the profile's cpp-host implements it, see
+// Profiles; memory capped at Options.MemoryLimitPages), require an exported
 // proxy_abi_version_0_2_1 or proxy_abi_version_0_2_0 function, call _initialize (or _start if
 // that is what the module has), then, for each plugin, a root context:
 // proxy_on_context_create(root, 0), proxy_on_vm_start(root, len(VMConfig)) and
@@ -51,6 +51,65 @@
 // call response, extension callback), or until the caller's context ends. A local response
 // ends the request phase; the guest's proxy_on_response_headers is then called with the local
 // response's headers (as Envoy runs encoder filters on local replies), then log/done/delete.
+//
+// # Profiles
+//
+// The host must be no kinder than the Envoy users run, or a green test proves nothing.
+// Options.Profile (`sluice run --profile`) names the proxy-wasm-cpp-host behaviour set to
+// reproduce (Profiles, LookupProfile); the default, DefaultProfile "envoy-1.33", is the
+// strictest: cpp-host from PR #427 up to, not including, PR #533 (commit 94091cd) — the pin
+// of Envoy 1.33–1.38 and so Istio 1.25–1.30. "cpphost-533" is cpp-host with #533 (Envoy ≥
+// 1.39), "higress" Higress ≥ 2.1.2 (its cpp-host fork), "permissive" the earlier behaviour of
+// this host (wazero's full WASI, no restrictions), for comparison only. What each models, in
+// our words, and where it comes from (repository proxy-wasm/proxy-wasm-cpp-host unless said
+// otherwise):
+//
+//   - WASI functions and their answers (wasi.go): as the wasi_unstable_* functions of
+//     src/exports.cc implement them in that version, registered under both
+//     "wasi_unstable" and "wasi_snapshot_preview1" (WasmBase::registerCallbacks in
+//     src/wasm.cc; the list is FOR_ALL_WASI_FUNCTIONS in include/proxy-wasm/exports.h).
+//     Before #533: eighteen functions; poll_oneoff answers ENOSYS (52); fd_write sends
+//     stdout to the log at info and stderr at error, one record per call with the trailing
+//     newline dropped, other descriptors EBADF; fd_fdstat_get answers only for 1 and 2;
+//     fd_fdstat_set_flags and fd_read ENOSYS; fd_prestat_get EBADF; path_open ENOENT; no
+//     environment or arguments; clock_time_get realtime and monotonic only; random_get at
+//     most 64 KiB (include/proxy-wasm/limits.h). From #533: the rest of preview 1 (mostly
+//     ENOTSUP/EBADF stubs, success on stdout/stderr) and poll_oneoff writes nevents = 0 and
+//     succeeds without waiting. A module importing a WASI function the profile lacks fails
+//     to instantiate, as cpp-host's V8 link() fails ("missing import", src/v8/v8.cc).
+//     proc_exit only logs in cpp-host (wasi_unstable_proc_exit) and returns to a runtime
+//     that asked to stop; here it ends the VM, which is what happens to a Go module then.
+//   - Restricted callbacks (Profile.InitAllow, AllocAllow; checkAllowed in wasi.go and on
+//     every env host call): while _initialize runs (WasmBase::startVm, src/wasm.cc) and
+//     while proxy_on_memory_allocate runs (WasmBase::allocMemory,
+//     include/proxy-wasm/wasm.h) only the allow-list may be called; V8's host-function
+//     wrapper traps anything else with "restricted_callback" (src/v8/v8.cc,
+//     isHostFunctionAllowed in include/proxy-wasm/wasm_vm.h). Before #533 the list inside
+//     allocation is proxy_log, fd_write and clock_time_get; #533 adds poll_oneoff; Higress
+//     from 2.1.2 lifts the restriction inside allocation (its fork's commit 2e96099). Stats
+//     counts refused calls (RestrictedTraps) and every poll_oneoff (PollOneoffCalls).
+//   - The stop-iteration flag (Profile.StopIterationVMWide; vm.stopIteration): the
+//     send_local_response host call (src/exports.cc) raises one flag for the whole VM
+//     (WasmBase::stopNextIteration, include/proxy-wasm/wasm.h); the stream callback running
+//     at that moment has its result converted to StopAllIterationAndWatermark (headers) or
+//     StopIterationNoBuffer (body) whichever stream the reply was for
+//     (convertVmCallResultTo*Status, src/context.cc); the flag is cleared when the callback
+//     returns (DeferAfterCallActions' destructor, src/context.cc). So a local reply for
+//     stream B sent from stream A's callback leaves A paused until something continues it;
+//     from proxy_on_tick or a reply callback it stops nothing.
+//   - Header reads return the first value of a repeated header (Context::getHeaderMapValue
+//     in envoyproxy/envoy source/extensions/common/wasm/context.cc), and the pairs call
+//     returns one pair per value. (Envoy coalesces repeated inline headers such as
+//     X-Forwarded-For into one comma-joined value when it parses a request; this host keeps
+//     them as separate pairs.)
+//   - source.address is the TCP peer here: Envoy's downstream remote address with
+//     use_remote_address: true. With Envoy's default (false) the connection manager takes
+//     it from X-Forwarded-For instead (mutateRequestHeaders in envoyproxy/envoy
+//     source/common/http/conn_manager_utility.cc) — README says why an edge must not run so.
+//   - Shared data: cas tokens come from one process-wide counter starting at 1 and skipping
+//     0, not per key; a missing key is NOT_FOUND; cas 0 writes unconditionally and a nonzero
+//     cas on a missing key still creates it (SharedData in src/shared_data.cc). The same in
+//     every profile.
 //
 // # Traps
 //
