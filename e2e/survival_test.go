@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -35,29 +34,12 @@ const (
 
 type survivalHost struct {
 	h    *host.Host
-	logs *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *syncBuffer
 }
 
 func startSurvivalHost(t *testing.T, opts host.Options) *survivalHost {
 	t.Helper()
-	logs := new(lockedBuffer)
+	logs := new(syncBuffer)
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts.LogLevel = slog.LevelWarn
 	if opts.Workers == 0 {
