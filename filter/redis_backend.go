@@ -7,8 +7,8 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/filter/abi"
-	"github.com/sluice-proxy/sluice/redisrl"
-	"github.com/sluice-proxy/sluice/resp"
+	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 // The Redis backend (sluice-redis.wasm; Higress's Redis host calls).

@@ -26,7 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-proxy/sluice/resp"
+	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 // Status is the status passed to proxy_on_redis_call_response. Zero is

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
-	"github.com/sluice-proxy/sluice/resp"
+	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 var cluster *rediscluster.Cluster

@@ -4,8 +4,8 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/sluice-proxy/sluice/dashboard"
 	"github.com/sluice-proxy/sluice/host"
+	"github.com/sluice-proxy/sluice/internal/dashboard"
 )
 
 // The live dashboard of `sluice run --admin ADDR`, at /dashboard/ on the admin server. It

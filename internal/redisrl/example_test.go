@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/redisrl"
-	"github.com/sluice-proxy/sluice/resp"
+	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 // The guest's side of one decision: build the key and the EVALSHA command,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
-	"github.com/sluice-proxy/sluice/resp"
+	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 func TestScripts(t *testing.T) {

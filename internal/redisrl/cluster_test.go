@@ -15,7 +15,7 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/hostredis"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
-	"github.com/sluice-proxy/sluice/resp"
+	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 // These tests run the scripts on a real 3-master Redis Cluster, through the

@@ -32,7 +32,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-proxy/sluice/svgchart"
+	"github.com/sluice-proxy/sluice/internal/svgchart"
 )
 
 // Options tune a Dashboard; zero fields take the defaults.

@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/resp"
+	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 // Script is one algorithm's Lua script.

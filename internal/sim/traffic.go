@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-proxy/sluice/svgchart"
+	"github.com/sluice-proxy/sluice/internal/svgchart"
 )
 
 // Epoch is where generated traffic starts, and time zero of a CSV file that
