@@ -14,9 +14,8 @@ import (
 	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 	"github.com/sluice-proxy/sluice/host"
-	"github.com/sluice-proxy/sluice/hostredis"
+	"github.com/sluice-proxy/sluice/host/redis"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
-	"github.com/sluice-proxy/sluice/redisext"
 )
 
 // The survival suite: hostile traffic and configurations through the compiled modules, in
@@ -144,9 +143,9 @@ func redisExtension(t *testing.T) []host.Extension {
 	if survivalClusterErr != nil {
 		t.Fatalf("starting a Redis cluster: %v", survivalClusterErr)
 	}
-	clusters := hostredis.New(map[string][]string{survivalRedis: survivalCluster.Addrs}, hostredis.Options{})
+	clusters := redis.New(map[string][]string{survivalRedis: survivalCluster.Addrs}, redis.Options{})
 	t.Cleanup(func() { clusters.Close() })
-	return []host.Extension{redisext.New(clusters, new(redisext.Stats))}
+	return []host.Extension{redis.NewExtension(clusters, new(redis.Stats))}
 }
 
 // closeSurvivalCluster is called by TestMain (target_test.go).

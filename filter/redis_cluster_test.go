@@ -15,9 +15,8 @@ import (
 	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 	"github.com/sluice-proxy/sluice/host"
-	"github.com/sluice-proxy/sluice/hostredis"
+	"github.com/sluice-proxy/sluice/host/redis"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
-	"github.com/sluice-proxy/sluice/redisext"
 )
 
 // End-to-end tests of the Redis backend: sluice-redis.wasm in the embedded
@@ -51,7 +50,7 @@ const redisService = "outbound|6379||redis.test"
 // clients.
 type redisProxy struct {
 	h    *host.Host
-	st   *redisext.Stats
+	st   *redis.Stats
 	logs *bytes.Buffer
 	mu   *sync.Mutex
 }
@@ -63,16 +62,16 @@ func startRedisProxy(t testing.TB, cfg string, workers int) *redisProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusters := hostredis.New(map[string][]string{redisService: c.Addrs}, hostredis.Options{})
+	clusters := redis.New(map[string][]string{redisService: c.Addrs}, redis.Options{})
 	t.Cleanup(func() { clusters.Close() })
-	p := &redisProxy{st: new(redisext.Stats), logs: new(bytes.Buffer), mu: new(sync.Mutex)}
+	p := &redisProxy{st: new(redis.Stats), logs: new(bytes.Buffer), mu: new(sync.Mutex)}
 	h, err := host.New(context.Background(), host.Options{
 		Wasm:         wasm,
 		PluginConfig: []byte(cfg),
 		Workers:      workers,
 		VMID:         "sluice-redis-test",
 		Logger:       slog.New(slog.NewTextHandler(lockedWriter{p.mu, p.logs}, nil)),
-		Extensions:   []host.Extension{redisext.New(clusters, p.st)},
+		Extensions:   []host.Extension{redis.NewExtension(clusters, p.st)},
 	})
 	if err != nil {
 		t.Fatalf("host.New: %v\n%s", err, p.logs)

@@ -8,11 +8,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-proxy/sluice/host"
-	"github.com/sluice-proxy/sluice/hostredis"
-	"github.com/sluice-proxy/sluice/redisext"
+	"github.com/sluice-proxy/sluice/host/redis"
 )
 
 // --redis-cluster NAME=ADDR,ADDR,... (repeatable) gives the filter Higress's Redis host
@@ -39,7 +38,7 @@ func (f redisClusterFlag) String() string {
 }
 
 func (f redisClusterFlag) Set(v string) error {
-	name, addrs, err := hostredis.ParseFlag(v)
+	name, addrs, err := redis.ParseFlag(v)
 	if err != nil {
 		return err
 	}
@@ -59,12 +58,12 @@ func redisApply(opts *host.Options) (func(), error) {
 	if len(redisClusters) == 0 {
 		return nil, nil
 	}
-	c := hostredis.New(redisClusters, hostredis.Options{})
-	opts.Extensions = append(opts.Extensions, redisext.New(c, nil))
+	c := redis.New(redisClusters, redis.Options{})
+	opts.Extensions = append(opts.Extensions, redis.NewExtension(c, nil))
 	if opts.Logger != nil {
 		opts.Logger.Info("redis extension", "clusters", redisClusters.String())
 		// go-redis's own messages (failed dials while a node is down) go to the run's log.
-		redis.SetLogger(redisLogger{opts.Logger})
+		goredis.SetLogger(redisLogger{opts.Logger})
 	}
 	return func() { c.Close() }, nil
 }

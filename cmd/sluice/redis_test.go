@@ -81,13 +81,13 @@ func TestRedisClusterFlag(t *testing.T) {
 	}
 }
 
-// sluice run with --redis-cluster links Higress's Redis calls: the redisext test guest
+// sluice run with --redis-cluster links Higress's Redis calls: the host/redis test guest
 // sends PING through them and answers with the reply.
 func TestRunRedisExtension(t *testing.T) {
 	c := testCluster(t)
 	withRedisClusters(t, redisClusterFlag{"rc": c.Addrs[:1]}) // one seed node is enough
 	rs, out, _ := startTestRun(t, runConfig{
-		wasm:       buildWasm(t, "../../redisext/testdata/guest"),
+		wasm:       buildWasm(t, "../../host/redis/testdata/guest"),
 		configPath: writeFile(t, "guest.conf", "rc - - 500"),
 		clusters:   clusterFlag{},
 	})
@@ -103,7 +103,7 @@ func TestRunRedisExtension(t *testing.T) {
 func TestRunWithoutRedisCluster(t *testing.T) {
 	withRedisClusters(t, redisClusterFlag{})
 	rs, _, _ := startTestRun(t, runConfig{
-		wasm:       buildWasm(t, "../../redisext/testdata/guest"),
+		wasm:       buildWasm(t, "../../host/redis/testdata/guest"),
 		configPath: writeFile(t, "guest.conf", "rc - - 500"),
 		clusters:   clusterFlag{},
 	})

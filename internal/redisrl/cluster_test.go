@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/hostredis"
+	"github.com/sluice-proxy/sluice/host/redis"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 // These tests run the scripts on a real 3-master Redis Cluster, through the
-// same path the embedded host uses (raw RESP in, raw RESP out, hostredis).
+// same path the embedded host uses (raw RESP in, raw RESP out, host/redis).
 
 var cluster *rediscluster.Cluster
 
@@ -27,13 +27,13 @@ func TestMain(m *testing.M) { os.Exit(rediscluster.Main(m, 3, &cluster)) }
 
 // host is one proxy instance's view of the cluster.
 type host struct {
-	c        *hostredis.Clusters
+	c        *redis.Clusters
 	noscript atomic.Int64 // EVALSHA answered NOSCRIPT, EVAL sent
 }
 
 func newHost(t testing.TB) *host {
 	t.Helper()
-	c := hostredis.New(map[string][]string{"rc": cluster.Addrs}, hostredis.Options{})
+	c := redis.New(map[string][]string{"rc": cluster.Addrs}, redis.Options{})
 	if err := c.Init("rc", "", "", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func (h *host) send(cmd []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if st != hostredis.StatusOK {
+	if st != redis.StatusOK {
 		return Result{}, errors.New("redis call failed: " + st.String())
 	}
 	var d resp.Decoder
@@ -403,7 +403,7 @@ func BenchmarkDecideRoundTrip(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				st, reply, err := h.c.Do(context.Background(), "rc", r.AppendEvalSHA(buf[:0]))
-				if err != nil || st != hostredis.StatusOK {
+				if err != nil || st != redis.StatusOK {
 					b.Fatal(err, st)
 				}
 				v, err := d.Parse(reply)

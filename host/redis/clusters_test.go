@@ -1,9 +1,8 @@
-package hostredis
+package redis
 
 import (
 	"context"
 	"errors"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,10 +13,6 @@ import (
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
-
-var cluster *rediscluster.Cluster
-
-func TestMain(m *testing.M) { os.Exit(rediscluster.Main(m, 3, &cluster)) }
 
 func cmd(args ...string) []byte { return resp.AppendCommand(nil, args...) }
 
@@ -364,7 +359,7 @@ func TestAuth(t *testing.T) {
 
 func TestAppendReply(t *testing.T) {
 	got := AppendReply(nil, []any{int64(-1), "a", []byte("b"), nil, []any{}, errors.New("ERR x\r\ny"), true, false, 1.5, struct{}{}})
-	want := "*10\r\n:-1\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n*0\r\n-ERR x  y\r\n:1\r\n:0\r\n$3\r\n1.5\r\n-ERR hostredis: reply of unsupported type\r\n"
+	want := "*10\r\n:-1\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n*0\r\n-ERR x  y\r\n:1\r\n:0\r\n$3\r\n1.5\r\n-ERR host/redis: reply of unsupported type\r\n"
 	if string(got) != want {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}

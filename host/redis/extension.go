@@ -1,12 +1,12 @@
-// Package redisext gives the embedded Proxy-Wasm host (package host) Higress's Redis
-// extension to the ABI, on a real Redis Cluster through package hostredis:
+// NewExtension gives the embedded Proxy-Wasm host (package host) Higress's Redis
+// extension to the ABI, on real Redis Clusters (Clusters):
 //
 //	proxy_redis_init(service_ptr, service_size, username_ptr, username_size,
 //	                 password_ptr, password_size, timeout_ms) -> status
 //	proxy_redis_call(service_ptr, service_size, query_ptr, query_size, token_ptr) -> status
 //	export proxy_on_redis_call_response(context_id, token, status, response_size)
 //
-// proxy_redis_init binds the service (a cluster name given to hostredis.New, e.g. from
+// proxy_redis_init binds the service (a cluster name given to New, e.g. from
 // `sluice run --redis-cluster NAME=ADDR,...`) to credentials and a per-call timeout; it does
 // not connect. proxy_redis_call takes one command as a RESP array of bulk strings, writes a
 // token to token_ptr and returns at once; the reply is delivered later, on the worker of the
@@ -26,8 +26,9 @@
 // before the service's init; BAD_ARGUMENT for a query that is not a RESP array of bulk
 // strings; INVALID_MEMORY_ACCESS for pointers outside guest memory. Callback status: 0 with
 // Redis's reply (which may be an error reply such as NOSCRIPT), 1 network error, 2 timeout
-// (hostredis.Status); with a nonzero status the reply is empty.
-package redisext
+// (Status); with a nonzero status the reply is empty.
+
+package redis
 
 import (
 	"context"
@@ -38,7 +39,6 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sluice-proxy/sluice/host"
-	"github.com/sluice-proxy/sluice/hostredis"
 )
 
 // Names of the host calls and the callback.
@@ -60,7 +60,7 @@ type Stats struct {
 }
 
 // New returns the extension serving the clusters of c. st may be nil.
-func New(c *hostredis.Clusters, st *Stats) host.Extension {
+func NewExtension(c *Clusters, st *Stats) host.Extension {
 	if st == nil {
 		st = new(Stats)
 	}
@@ -73,7 +73,7 @@ func New(c *hostredis.Clusters, st *Stats) host.Extension {
 }
 
 type ext struct {
-	c     *hostredis.Clusters
+	c     *Clusters
 	st    *Stats
 	token atomic.Uint32
 }
@@ -82,9 +82,9 @@ func status(stack []uint64, s host.Status) { stack[0] = uint64(s) }
 
 func mapErr(err error) host.Status {
 	switch {
-	case errors.Is(err, hostredis.ErrUnknownCluster), errors.Is(err, hostredis.ErrNotInitialized):
+	case errors.Is(err, ErrUnknownCluster), errors.Is(err, ErrNotInitialized):
 		return host.StatusNotFound
-	case errors.Is(err, hostredis.ErrBadCommand):
+	case errors.Is(err, ErrBadCommand):
 		return host.StatusBadArgument
 	}
 	return host.StatusInternalFailure
@@ -131,7 +131,7 @@ func (x *ext) call(g *host.Guest, stack []uint64) {
 	}
 	root := g.RootContextID() // calls belong to the caller's root context, as in Higress's Envoy
 	// Call copies query before returning, so the view of guest memory may go stale.
-	err := x.c.Call(context.Background(), string(name), query, func(st hostredis.Status, reply []byte) {
+	err := x.c.Call(context.Background(), string(name), query, func(st Status, reply []byte) {
 		g.Post(func(g *host.Guest) { x.deliver(g, root, token, st, reply) })
 	})
 	if err != nil {
@@ -144,12 +144,12 @@ func (x *ext) call(g *host.Guest, stack []uint64) {
 	status(stack, host.StatusOK)
 }
 
-func (x *ext) deliver(g *host.Guest, root, token uint32, st hostredis.Status, reply []byte) {
+func (x *ext) deliver(g *host.Guest, root, token uint32, st Status, reply []byte) {
 	if !g.HasExport(CallbackName) || !g.ContextExists(root) {
 		x.st.Undelivered.Add(1)
 		return
 	}
-	if st == hostredis.StatusOK {
+	if st == StatusOK {
 		x.st.Replies.Add(1)
 	} else {
 		x.st.Failures.Add(1)

@@ -1,4 +1,4 @@
-// Command guest is the test guest of package redisext: a Proxy-Wasm filter in standard Go
+// Command guest is the test guest of package host/redis: a Proxy-Wasm filter in standard Go
 // that sends the Redis commands of a request header through Higress's Redis host calls and
 // answers with the replies. It is test code: small, explicit, no SDK.
 //

@@ -1,4 +1,4 @@
-package redisext
+package redis
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/host"
-	"github.com/sluice-proxy/sluice/hostredis"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 )
 
@@ -60,7 +59,7 @@ func testGuest(t testing.TB) []byte {
 // cluster, known as "rc" (and a second name "other" that the guest never initialises).
 func newHost(t *testing.T, config string, workers int) (*host.Host, *Stats) {
 	t.Helper()
-	c := hostredis.New(map[string][]string{"rc": cluster.Addrs, "other": cluster.Addrs}, hostredis.Options{})
+	c := New(map[string][]string{"rc": cluster.Addrs, "other": cluster.Addrs}, Options{})
 	t.Cleanup(func() { c.Close() })
 	st := new(Stats)
 	ctx := context.Background()
@@ -69,7 +68,7 @@ func newHost(t *testing.T, config string, workers int) (*host.Host, *Stats) {
 		PluginConfig: []byte(config),
 		Workers:      workers,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Extensions:   []host.Extension{New(c, st)},
+		Extensions:   []host.Extension{NewExtension(c, st)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +149,7 @@ func TestCallsReachEveryNode(t *testing.T) {
 // With two plugins in one VM, a call's reply goes to the root context of the stream that
 // made it: plugin 1's root (2), not the first root.
 func TestCallbackGoesToTheCallersRoot(t *testing.T) {
-	c := hostredis.New(map[string][]string{"rc": cluster.Addrs}, hostredis.Options{})
+	c := New(map[string][]string{"rc": cluster.Addrs}, Options{})
 	t.Cleanup(func() { c.Close() })
 	st := new(Stats)
 	ctx := context.Background()
@@ -160,7 +159,7 @@ func TestCallbackGoesToTheCallersRoot(t *testing.T) {
 		MorePlugins:  [][]byte{[]byte("rc - - 500")},
 		Workers:      1,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Extensions:   []host.Extension{New(c, st)},
+		Extensions:   []host.Extension{NewExtension(c, st)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
-// Package hostredis is the host side of Higress's Redis extension to
-// Proxy-Wasm, on a real Redis Cluster through go-redis's ClusterClient
-// (slot routing, MOVED/ASK, connection pooling).
+// Package redis is the host side of Higress's Redis extension to Proxy-Wasm, in two
+// parts: Clusters (this file), real Redis Clusters through go-redis's ClusterClient (slot
+// routing, MOVED/ASK, connection pooling), and NewExtension (extension.go), the host calls
+// that the embedded host (package host) gives a guest on top of them.
 //
 // The guest speaks raw RESP: proxy_redis_init binds a cluster name to
 // credentials and a timeout (Init); proxy_redis_call hands over one command
@@ -11,9 +12,9 @@
 // (NOSCRIPT, WRONGTYPE, a CLUSTERDOWN that outlived the redirects) are
 // StatusOK with the error reply, exactly as a raw connection would show them.
 //
-// This package knows nothing of the Wasm host: the embedded host wires Init
-// and Call to its hostcalls and delivers the callback on the VM's thread.
-package hostredis
+// Clusters knows nothing of the Wasm host: the extension wires Init and Call to the host
+// calls and delivers the callback on the VM's thread.
+package redis
 
 import (
 	"context"
@@ -24,7 +25,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
@@ -57,9 +58,9 @@ func (s Status) String() string {
 // Errors returned synchronously by Init and Call (the hostcall's own result:
 // the host maps them to NotFound / BadArgument).
 var (
-	ErrUnknownCluster = errors.New("hostredis: unknown redis cluster")
-	ErrNotInitialized = errors.New("hostredis: redis cluster not initialized (proxy_redis_init)")
-	ErrBadCommand     = errors.New("hostredis: command is not a RESP array of bulk strings")
+	ErrUnknownCluster = errors.New("host/redis: unknown redis cluster")
+	ErrNotInitialized = errors.New("host/redis: redis cluster not initialized (proxy_redis_init)")
+	ErrBadCommand     = errors.New("host/redis: command is not a RESP array of bulk strings")
 )
 
 // DefaultTimeout applies when Init is given a timeout of zero.
@@ -82,7 +83,7 @@ type Clusters struct {
 
 	mu      sync.Mutex
 	bound   map[string]*binding // by cluster name
-	clients map[clientKey]*redis.ClusterClient
+	clients map[clientKey]*goredis.ClusterClient
 	closed  bool
 }
 
@@ -92,7 +93,7 @@ type clientKey struct {
 }
 
 type binding struct {
-	client  *redis.ClusterClient
+	client  *goredis.ClusterClient
 	timeout time.Duration
 }
 
@@ -104,7 +105,7 @@ func New(clusters map[string][]string, opts Options) *Clusters {
 	for name, a := range clusters {
 		addrs[name] = append([]string(nil), a...)
 	}
-	return &Clusters{opts: opts, addrs: addrs, bound: map[string]*binding{}, clients: map[clientKey]*redis.ClusterClient{}}
+	return &Clusters{opts: opts, addrs: addrs, bound: map[string]*binding{}, clients: map[clientKey]*goredis.ClusterClient{}}
 }
 
 // ParseFlag parses the value of a --redis-cluster flag,
@@ -141,7 +142,7 @@ func (c *Clusters) Init(name, username, password string, timeout time.Duration) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return errors.New("hostredis: closed")
+		return errors.New("host/redis: closed")
 	}
 	cl := c.clients[k]
 	if cl == nil {
@@ -149,7 +150,7 @@ func (c *Clusters) Init(name, username, password string, timeout time.Duration) 
 		if maxRedirects == 0 {
 			maxRedirects = 3
 		}
-		cl = redis.NewClusterClient(&redis.ClusterOptions{
+		cl = goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs:    addrs,
 			Username: username,
 			Password: password,
@@ -265,7 +266,7 @@ func (b *binding) do(parent context.Context, args []any) (Status, []byte) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		cmd := redis.NewCmd(ctx, args...)
+		cmd := goredis.NewCmd(ctx, args...)
 		_ = b.client.Process(ctx, cmd)
 		done <- result{cmd.Val(), cmd.Err()}
 	}()
@@ -283,10 +284,10 @@ func encodeResult(v any, err error) (Status, []byte) {
 	switch {
 	case err == nil:
 		return StatusOK, AppendReply(nil, v)
-	case errors.Is(err, redis.Nil):
+	case errors.Is(err, goredis.Nil):
 		return StatusOK, append([]byte(nil), "$-1\r\n"...)
 	}
-	var rerr redis.Error
+	var rerr goredis.Error
 	if errors.As(err, &rerr) && !isNetError(err) {
 		return StatusOK, appendError(nil, rerr.Error())
 	}
@@ -339,7 +340,7 @@ func AppendReply(dst []byte, v any) []byte {
 	case float64: // RESP3 only
 		return resp.AppendBulkString(dst, strconv.FormatFloat(v, 'g', -1, 64))
 	}
-	return appendError(dst, "ERR hostredis: reply of unsupported type")
+	return appendError(dst, "ERR host/redis: reply of unsupported type")
 }
 
 func appendError(dst []byte, msg string) []byte {
