@@ -64,7 +64,7 @@ func (h *quietHost) SetSharedData(key, value []byte, cas uint32) abi.Status {
 		h.n++
 		h.keys[i] = append([]byte(nil), key...)
 	} else if cas != 0 && cas != h.cas[i] {
-		return abi.StatusCasMismatch
+		return abi.StatusCASMismatch
 	}
 	h.vals[i] = append(h.vals[i][:0], value...)
 	h.next++

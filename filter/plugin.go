@@ -184,7 +184,7 @@ func (p *Plugin) sharedSeed() uint64 {
 			_, cas, _ = p.host.GetSharedData(key)
 		}
 		switch p.host.SetSharedData(key, b[:], cas) {
-		case abi.StatusOK, abi.StatusCasMismatch:
+		case abi.StatusOK, abi.StatusCASMismatch:
 			continue // read back what won
 		}
 		break

@@ -186,7 +186,7 @@ func (s *slotStore) store(e *entry, state []byte) (ok bool, err error) {
 	switch st := s.host.SetSharedData(s.key(e.slot), v, cas); st {
 	case abi.StatusOK:
 		return true, nil
-	case abi.StatusCasMismatch:
+	case abi.StatusCASMismatch:
 		return false, nil
 	default:
 		return false, storeErr("set", st)

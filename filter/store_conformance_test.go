@@ -51,7 +51,7 @@ func TestSharedDataConformance(t *testing.T) {
 			if string(v) != "b" || cas2 == 0 || cas2 == cas1 {
 				t.Fatalf("after update: %q cas %d (was %d)", v, cas2, cas1)
 			}
-			if st := s.Set("k", []byte("c"), cas1); st != abi.StatusCasMismatch {
+			if st := s.Set("k", []byte("c"), cas1); st != abi.StatusCASMismatch {
 				t.Fatalf("stale cas: %v, want CAS_MISMATCH", st)
 			}
 			if v, _, _ := s.Get("k"); string(v) != "b" {

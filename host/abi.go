@@ -1,103 +1,73 @@
 package host
 
+import "github.com/sluice-proxy/sluice/proxywasm"
+
+// The ABI's numbers are defined once, in package proxywasm, for the guest's ABI layer and
+// this host alike; these are their names here.
+
 // Status is a Proxy-Wasm result code (WasmResult), returned by every host call.
-type Status uint32
+type Status = proxywasm.Status
 
 // Proxy-Wasm 0.2.1 result codes.
 const (
-	StatusOK                   Status = 0
-	StatusNotFound             Status = 1
-	StatusBadArgument          Status = 2
-	StatusSerializationFailure Status = 3
-	StatusParseFailure         Status = 4
-	StatusInvalidMemoryAccess  Status = 6
-	StatusEmpty                Status = 7
-	StatusCASMismatch          Status = 8
-	StatusInternalFailure      Status = 10
-	StatusUnimplemented        Status = 12
-)
-
-func (s Status) String() string {
-	switch s {
-	case StatusOK:
-		return "OK"
-	case StatusNotFound:
-		return "NOT_FOUND"
-	case StatusBadArgument:
-		return "BAD_ARGUMENT"
-	case StatusSerializationFailure:
-		return "SERIALIZATION_FAILURE"
-	case StatusParseFailure:
-		return "PARSE_FAILURE"
-	case StatusInvalidMemoryAccess:
-		return "INVALID_MEMORY_ACCESS"
-	case StatusEmpty:
-		return "EMPTY"
-	case StatusCASMismatch:
-		return "CAS_MISMATCH"
-	case StatusInternalFailure:
-		return "INTERNAL_FAILURE"
-	case StatusUnimplemented:
-		return "UNIMPLEMENTED"
-	}
-	return "STATUS_" + itoa(uint64(s))
-}
-
-// Header map types (proxy_*_header_map_*).
-const (
-	mapRequestHeaders          = 0
-	mapRequestTrailers         = 1
-	mapResponseHeaders         = 2
-	mapResponseTrailers        = 3
-	mapGrpcInitialMetadata     = 4
-	mapGrpcTrailingMetadata    = 5
-	mapHTTPCallResponseHeaders = 6
-	mapHTTPCallResponseTrailer = 7
-)
-
-// Buffer types (proxy_get_buffer_bytes and friends).
-const (
-	bufferRequestBody         = 0
-	bufferResponseBody        = 1
-	bufferDownstreamData      = 2
-	bufferUpstreamData        = 3
-	bufferHTTPCallResponse    = 4
-	bufferGrpcReceive         = 5
-	bufferVMConfiguration     = 6
-	bufferPluginConfiguration = 7
-	bufferCallData            = 8
+	StatusOK                   = proxywasm.StatusOK
+	StatusNotFound             = proxywasm.StatusNotFound
+	StatusBadArgument          = proxywasm.StatusBadArgument
+	StatusSerializationFailure = proxywasm.StatusSerializationFailure
+	StatusParseFailure         = proxywasm.StatusParseFailure
+	StatusInvalidMemoryAccess  = proxywasm.StatusInvalidMemoryAccess
+	StatusEmpty                = proxywasm.StatusEmpty
+	StatusCASMismatch          = proxywasm.StatusCASMismatch
+	StatusInternalFailure      = proxywasm.StatusInternalFailure
+	StatusUnimplemented        = proxywasm.StatusUnimplemented
 )
 
 // MetricType is a Proxy-Wasm metric type (proxy_define_metric).
-type MetricType uint32
+type MetricType = proxywasm.MetricType
 
 // Metric types.
 const (
-	MetricCounter   MetricType = 0
-	MetricGauge     MetricType = 1
-	MetricHistogram MetricType = 2
+	MetricCounter   = proxywasm.MetricCounter
+	MetricGauge     = proxywasm.MetricGauge
+	MetricHistogram = proxywasm.MetricHistogram
 )
 
-// Stream types (proxy_continue_stream).
+// Header map and buffer types as the host calls receive them (u32 arguments).
 const (
-	streamHTTPRequest  = 0
-	streamHTTPResponse = 1
+	mapRequestHeaders          = uint32(proxywasm.MapRequestHeaders)
+	mapRequestTrailers         = uint32(proxywasm.MapRequestTrailers)
+	mapResponseHeaders         = uint32(proxywasm.MapResponseHeaders)
+	mapResponseTrailers        = uint32(proxywasm.MapResponseTrailers)
+	mapHTTPCallResponseHeaders = uint32(proxywasm.MapHTTPCallResponseHeaders)
+	mapHTTPCallResponseTrailer = uint32(proxywasm.MapHTTPCallResponseTrailer)
+
+	bufferRequestBody         = uint32(proxywasm.BufferRequestBody)
+	bufferResponseBody        = uint32(proxywasm.BufferResponseBody)
+	bufferHTTPCallResponse    = uint32(proxywasm.BufferHTTPCallResponse)
+	bufferVMConfiguration     = uint32(proxywasm.BufferVMConfiguration)
+	bufferPluginConfiguration = uint32(proxywasm.BufferPluginConfiguration)
+)
+
+// Stream types (proxy_continue_stream), as the host call receives them.
+const (
+	streamHTTPRequest  = int(proxywasm.StreamRequest)
+	streamHTTPResponse = int(proxywasm.StreamResponse)
 )
 
 // Filter actions returned by proxy_on_*_headers / _body.
 const (
-	actionContinue = 0
-	actionPause    = 1
+	actionContinue = uint64(proxywasm.ActionContinue)
+	actionPause    = uint64(proxywasm.ActionPause)
 )
 
 // Log levels of proxy_log / proxy_get_log_level.
 const (
-	logTrace    = 0
-	logDebug    = 1
-	logInfo     = 2
-	logWarn     = 3
-	logError    = 4
-	logCritical = 5
+	logTrace    = uint32(proxywasm.LogTrace)
+	logDebug    = uint32(proxywasm.LogDebug)
+	logInfo     = uint32(proxywasm.LogInfo)
+	logWarn     = uint32(proxywasm.LogWarn)
+	logError    = uint32(proxywasm.LogError)
+	logCritical = uint32(proxywasm.LogCritical)
 )
 
 func itoa(v uint64) string {

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"encoding/binary"
 	"strings"
 )
 
@@ -121,80 +120,4 @@ func (m *headerMap) regular() [][2]string {
 		}
 	}
 	return out
-}
-
-// serializedSize is the size of the Proxy-Wasm pair serialization of kv.
-func serializedSize(kv [][2]string) int {
-	n := 4
-	for _, p := range kv {
-		n += 8 + len(p[0]) + 1 + len(p[1]) + 1
-	}
-	return n
-}
-
-// serializePairs writes kv into dst (len(dst) == serializedSize(kv)): a u32 count, then a u32
-// key size and u32 value size per pair, then each key and value followed by a NUL byte.
-func serializePairs(dst []byte, kv [][2]string) {
-	binary.LittleEndian.PutUint32(dst, uint32(len(kv)))
-	o := 4
-	for _, p := range kv {
-		binary.LittleEndian.PutUint32(dst[o:], uint32(len(p[0])))
-		binary.LittleEndian.PutUint32(dst[o+4:], uint32(len(p[1])))
-		o += 8
-	}
-	for _, p := range kv {
-		o += copy(dst[o:], p[0])
-		dst[o] = 0
-		o++
-		o += copy(dst[o:], p[1])
-		dst[o] = 0
-		o++
-	}
-}
-
-// SerializePairs encodes header pairs in the Proxy-Wasm map format (for tests and extensions).
-func SerializePairs(kv [][2]string) []byte {
-	b := make([]byte, serializedSize(kv))
-	serializePairs(b, kv)
-	return b
-}
-
-// ParsePairs decodes the Proxy-Wasm map format. It reports false on malformed input.
-func ParsePairs(b []byte) ([][2]string, bool) {
-	if len(b) == 0 {
-		return nil, true
-	}
-	if len(b) < 4 {
-		return nil, false
-	}
-	n := int(binary.LittleEndian.Uint32(b))
-	if n < 0 || n > (len(b)-4)/8 {
-		return nil, false
-	}
-	sizes := b[4:]
-	data := 4 + 8*n
-	// Validate first, then convert the names and values with one allocation: they are
-	// substrings of one string. One spare entry lets a caller append without growing.
-	end := data
-	for i := 0; i < n; i++ {
-		ks := int(binary.LittleEndian.Uint32(sizes[8*i:]))
-		vs := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
-		if ks < 0 || vs < 0 || ks > len(b) || vs > len(b) || end+ks+1+vs+1 > len(b) {
-			return nil, false
-		}
-		end += ks + 1 + vs + 1
-	}
-	all := string(b[data:end])
-	out := make([][2]string, 0, n+1)
-	o := 0
-	for i := 0; i < n; i++ {
-		ks := int(binary.LittleEndian.Uint32(sizes[8*i:]))
-		vs := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
-		k := all[o : o+ks]
-		o += ks + 1
-		v := all[o : o+vs]
-		o += vs + 1
-		out = append(out, [2]string{k, v})
-	}
-	return out, true
 }

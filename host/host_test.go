@@ -129,25 +129,6 @@ func TestSetHeaderMapPairs(t *testing.T) {
 	}
 }
 
-func TestPairSerialization(t *testing.T) {
-	kv := [][2]string{{"a", "1"}, {":path", "/x"}, {"empty", ""}}
-	b := SerializePairs(kv)
-	want := "\x03\x00\x00\x00" + "\x01\x00\x00\x00\x01\x00\x00\x00" + "\x05\x00\x00\x00\x02\x00\x00\x00" + "\x05\x00\x00\x00\x00\x00\x00\x00" +
-		"a\x001\x00:path\x00/x\x00empty\x00\x00"
-	if string(b) != want {
-		t.Fatalf("SerializePairs = %q\nwant            %q", b, want)
-	}
-	back, ok := ParsePairs(b)
-	if !ok || fmt.Sprint(back) != fmt.Sprint(kv) {
-		t.Fatalf("ParsePairs = %v, %v", back, ok)
-	}
-	for _, bad := range []string{"\x01", "\x05\x00\x00\x00", "\x01\x00\x00\x00\xff\x00\x00\x00\x00\x00\x00\x00a\x00"} {
-		if _, ok := ParsePairs([]byte(bad)); ok {
-			t.Errorf("ParsePairs(%q) accepted malformed input", bad)
-		}
-	}
-}
-
 func TestLocalResponse(t *testing.T) {
 	h, _ := newHost(t, "kitchen", Options{})
 	called := false

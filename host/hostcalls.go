@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/proxywasm"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -305,7 +306,7 @@ func hcGetHeaderMapPairs(v *vm, s []uint64) {
 		ret(s, st)
 		return
 	}
-	n := uint32(serializedSize(m.kv))
+	n := uint32(proxywasm.PairsSize(m.kv))
 	p := v.alloc(n)
 	if p == 0 {
 		ret(s, StatusInternalFailure)
@@ -316,7 +317,7 @@ func hcGetHeaderMapPairs(v *vm, s []uint64) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
-	serializePairs(dst, m.kv)
+	proxywasm.PutPairs(dst, m.kv)
 	if !v.writeU32(u32(s[1]), p) || !v.writeU32(u32(s[2]), n) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
@@ -335,7 +336,7 @@ func hcSetHeaderMapPairs(v *vm, s []uint64) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
-	kv, ok := ParsePairs(b)
+	kv, ok := proxywasm.ParsePairs(b)
 	if !ok {
 		ret(s, StatusBadArgument)
 		return
@@ -445,7 +446,7 @@ func hcGetHeaderMapSize(v *vm, s []uint64) {
 		ret(s, st)
 		return
 	}
-	if !v.writeU32(u32(s[1]), uint32(serializedSize(m.kv))) {
+	if !v.writeU32(u32(s[1]), uint32(proxywasm.PairsSize(m.kv))) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
@@ -531,7 +532,7 @@ func (v *vm) property(path []byte) (str string, b []byte, ok bool) {
 	case "request\x00protocol":
 		return strv(c.protocol)
 	case "request\x00headers":
-		return "", SerializePairs(c.reqHeaders.kv), true
+		return "", proxywasm.AppendPairs(nil, c.reqHeaders.kv), true
 	case "response\x00code":
 		if !c.respPhase {
 			return "", nil, false
@@ -549,7 +550,7 @@ func (v *vm) property(path []byte) (str string, b []byte, ok bool) {
 		if !c.respPhase {
 			return "", nil, false
 		}
-		return "", SerializePairs(c.respHeaders.kv), true
+		return "", proxywasm.AppendPairs(nil, c.respHeaders.kv), true
 	}
 	return "", nil, false
 }
@@ -585,7 +586,7 @@ func hcSendLocalResponse(v *vm, s []uint64) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
-	kv, ok := ParsePairs(hdrs)
+	kv, ok := proxywasm.ParsePairs(hdrs)
 	if !ok {
 		ret(s, StatusBadArgument)
 		return

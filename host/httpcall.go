@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
 type httpCallResult struct {
@@ -26,7 +28,7 @@ func hcHTTPCall(v *vm, s []uint64) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
-	kv, ok := ParsePairs(hdrs)
+	kv, ok := proxywasm.ParsePairs(hdrs)
 	if !ok {
 		ret(s, StatusBadArgument)
 		return

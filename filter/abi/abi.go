@@ -26,113 +26,57 @@
 // them (the imports test pins that).
 package abi
 
-// Status is a Proxy-Wasm WasmResult.
-type Status uint32
+import "github.com/sluice-proxy/sluice/proxywasm"
 
-// The WasmResult values of ABI 0.2.1.
-const (
-	StatusOK                   Status = 0
-	StatusNotFound             Status = 1
-	StatusBadArgument          Status = 2
-	StatusSerializationFailure Status = 3
-	StatusParseFailure         Status = 4
-	StatusInvalidMemoryAccess  Status = 6
-	StatusEmpty                Status = 7
-	StatusCasMismatch          Status = 8
-	StatusInternalFailure      Status = 10
-	StatusUnimplemented        Status = 12
+// The ABI's numbers and the header-pair encoding are defined once, in package proxywasm,
+// for this layer and the embedded host alike; these are their names here.
+type (
+	Status     = proxywasm.Status
+	LogLevel   = proxywasm.LogLevel
+	MapType    = proxywasm.MapType
+	BufferType = proxywasm.BufferType
+	Action     = proxywasm.Action
+	MetricType = proxywasm.MetricType
+	// Header is one header of a local response.
+	Header = proxywasm.Header
 )
 
-// String returns the ABI name of s.
-func (s Status) String() string {
-	switch s {
-	case StatusOK:
-		return "OK"
-	case StatusNotFound:
-		return "NOT_FOUND"
-	case StatusBadArgument:
-		return "BAD_ARGUMENT"
-	case StatusSerializationFailure:
-		return "SERIALIZATION_FAILURE"
-	case StatusParseFailure:
-		return "PARSE_FAILURE"
-	case StatusInvalidMemoryAccess:
-		return "INVALID_MEMORY_ACCESS"
-	case StatusEmpty:
-		return "EMPTY"
-	case StatusCasMismatch:
-		return "CAS_MISMATCH"
-	case StatusInternalFailure:
-		return "INTERNAL_FAILURE"
-	case StatusUnimplemented:
-		return "UNIMPLEMENTED"
-	}
-	return "STATUS_" + itoa(uint32(s))
-}
-
-// LogLevel is a proxy_log level.
-type LogLevel uint32
-
-// Log levels.
+// The values sluice uses.
 const (
-	LogTrace    LogLevel = 0
-	LogDebug    LogLevel = 1
-	LogInfo     LogLevel = 2
-	LogWarn     LogLevel = 3
-	LogError    LogLevel = 4
-	LogCritical LogLevel = 5
+	StatusOK                  = proxywasm.StatusOK
+	StatusNotFound            = proxywasm.StatusNotFound
+	StatusBadArgument         = proxywasm.StatusBadArgument
+	StatusInvalidMemoryAccess = proxywasm.StatusInvalidMemoryAccess
+	StatusEmpty               = proxywasm.StatusEmpty
+	StatusCASMismatch         = proxywasm.StatusCASMismatch
+	StatusInternalFailure     = proxywasm.StatusInternalFailure
+	StatusUnimplemented       = proxywasm.StatusUnimplemented
+
+	LogTrace    = proxywasm.LogTrace
+	LogDebug    = proxywasm.LogDebug
+	LogInfo     = proxywasm.LogInfo
+	LogWarn     = proxywasm.LogWarn
+	LogError    = proxywasm.LogError
+	LogCritical = proxywasm.LogCritical
+
+	MapRequestHeaders   = proxywasm.MapRequestHeaders
+	MapRequestTrailers  = proxywasm.MapRequestTrailers
+	MapResponseHeaders  = proxywasm.MapResponseHeaders
+	MapResponseTrailers = proxywasm.MapResponseTrailers
+
+	BufferRequestBody         = proxywasm.BufferRequestBody
+	BufferResponseBody        = proxywasm.BufferResponseBody
+	BufferVMConfiguration     = proxywasm.BufferVMConfiguration
+	BufferPluginConfiguration = proxywasm.BufferPluginConfiguration
+	BufferRedisCallResponse   = proxywasm.BufferRedisCallResponse
+
+	ActionContinue = proxywasm.ActionContinue
+	ActionPause    = proxywasm.ActionPause
+
+	MetricCounter   = proxywasm.MetricCounter
+	MetricGauge     = proxywasm.MetricGauge
+	MetricHistogram = proxywasm.MetricHistogram
 )
-
-// MapType selects a header map.
-type MapType uint32
-
-// Header maps.
-const (
-	MapRequestHeaders   MapType = 0
-	MapRequestTrailers  MapType = 1
-	MapResponseHeaders  MapType = 2
-	MapResponseTrailers MapType = 3
-)
-
-// BufferType selects a buffer for proxy_get_buffer_bytes.
-type BufferType uint32
-
-// Buffers.
-const (
-	BufferRequestBody         BufferType = 0
-	BufferResponseBody        BufferType = 1
-	BufferVMConfiguration     BufferType = 6
-	BufferPluginConfiguration BufferType = 7
-	// BufferRedisCallResponse is Higress's buffer holding a raw RESP reply
-	// (only hosts with the Redis extension).
-	BufferRedisCallResponse BufferType = 9
-)
-
-// Action is what a stream callback returns.
-type Action uint32
-
-// Actions.
-const (
-	ActionContinue Action = 0
-	ActionPause    Action = 1
-)
-
-// MetricType is the kind of a metric defined with proxy_define_metric.
-type MetricType uint32
-
-// Metric types.
-const (
-	MetricCounter   MetricType = 0
-	MetricGauge     MetricType = 1
-	MetricHistogram MetricType = 2
-)
-
-// Header is one header of a local response. Value is a byte slice so
-// callers can format values into reusable buffers without allocating.
-type Header struct {
-	Name  string
-	Value []byte
-}
 
 // Host is the set of host calls sluice makes, relative to the context the
 // host is currently calling into (Proxy-Wasm has no explicit context
@@ -163,7 +107,7 @@ type Host interface {
 	GetSharedData(key []byte) (value []byte, cas uint32, st Status)
 	// SetSharedData stores a shared-data value (proxy_set_shared_data): cas
 	// 0 is unconditional; a nonzero cas must match the key's current token
-	// (StatusCasMismatch otherwise) unless the key does not exist yet.
+	// (StatusCASMismatch otherwise) unless the key does not exist yet.
 	SetSharedData(key, value []byte, cas uint32) Status
 	// DefineMetric defines (or looks up) a metric (proxy_define_metric).
 	DefineMetric(mt MetricType, name string) (id uint32, st Status)
@@ -189,75 +133,6 @@ type Handler interface {
 	OnDone(id uint32) bool
 	OnDelete(id uint32)
 	OnTick(rootID uint32)
-}
-
-// SerializeHeaders appends the Proxy-Wasm serialization of headers to dst:
-// a u32 count, then a u32 name size and u32 value size per pair, then each
-// name and value followed by NUL (all little-endian).
-func SerializeHeaders(dst []byte, headers []Header) []byte {
-	dst = appendU32(dst, uint32(len(headers)))
-	for i := range headers {
-		dst = appendU32(dst, uint32(len(headers[i].Name)))
-		dst = appendU32(dst, uint32(len(headers[i].Value)))
-	}
-	for i := range headers {
-		dst = append(dst, headers[i].Name...)
-		dst = append(dst, 0)
-		dst = append(dst, headers[i].Value...)
-		dst = append(dst, 0)
-	}
-	return dst
-}
-
-// DeserializeHeaders parses the serialization SerializeHeaders produces. It
-// returns nil, false for malformed input (never panics).
-func DeserializeHeaders(b []byte) ([][2]string, bool) {
-	if len(b) < 4 {
-		return nil, len(b) == 0
-	}
-	n := int(readU32(b))
-	if n < 0 || n > (len(b)-4)/8 {
-		return nil, false
-	}
-	sizes := b[4 : 4+8*n]
-	data := b[4+8*n:]
-	out := make([][2]string, n)
-	for i := 0; i < n; i++ {
-		ks, vs := int(readU32(sizes[8*i:])), int(readU32(sizes[8*i+4:]))
-		if ks < 0 || vs < 0 || ks+1 > len(data) {
-			return nil, false
-		}
-		out[i][0] = string(data[:ks])
-		data = data[ks+1:]
-		if vs+1 > len(data) {
-			return nil, false
-		}
-		out[i][1] = string(data[:vs])
-		data = data[vs+1:]
-	}
-	return out, true
-}
-
-func appendU32(b []byte, v uint32) []byte {
-	return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
-}
-
-func readU32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-}
-
-func itoa(v uint32) string {
-	var b [10]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			break
-		}
-	}
-	return string(b[i:])
 }
 
 // handler receives the exported callbacks (see SetHandler).

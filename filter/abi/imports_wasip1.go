@@ -2,7 +2,11 @@
 
 package abi
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/sluice-proxy/sluice/proxywasm"
+)
 
 // The host calls sluice.wasm imports. Each is provided by Envoy ≥ 1.33 and by
 // the tetratelabs proxytest emulator; the imports test pins this list.
@@ -110,7 +114,7 @@ func (*Imports) GetProperty(path string) ([]byte, Status) {
 
 // SendLocalResponse implements Host.
 func (im *Imports) SendLocalResponse(status int, details string, body []byte, headers []Header) Status {
-	im.scratch = SerializeHeaders(im.scratch[:0], headers)
+	im.scratch = proxywasm.AppendHeaders(im.scratch[:0], headers)
 	return Status(proxySendLocalResponse(uint32(status), strPtr(details), uint32(len(details)),
 		bytesPtr(body), uint32(len(body)), bytesPtr(im.scratch), uint32(len(im.scratch)), -1))
 }

@@ -55,14 +55,14 @@ func (s *SharedData) Set(key string, value []byte, cas uint32) abi.Status {
 	if s.ProxytestSemantics {
 		e, ok := s.m[key]
 		if ok && e.cas != cas {
-			return abi.StatusCasMismatch
+			return abi.StatusCASMismatch
 		}
 		s.m[key] = sharedValue{v: append([]byte(nil), value...), cas: cas + 1}
 		s.sets++
 		return abi.StatusOK
 	}
 	if e, ok := s.m[key]; ok && cas != 0 && cas != e.cas {
-		return abi.StatusCasMismatch
+		return abi.StatusCASMismatch
 	}
 	s.m[key] = sharedValue{v: append([]byte(nil), value...), cas: s.next}
 	s.next++
