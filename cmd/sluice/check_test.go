@@ -58,8 +58,8 @@ func TestCheckUsage(t *testing.T) {
 	stdout.Reset()
 	stderr.Reset()
 	dispatch([]string{"help"}, &stdout, &stderr)
-	if !strings.Contains(stderr.String(), "check      validate a plugin configuration") {
-		t.Errorf("check is not listed in the usage:\n%s", stderr.String())
+	if !strings.Contains(stdout.String(), "check      validate a plugin configuration") {
+		t.Errorf("check is not listed in the usage:\n%s", stdout.String())
 	}
 }
 

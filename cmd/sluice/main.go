@@ -3,14 +3,18 @@
 //	sluice check FILE          validate a plugin configuration
 //	sluice run [flags]         serve HTTP through the filter on an embedded Proxy-Wasm host
 //	sluice simulate [flags]    replay traffic through the algorithms, write an HTML report
+//	sluice version             the version, commit and Go version this binary was built from
 //
-// Each subcommand lives in its own file and registers itself in commands.
+// `sluice --help`, `sluice help` and `sluice CMD --help` print usage to stdout and exit 0; a
+// usage error prints one line and a pointer to --help on stderr and exits 2. Each
+// subcommand lives in its own file and registers itself in commands.
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 )
 
@@ -28,21 +32,78 @@ func main() {
 }
 
 func dispatch(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr)
 		return 2
 	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return c.run([]string{"--help"}, stdout, stderr)
+			}
+		}
+		usage(stdout)
+		return 0
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, versionLine())
+		return 0
+	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "sluice: unknown command %q\n", args[0])
-		usage(stderr)
+		fmt.Fprintf(stderr, "sluice: unknown command %q; see 'sluice --help'\n", args[0])
 		return 2
 	}
 	return c.run(args[1:], stdout, stderr)
 }
 
+// usageError reports a command-line mistake in one line, with a pointer to the help.
+func usageError(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "sluice %s: %v; see 'sluice %s --help'\n", cmd, err, cmd)
+	return 2
+}
+
+// versionLine describes the build from the binary's build information: module version,
+// VCS revision (and whether the tree was modified) and the Go version.
+func versionLine() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "sluice (no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	line := "sluice " + v
+	var rev, when string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		line += " commit " + rev
+		if modified {
+			line += " (modified)"
+		}
+		if when != "" {
+			line += " " + when
+		}
+	}
+	return line + " " + bi.GoVersion
+}
+
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: sluice <command> [arguments]")
+	fmt.Fprintln(w, "usage: sluice <command> [arguments]   (sluice <command> --help for its flags)")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -51,4 +112,5 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
+	fmt.Fprintf(w, "  %-10s %s\n", "version", "print the version, commit and Go version")
 }

@@ -301,8 +301,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	}
 	f, err := parseSimFlags(args, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice simulate: %v\n\n%s", err, simulateUsage)
-		return 2
+		return usageError(stderr, "simulate", err)
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
