@@ -13,6 +13,7 @@ type AdminStatus struct {
 	RootID        string              `json:"root_id"`
 	PluginName    string              `json:"plugin_name"`
 	FailOpen      bool                `json:"fail_open"`
+	Closed        bool                `json:"closed"`
 	UptimeSeconds float64             `json:"uptime_seconds"`
 	StartedAt     time.Time           `json:"started_at"`
 	Requests      uint64              `json:"requests"`
@@ -24,7 +25,13 @@ type AdminStatus struct {
 		Keys  int `json:"keys"`
 		Bytes int `json:"bytes"`
 	} `json:"shared_data"`
-	PluginConfig string `json:"plugin_config"`
+	// PluginConfig is plugin 0's configuration in force on worker 0; Plugins has every
+	// plugin's, with the workers each is in force on.
+	PluginConfig string              `json:"plugin_config"`
+	Plugins      []AdminPluginStatus `json:"plugins"`
+	// MetricsUnexposed are the guest metrics /metrics leaves out: their Prometheus name
+	// or series is another's.
+	MetricsUnexposed []string `json:"metrics_unexposed"`
 }
 
 // AdminWorkerStatus is one worker in AdminStatus.
@@ -37,61 +44,94 @@ type AdminWorkerStatus struct {
 	Failed      uint64 `json:"failed_requests"`
 }
 
+// AdminPluginStatus is one plugin in AdminStatus.
+type AdminPluginStatus struct {
+	Plugin  int                 `json:"plugin"`
+	Configs []AdminPluginConfig `json:"configs"`
+}
+
+// AdminPluginConfig is a configuration in force and its workers.
+type AdminPluginConfig struct {
+	Config  string `json:"config"`
+	Workers []int  `json:"workers"`
+}
+
 // Status returns the document served at /status.
-func (h *Host) Status() AdminStatus {
-	st := h.Stats()
+func (s Snapshot) Status() AdminStatus {
+	st := s.Stats
 	a := AdminStatus{
-		ABIVersion:    st.ABIVersion,
-		VMID:          h.opts.VMID,
-		RootID:        h.opts.RootID,
-		PluginName:    h.opts.PluginName,
-		FailOpen:      h.opts.FailOpen,
-		UptimeSeconds: st.Uptime.Seconds(),
-		StartedAt:     h.start.UTC(),
-		Requests:      st.Requests,
-		VMRestarts:    st.VMRestarts,
-		Failed:        st.Failed,
-		MemoryLimit:   uint64(h.opts.MemoryLimitPages) * 65536,
-		PluginConfig:  string(h.opts.PluginConfig),
+		ABIVersion:       st.ABIVersion,
+		VMID:             s.VMID,
+		RootID:           s.RootID,
+		PluginName:       s.PluginName,
+		FailOpen:         s.FailOpen,
+		Closed:           s.Closed,
+		UptimeSeconds:    st.Uptime.Seconds(),
+		StartedAt:        s.StartedAt.UTC(),
+		Requests:         st.Requests,
+		VMRestarts:       st.VMRestarts,
+		Failed:           st.Failed,
+		MemoryLimit:      s.MemoryLimitBytes,
+		Workers:          []AdminWorkerStatus{},
+		Plugins:          []AdminPluginStatus{},
+		MetricsUnexposed: []string{},
 	}
 	a.SharedData.Keys, a.SharedData.Bytes = st.SharedData.Keys, st.SharedData.Bytes
 	for _, w := range st.Workers {
 		a.Workers = append(a.Workers, AdminWorkerStatus{ID: w.ID, Healthy: w.Healthy, MemoryBytes: w.MemoryBytes, VMRestarts: w.VMRestarts, Requests: w.Requests, Failed: w.Failed})
 	}
+	for _, p := range s.Plugins {
+		ps := AdminPluginStatus{Plugin: p.Plugin}
+		for _, c := range p.Configs {
+			ps.Configs = append(ps.Configs, AdminPluginConfig{Config: string(c.Config), Workers: c.Workers})
+		}
+		a.Plugins = append(a.Plugins, ps)
+	}
+	if len(s.Plugins) > 0 {
+		a.PluginConfig = string(s.Plugins[0].Config())
+	}
+	if _, unexposed := s.promFamilies(); unexposed != nil {
+		a.MetricsUnexposed = unexposed
+	}
 	return a
 }
 
-// AdminHandler serves /metrics (Prometheus text: the guest's metrics and sluice_host_*),
-// /status (AdminStatus as JSON) and /healthz ("ok", or 503 when a worker has no VM).
+// Health is what /healthz answers: "ok", or why not — "closed" after Close, or that a
+// worker has no VM.
+func (s Snapshot) Health() (ok bool, reason string) {
+	if s.Closed {
+		return false, "closed"
+	}
+	for _, w := range s.Stats.Workers {
+		if !w.Healthy {
+			return false, "unhealthy: a worker has no VM"
+		}
+	}
+	return true, "ok"
+}
+
+// AdminHandler serves, each from a fresh Snapshot, /metrics (Prometheus text: the guest's
+// metrics and sluice_host_*), /status (AdminStatus as JSON) and /healthz ("ok", or 503
+// with the reason: the host is closed, or a worker has no VM).
 func (h *Host) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		h.WritePrometheus(w)
+		h.Snapshot().WritePrometheus(w)
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(h.Status())
+		enc.Encode(h.Snapshot().Status())
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
-		for _, ws := range h.Stats().Workers {
-			if !ws.Healthy {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				w.Write([]byte("unhealthy: a worker has no VM\n"))
-				return
-			}
-		}
-		select {
-		case <-h.closed:
+		ok, reason := h.Snapshot().Health()
+		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte("closed\n"))
-			return
-		default:
 		}
-		w.Write([]byte("ok\n"))
+		w.Write([]byte(reason + "\n"))
 	})
 	return mux
 }

@@ -180,9 +180,10 @@
 //	h.SharedData().Get(key) / Set(key, v, cas) / Len() / Bytes() / Keys()
 //	h.Stats()                     // per-worker memory, restarts, requests, failed requests
 //	h.Metrics(), h.Metric(name)   // the guest's metrics (process-wide, by name)
-//	h.WritePrometheus(w)          // guest + host metrics, Prometheus text format
-//	h.Status()                    // the /status document
-//	h.AdminHandler()              // /metrics, /status (JSON), /healthz
+//	snap := h.Snapshot()          // stats, metrics, configurations in force, closed: Go values
+//	snap.WritePrometheus(w)       // guest + host metrics, Prometheus text format
+//	snap.Status()                 // the /status document
+//	h.AdminHandler()              // /metrics, /status (JSON), /healthz, each from a Snapshot
 //	h.Tick(ctx)                   // run proxy_on_tick now for every root that has a period set
 //
 // Exchange sends the request through one worker in a single hand-off: request phase, then
@@ -192,12 +193,23 @@
 // upstream on the request's goroutine instead, and hands off to the worker once per phase.
 // A Host is safe for concurrent use by many goroutines.
 //
-// Guest metric names become Prometheus names: a name of the form base{label="v"} keeps its
-// labels, other characters outside [a-zA-Z0-9_:] become '_'. The host adds
-// sluice_host_workers, sluice_host_requests_total, sluice_host_vm_restarts_total,
+// # Metrics
+//
+// Guest metric names become Prometheus names (Metric.Family, Metric.Labels): a name of the
+// form base{label="v",...} keeps its labels (values escaped as in the Prometheus text
+// format: \\, \" and \n; label names sanitised; a label set that does not parse, or has
+// a label named "le" on a histogram, a repeated name or a reserved "__" one, is part of
+// the name instead); every other character outside [a-zA-Z0-9_:], and a leading digit,
+// becomes '_' (Envoy-style "a.b.c" becomes "a_b_c"). WritePrometheus gives every family
+// one # HELP line (Options.MetricHelp, or the metric's type and name) and one # TYPE line
+// followed by all its samples, and escapes label values. Two guest metrics cannot share a
+// series or a family name with different types: the first by guest name is exposed, the
+// other left out (counted in sluice_host_metrics_unexposed, named in /status). The host
+// adds sluice_host_workers, sluice_host_requests_total, sluice_host_vm_restarts_total,
 // sluice_host_failed_requests_total, sluice_host_worker_memory_bytes{worker},
 // sluice_host_worker_healthy{worker}, sluice_host_shared_data_keys,
-// sluice_host_shared_data_bytes and sluice_host_uptime_seconds.
+// sluice_host_shared_data_bytes, sluice_host_uptime_seconds and
+// sluice_host_metrics_unexposed.
 //
 // # Extensions
 //

@@ -63,6 +63,10 @@ type Options struct {
 	// Profile names the proxy-wasm-cpp-host behaviour set to reproduce (see Profile);
 	// default DefaultProfile, the strictest.
 	Profile string
+	// MetricHelp, when set, gives the # HELP text of a guest metric from its name as the
+	// guest defined it (Proxy-Wasm metrics carry no description); "" or nil: a
+	// description by type and name.
+	MetricHelp func(name string) string
 }
 
 // Host runs a Proxy-Wasm module on a pool of workers. Safe for concurrent use.

@@ -294,7 +294,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	h.WritePrometheus(&b)
+	h.Snapshot().WritePrometheus(&b)
 	out := b.String()
 	for _, want := range []string{
 		"# TYPE kitchen_requests_total counter\nkitchen_requests_total 10\n",

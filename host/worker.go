@@ -28,6 +28,8 @@ type worker struct {
 	// configs holds, per plugin, the configuration in force on this worker: a VM created
 	// for it (at start, after a trap) gets one root per plugin configured with these.
 	configs [][]byte
+	// inForce publishes configs for Snapshot (nil: still the Options' configurations).
+	inForce atomic.Pointer[[][]byte]
 
 	callStart atomic.Int64 // UnixNano when the current guest call started; 0 when idle
 	callVM    atomic.Pointer[vm]
@@ -237,7 +239,7 @@ func (w *worker) reconfigure(plugin int, config []byte) error {
 	v := w.vm
 	if v == nil || v.dead {
 		// No VM to ask: the next one is created with the new configuration.
-		w.configs[plugin] = config
+		w.setConfig(plugin, config)
 		w.h.log.Warn("host: reconfigure: worker has no VM; its next VM gets the new configuration", "worker", w.id, "plugin", plugin)
 		return nil
 	}
@@ -252,7 +254,7 @@ func (w *worker) reconfigure(plugin int, config []byte) error {
 	}
 	old := v.active[plugin]
 	v.active[plugin] = r
-	w.configs[plugin] = config
+	w.setConfig(plugin, config)
 	old.draining = true
 	if old.streams == 0 {
 		w.retire(v, old)
