@@ -9,15 +9,20 @@ import (
 )
 
 // The live dashboard of `sluice run --admin ADDR`, at /dashboard/ on the admin server. It
-// reads the host's own /metrics and /status (in process, through the admin handler) once
-// a second and keeps ten minutes of samples; see package dashboard.
+// takes the host's snapshot (the one /metrics and /status render) in process once a
+// second and keeps ten minutes of samples; see package dashboard. The filter's metrics get
+// their # HELP texts from the same package.
 func init() {
+	runHooks = append(runHooks, runHook{apply: func(opts *host.Options) (func(), error) {
+		opts.MetricHelp = dashboard.MetricHelp
+		return nil, nil
+	}})
 	adminRoutes = append(adminRoutes, mountDashboard)
 }
 
 func mountDashboard(mux *http.ServeMux, h *host.Host) {
-	d := dashboard.New(dashboard.AdminSource(h.AdminHandler()), dashboard.Options{})
-	// Run stops by itself when the host is closed (the admin handler's /healthz says so).
+	d := dashboard.New(h, dashboard.Options{})
+	// Run stops by itself when the host is closed (its snapshot says so).
 	go d.Run(context.Background())
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d.Handler()))
 }

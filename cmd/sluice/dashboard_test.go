@@ -181,8 +181,47 @@ func TestDashboardAPIInRun(t *testing.T) {
 			t.Errorf("worker %+v", w)
 		}
 	}
-	if !strings.Contains(st.Config.Pretty, `"name": "per-client"`) || len(st.MetricErrors) != 0 {
-		t.Errorf("config %q, metric errors %v", st.Config.Pretty, st.MetricErrors)
+	if !strings.Contains(st.Config.Pretty, `"name": "per-client"`) || st.Config.Error != "" || len(st.Problems) != 0 {
+		t.Errorf("config %q (error %q), problems %v", st.Config.Pretty, st.Config.Error, st.Problems)
+	}
+	if r.Summary != "per-client: fixed_window 5/1m key=remote_ip match=all local enforce" {
+		t.Errorf("summary %q", r.Summary)
+	}
+
+	// /metrics renders the same snapshot: the counters the page shows, and a # HELP line
+	// for every family — the filter's from their names, none left to the host's generic text.
+	resp, err = http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		"# HELP sluice_per_client_allowed sluice rule per-client: requests allowed\n# TYPE sluice_per_client_allowed counter\nsluice_per_client_allowed 5\n",
+		"# HELP sluice_per_client_denied sluice rule per-client: requests denied\n# TYPE sluice_per_client_denied counter\nsluice_per_client_denied 7\n",
+		"# HELP sluice_audit_shadow_denied sluice rule audit: requests the rule, in shadow mode, would have denied (let through)\n",
+		"# HELP sluice_errors sluice: internal errors of the filter",
+		"sluice_host_requests_total 12\n",
+		"sluice_host_metrics_unexposed 0\n",
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+	helps, types := 0, 0
+	for _, line := range strings.Split(string(metrics), "\n") {
+		switch {
+		case strings.HasPrefix(line, "# HELP "):
+			helps++
+			if strings.Contains(line, "defined by the module") {
+				t.Errorf("a filter metric without its own HELP: %s", line)
+			}
+		case strings.HasPrefix(line, "# TYPE "):
+			types++
+		}
+	}
+	if helps != types || helps < 20 {
+		t.Errorf("%d HELP lines, %d TYPE lines", helps, types)
 	}
 
 	// The dashboard's scraping goroutine ends with the host.

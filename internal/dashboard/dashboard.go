@@ -2,13 +2,14 @@
 // and shadow-denied rates over the last minutes, the active configuration, and the host's
 // health (workers, VM restarts, memory per worker, uptime).
 //
-// It reads only what the host already exposes to anyone: the Prometheus text of /metrics
-// and the JSON of /status. A Dashboard scrapes both through a Source (in `sluice run`, the
-// admin handler in process) once per Interval, parses the metrics text (ParseText), and keeps
-// the samples in a ring buffer covering History. The rules come from the active configuration
-// in /status; a rule's counters are found by the names the filter defines for it
-// ("sluice.RULE.allowed", ".denied", ".shadow_denied", ".store_errors", as the host exposes
-// them: see PromName). The host knows nothing of rules: it only serves its metrics.
+// It reads the host's state as Go values, in process: once per Interval a Dashboard takes a
+// host.Snapshot from its Source (in `sluice run`, the *host.Host itself) — the same
+// snapshot the admin server's /metrics and /status render — and keeps the counters it
+// needs in a ring buffer covering History. The rules come from plugin 0's configuration
+// in force, parsed by package config; a rule's counters are the metrics the filter defines
+// for it, found by their guest names ("sluice.RULE.allowed", ".denied", ".shadow_denied",
+// ".store_errors"). The host knows nothing of rules: it only keeps its metrics. When the
+// snapshot says the host is closed, Run stops.
 //
 // Rates are computed here, in Go: the increase of a counter between consecutive samples
 // (a decrease is taken as a counter reset) divided by the time between them. The browser
@@ -16,8 +17,8 @@
 // plain SVG rendered by package svgchart. The page, its script and its style sheet are
 // embedded (go:embed) and fetch nothing else, so the dashboard works offline.
 //
-// Time is an argument: Scrape(ctx, now) and State(now); only Run and the HTTP handler read
-// the clock. A Dashboard is safe for concurrent use.
+// Time is an argument: Scrape(now) and State(now); only Run and the HTTP handler read the
+// clock. A Dashboard is safe for concurrent use.
 package dashboard
 
 import (
@@ -28,12 +29,25 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/internal/svgchart"
 )
+
+// Source gives the host's state; *host.Host is one.
+type Source interface {
+	Snapshot() host.Snapshot
+}
+
+// ErrHostClosed is returned by Scrape when the snapshot says the host is closed; Run stops
+// on it.
+var ErrHostClosed = errors.New("the host is closed")
 
 // Options tune a Dashboard; zero fields take the defaults.
 type Options struct {
@@ -45,8 +59,8 @@ type Options struct {
 	RateWindow time.Duration
 	// ChartSpan is the span the charts show (default 5m).
 	ChartSpan time.Duration
-	// MaxSeries bounds the series kept per sample (default 2000); a host exposing more keeps
-	// the first ones in text order, and State reports the truncation.
+	// MaxSeries bounds the guest metrics kept per sample (default 2000); of more, the
+	// first ones by name are kept, and State reports the truncation.
 	MaxSeries int
 }
 
@@ -73,7 +87,7 @@ func (o Options) withDefaults() Options {
 }
 
 // Decisions are the per-rule counters the dashboard reads, in display order; the metric of
-// decision D for rule R is PromName("sluice." + R + "." + D).
+// decision D for rule R is the guest metric RuleMetric(R, D).
 var Decisions = []string{"allowed", "denied", "shadow_denied", "store_errors"}
 
 // chartDecisions are drawn, with their colours.
@@ -83,18 +97,32 @@ var chartDecisions = []struct{ name, color string }{
 	{"shadow_denied", "#f58518"},
 }
 
-// ErrorsMetric is the filter's counter of internal errors, as exposed by the host.
-const ErrorsMetric = "sluice_errors"
+// ErrorsMetric is the filter's counter of internal errors.
+const ErrorsMetric = "sluice.errors"
 
-// RuleMetric returns the Prometheus name of a rule's counter for decision.
+// RuleMetric returns the name the filter gives a rule's counter for decision.
 func RuleMetric(rule, decision string) string {
-	return PromName("sluice." + rule + "." + decision)
+	return "sluice." + rule + "." + decision
 }
 
-// point is one scrape.
+// Series keys of a sample: guest metrics by name, and the host's own values.
+const (
+	guestKey    = "guest:"
+	requestsKey = "host:requests"
+	memoryKey   = "host:memory:" // + worker id
+)
+
+// point is one sample.
 type point struct {
 	t      time.Time
-	values map[string]float64 // Sample.Key() -> value
+	values map[string]float64 // series key -> value
+}
+
+// parsedConfig is a configuration and what the dashboard made of it.
+type parsedConfig struct {
+	raw    []byte
+	pretty Config
+	rules  []Rule // nil: not a sluice configuration (pretty.Error says why)
 }
 
 // Dashboard collects samples and serves the page. Make one with New.
@@ -102,18 +130,16 @@ type Dashboard struct {
 	src  Source
 	opts Options
 
-	mu         sync.Mutex
-	ring       *Ring[point]
-	status     statusDoc
-	statusOK   bool
-	lastTry    time.Time
-	lastErr    error
-	lineErrs   []LineError
-	truncated  int
-	scrapeLock sync.Mutex // one scrape at a time
+	mu        sync.Mutex
+	ring      *Ring[point]
+	snap      host.Snapshot // the last one
+	haveSnap  bool
+	lastErr   error
+	truncated int
+	config    parsedConfig
 }
 
-// New returns a Dashboard reading src. Nothing is scraped until Scrape or Run.
+// New returns a Dashboard reading src. Nothing is sampled until Scrape or Run.
 func New(src Source, opts Options) *Dashboard {
 	opts = opts.withDefaults()
 	n := int(opts.History/opts.Interval) + 1
@@ -123,55 +149,57 @@ func New(src Source, opts Options) *Dashboard {
 // Options returns the options in effect (defaults filled in).
 func (d *Dashboard) Options() Options { return d.opts }
 
-// Scrape fetches the metrics and the status once and records them as taken at now. A
-// fetch error or an unreadable /status is returned (and shown on the page); malformed
-// metric lines are skipped and shown, not fatal.
-func (d *Dashboard) Scrape(ctx context.Context, now time.Time) error {
-	d.scrapeLock.Lock()
-	defer d.scrapeLock.Unlock()
-	metrics, status, err := d.src.Fetch(ctx)
-	if err != nil {
-		d.mu.Lock()
-		d.lastTry, d.lastErr = now, err
-		d.mu.Unlock()
-		return err
-	}
-	samples, lineErrs := ParseText(metrics)
-	p := point{t: now, values: make(map[string]float64, len(samples))}
+// Scrape takes a snapshot from the source and records it as taken at now. It returns
+// ErrHostClosed when the host is closed (the snapshot is still recorded: it holds the
+// final counts).
+func (d *Dashboard) Scrape(now time.Time) error {
+	snap := d.src.Snapshot()
+	p := point{t: now, values: make(map[string]float64, len(snap.Metrics)+len(snap.Stats.Workers)+1)}
 	truncated := 0
-	for _, s := range samples {
-		if len(p.values) >= d.opts.MaxSeries {
+	kept := 0
+	for _, m := range snap.Metrics {
+		if m.Type == host.MetricHistogram {
+			continue
+		}
+		if kept >= d.opts.MaxSeries {
 			truncated++
 			continue
 		}
-		p.values[s.Key()] = s.Value
+		kept++
+		p.values[guestKey+m.Name] = float64(m.Value)
 	}
-	var st statusDoc
-	stErr := json.Unmarshal(status, &st)
+	p.values[requestsKey] = float64(snap.Stats.Requests)
+	for _, w := range snap.Stats.Workers {
+		p.values[memoryKey+strconv.Itoa(w.ID)] = float64(w.MemoryBytes)
+	}
+	var raw []byte
+	if len(snap.Plugins) > 0 {
+		raw = snap.Plugins[0].Config()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.lastTry, d.lastErr = now, nil
-	d.lineErrs, d.truncated = lineErrs, truncated
+	if d.config.raw == nil || !bytes.Equal(d.config.raw, raw) {
+		d.config = parseConfig(raw)
+	}
+	d.snap, d.haveSnap, d.truncated = snap, true, truncated
 	// A sample not after the newest one (the clock went backwards, or two scrapes raced)
 	// is dropped: the series stays in time order, so every rate has a positive interval.
 	if last, ok := d.ring.Last(); !ok || now.After(last.t) {
 		d.ring.Push(p)
 	}
-	if stErr != nil {
-		d.lastErr = fmt.Errorf("/status is not the expected JSON: %v", stErr)
-		return d.lastErr
+	d.lastErr = nil
+	if snap.Closed {
+		d.lastErr = ErrHostClosed
 	}
-	d.status, d.statusOK = st, true
-	return nil
+	return d.lastErr
 }
 
-// Run scrapes every Interval until ctx ends or the source reports ErrSourceClosed. Other
-// errors are kept for the page and do not stop it.
+// Run samples every Interval until ctx ends or the host is closed.
 func (d *Dashboard) Run(ctx context.Context) {
 	t := time.NewTicker(d.opts.Interval)
 	defer t.Stop()
 	for {
-		if err := d.Scrape(ctx, time.Now()); errors.Is(err, ErrSourceClosed) {
+		if err := d.Scrape(time.Now()); errors.Is(err, ErrHostClosed) {
 			return
 		}
 		select {
@@ -182,66 +210,42 @@ func (d *Dashboard) Run(ctx context.Context) {
 	}
 }
 
-// statusDoc is the part of the host's /status JSON the dashboard shows.
-type statusDoc struct {
-	ABIVersion    string  `json:"abi_version"`
-	VMID          string  `json:"vm_id"`
-	PluginName    string  `json:"plugin_name"`
-	FailOpen      bool    `json:"fail_open"`
-	UptimeSeconds float64 `json:"uptime_seconds"`
-	StartedAt     string  `json:"started_at"`
-	Requests      uint64  `json:"requests"`
-	VMRestarts    uint64  `json:"vm_restarts"`
-	Failed        uint64  `json:"failed_requests"`
-	MemoryLimit   uint64  `json:"memory_limit_bytes"`
-	Workers       []struct {
-		ID          int    `json:"id"`
-		Healthy     bool   `json:"healthy"`
-		MemoryBytes uint64 `json:"memory_bytes"`
-		VMRestarts  uint64 `json:"vm_restarts"`
-		Requests    uint64 `json:"requests"`
-		Failed      uint64 `json:"failed_requests"`
-	} `json:"workers"`
-	SharedData struct {
-		Keys  int `json:"keys"`
-		Bytes int `json:"bytes"`
-	} `json:"shared_data"`
-	PluginConfig string `json:"plugin_config"`
-}
-
 // State is the document served at api/state: everything the page shows.
 type State struct {
 	Time              time.Time `json:"time"`
-	Live              bool      `json:"live"` // the last scrape succeeded and is recent
+	Live              bool      `json:"live"` // the last sample is recent and the host is open
 	Error             string    `json:"error,omitempty"`
 	IntervalSeconds   float64   `json:"interval_seconds"`
 	RateWindowSeconds float64   `json:"rate_window_seconds"`
 	ChartSpanSeconds  float64   `json:"chart_span_seconds"` // the charts' X span
 	Samples           int       `json:"samples"`
-	MetricErrors      []string  `json:"metric_errors,omitempty"`
-	Host              *Health   `json:"host"`
-	Config            Config    `json:"config"`
-	Rules             []Rule    `json:"rules"`
-	FilterErrors      *float64  `json:"filter_errors"`
-	MemoryChart       string    `json:"memory_chart,omitempty"`
+	// Problems are what the page lists besides Error: metrics not kept, workers that
+	// disagree on the configuration.
+	Problems     []string `json:"problems,omitempty"`
+	Host         *Health  `json:"host"`
+	Config       Config   `json:"config"`
+	Rules        []Rule   `json:"rules"`
+	FilterErrors *float64 `json:"filter_errors"`
+	MemoryChart  string   `json:"memory_chart,omitempty"`
 }
 
-// Health is the host's health, from /status.
+// Health is the host's health, from the snapshot.
 type Health struct {
-	ABIVersion       string   `json:"abi_version"`
-	VMID             string   `json:"vm_id"`
-	PluginName       string   `json:"plugin_name"`
-	FailOpen         bool     `json:"fail_open"`
-	UptimeSeconds    float64  `json:"uptime_seconds"`
-	StartedAt        string   `json:"started_at"`
-	Requests         uint64   `json:"requests"`
-	RequestRate      *float64 `json:"request_rate"`
-	VMRestarts       uint64   `json:"vm_restarts"`
-	FailedRequests   uint64   `json:"failed_requests"`
-	MemoryLimitBytes uint64   `json:"memory_limit_bytes"`
-	SharedDataKeys   int      `json:"shared_data_keys"`
-	SharedDataBytes  int      `json:"shared_data_bytes"`
-	Workers          []Worker `json:"workers"`
+	ABIVersion       string    `json:"abi_version"`
+	VMID             string    `json:"vm_id"`
+	PluginName       string    `json:"plugin_name"`
+	FailOpen         bool      `json:"fail_open"`
+	Closed           bool      `json:"closed"`
+	UptimeSeconds    float64   `json:"uptime_seconds"`
+	StartedAt        time.Time `json:"started_at"`
+	Requests         uint64    `json:"requests"`
+	RequestRate      *float64  `json:"request_rate"`
+	VMRestarts       uint64    `json:"vm_restarts"`
+	FailedRequests   uint64    `json:"failed_requests"`
+	MemoryLimitBytes uint64    `json:"memory_limit_bytes"`
+	SharedDataKeys   int       `json:"shared_data_keys"`
+	SharedDataBytes  int       `json:"shared_data_bytes"`
+	Workers          []Worker  `json:"workers"`
 }
 
 // Worker is one worker's line of Health.
@@ -257,20 +261,24 @@ type Worker struct {
 // Config is the active plugin configuration.
 type Config struct {
 	Pretty string `json:"pretty"`          // indented JSON, or the raw text if it is not JSON
-	Error  string `json:"error,omitempty"` // why it could not be read as JSON
+	Error  string `json:"error,omitempty"` // why it is not a sluice configuration
 }
 
-// Rule is one configured rule with its counters.
+// Rule is one rule with its counters. A rule found only by its metrics (the configuration
+// is not one package config reads) has no mode, algorithm or limit.
 type Rule struct {
-	Name      string          `json:"name"`
-	Mode      string          `json:"mode"`
-	Algorithm string          `json:"algorithm"`
-	Limit     json.RawMessage `json:"limit,omitempty"`
-	Window    string          `json:"window,omitempty"`
-	Burst     json.RawMessage `json:"burst,omitempty"`
-	// Metrics maps a decision to the Prometheus name read for it.
+	Name      string `json:"name"`
+	Mode      string `json:"mode,omitempty"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Limit     *int64 `json:"limit,omitempty"`
+	Window    string `json:"window,omitempty"`
+	Burst     *int64 `json:"burst,omitempty"` // token_bucket and leaky_bucket only
+	// Summary is config's one-line description of the rule (Rule.Summary).
+	Summary string `json:"summary,omitempty"`
+	// Metrics maps a decision to the Prometheus name /metrics gives its counter ("" while
+	// the filter has not defined it).
 	Metrics map[string]string `json:"metrics"`
-	// Totals are the counters' current values (null: not exposed yet).
+	// Totals are the counters' current values (null: not defined yet).
 	Totals map[string]*float64 `json:"totals"`
 	// Rates are per second over the last RateWindow (null: fewer than two samples).
 	Rates map[string]*float64 `json:"rates"`
@@ -279,46 +287,48 @@ type Rule struct {
 	Chart string `json:"chart"`
 }
 
-// configRules reads the rule list from the plugin configuration; ok is false when it is
-// not JSON of the expected shape.
-func configRules(cfg string) ([]Rule, error) {
-	var doc struct {
-		Rules []struct {
-			Name      string          `json:"name"`
-			Mode      string          `json:"mode"`
-			Algorithm string          `json:"algorithm"`
-			Limit     json.RawMessage `json:"limit"`
-			Window    string          `json:"window"`
-			Burst     json.RawMessage `json:"burst"`
-		} `json:"rules"`
+// parseConfig reads a plugin configuration: indented for display, and its rules as
+// package config parses them (the same validation as the filter and `sluice check`).
+func parseConfig(raw []byte) parsedConfig {
+	pc := parsedConfig{raw: raw}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, raw, "", "  "); err != nil {
+		pc.pretty = Config{Pretty: string(raw), Error: "not JSON: " + err.Error()}
+		return pc
 	}
-	if err := json.Unmarshal([]byte(cfg), &doc); err != nil {
-		return nil, err
+	pc.pretty.Pretty = pretty.String()
+	cfg, err := config.Parse(raw)
+	if err != nil {
+		pc.pretty.Error = "not a sluice configuration: " + err.Error()
+		return pc
 	}
-	var out []Rule
-	for _, r := range doc.Rules {
-		if r.Mode == "" {
-			r.Mode = "enforce"
+	pc.rules = []Rule{}
+	for _, r := range cfg.Rules {
+		limit := r.Limit
+		rule := Rule{Name: r.Name, Mode: r.Mode.String(), Algorithm: r.Algorithm.String(), Limit: &limit,
+			Window: config.FormatDuration(r.Window), Summary: r.Summary()}
+		if r.Algorithm == algorithms.TokenBucket || r.Algorithm == algorithms.LeakyBucket {
+			burst := r.Burst
+			rule.Burst = &burst
 		}
-		out = append(out, Rule{Name: r.Name, Mode: r.Mode, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst})
+		pc.rules = append(pc.rules, rule)
 	}
-	return out, nil
+	return pc
 }
 
-// discoverRules finds rules from metric names alone (used when the configuration cannot be
-// read): sluice_NAME_DECISION. Names are the sanitized ones, so a rule called "per-client"
-// shows as "per_client".
-func discoverRules(values map[string]float64) []Rule {
+// discoverRules finds rules from the guest's metric names alone (when the configuration
+// is not a sluice one): sluice.NAME.DECISION.
+func discoverRules(metrics []host.Metric) []Rule {
 	seen := map[string]bool{}
 	var out []Rule
-	for key := range values {
-		if !strings.HasPrefix(key, "sluice_") || strings.ContainsRune(key, '{') {
+	for _, m := range metrics {
+		rest, ok := strings.CutPrefix(m.Name, "sluice.")
+		if !ok {
 			continue
 		}
-		rest := key[len("sluice_"):]
 		// Longest suffix first: "shadow_denied" before "denied".
 		for _, dec := range []string{"shadow_denied", "store_errors", "allowed", "denied"} {
-			if name, ok := strings.CutSuffix(rest, "_"+dec); ok && name != "" && !strings.HasPrefix(name, "host_") {
+			if name, ok := strings.CutSuffix(rest, "."+dec); ok && name != "" {
 				if !seen[name] {
 					seen[name] = true
 					out = append(out, Rule{Name: name})
@@ -331,10 +341,8 @@ func discoverRules(values map[string]float64) []Rule {
 	return out
 }
 
-func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
 func optional(v float64, ok bool) *float64 {
-	if !ok || !finite(v) {
+	if !ok {
 		return nil
 	}
 	return &v
@@ -369,7 +377,7 @@ func (d *Dashboard) rate(key string, window time.Duration) (float64, bool) {
 	for i := first; i < n; i++ {
 		p := d.ring.At(i)
 		v, ok := p.values[key]
-		if !ok || !finite(v) {
+		if !ok {
 			havePrev = false
 			continue
 		}
@@ -389,8 +397,8 @@ func (d *Dashboard) rate(key string, window time.Duration) (float64, bool) {
 }
 
 // series returns, for each sample after the first within span of the last one, the rate of
-// key since the previous sample, at x = seconds before the last sample (≤ 0). A missing or
-// non-finite value is a gap (NaN).
+// key since the previous sample (or, asRate false, its value), at x = seconds before the
+// last sample (≤ 0). A missing value is a gap (NaN).
 func (d *Dashboard) series(key string, span time.Duration, scale float64, asRate bool) []svgchart.Point {
 	n := d.ring.Len()
 	if n == 0 {
@@ -408,7 +416,7 @@ func (d *Dashboard) series(key string, span time.Duration, scale float64, asRate
 		v, ok := p.values[key]
 		if !asRate {
 			y := math.NaN()
-			if ok && finite(v) {
+			if ok {
 				y = v * scale
 			}
 			pts = append(pts, svgchart.Point{X: x, Y: y})
@@ -420,7 +428,7 @@ func (d *Dashboard) series(key string, span time.Duration, scale float64, asRate
 		q := d.ring.At(i - 1)
 		pv, pok := q.values[key]
 		y := math.NaN()
-		if ok && pok && finite(v) && finite(pv) {
+		if ok && pok {
 			y = increase(pv, v) / p.t.Sub(q.t).Seconds() * scale
 		}
 		pts = append(pts, svgchart.Point{X: x, Y: y})
@@ -500,102 +508,96 @@ func (d *Dashboard) State(now time.Time) State {
 	default:
 		st.Live = true
 	}
-	for _, e := range d.lineErrs {
-		st.MetricErrors = append(st.MetricErrors, "/metrics "+e.Error())
-	}
 	if d.truncated > 0 {
-		st.MetricErrors = append(st.MetricErrors, fmt.Sprintf("/metrics: %d series beyond the first %d not kept", d.truncated, d.opts.MaxSeries))
+		st.Problems = append(st.Problems, fmt.Sprintf("%d guest metrics beyond the first %d not kept", d.truncated, d.opts.MaxSeries))
 	}
-
-	var rules []Rule
-	if d.statusOK {
-		s := d.status
-		h := &Health{
-			ABIVersion: s.ABIVersion, VMID: s.VMID, PluginName: s.PluginName, FailOpen: s.FailOpen,
-			UptimeSeconds: s.UptimeSeconds, StartedAt: s.StartedAt, Requests: s.Requests,
-			VMRestarts: s.VMRestarts, FailedRequests: s.Failed, MemoryLimitBytes: s.MemoryLimit,
-			SharedDataKeys: s.SharedData.Keys, SharedDataBytes: s.SharedData.Bytes, Workers: []Worker{},
-		}
-		h.RequestRate = optional(d.rate("sluice_host_requests_total", d.opts.RateWindow))
-		for _, w := range s.Workers {
-			h.Workers = append(h.Workers, Worker{ID: w.ID, Healthy: w.Healthy, MemoryBytes: w.MemoryBytes, VMRestarts: w.VMRestarts, Requests: w.Requests, FailedRequests: w.Failed})
-		}
-		st.Host = h
-		var pretty bytes.Buffer
-		if err := json.Indent(&pretty, []byte(s.PluginConfig), "", "  "); err != nil {
-			st.Config = Config{Pretty: s.PluginConfig, Error: "not JSON: " + err.Error()}
-		} else {
-			st.Config.Pretty = pretty.String()
-		}
-		var err error
-		if rules, err = configRules(s.PluginConfig); err != nil && st.Config.Error == "" {
-			st.Config.Error = "rules not readable: " + err.Error()
-		}
-		if err != nil {
-			rules = nil
-		}
+	if !d.haveSnap {
+		return st
 	}
-	if rules == nil && haveLast {
-		rules = discoverRules(last.values)
+	s := d.snap
+	st.Host = health(s)
+	st.Host.RequestRate = optional(d.rate(requestsKey, d.opts.RateWindow))
+	st.Config = d.config.pretty
+	if len(s.Plugins) > 0 && len(s.Plugins[0].Configs) > 1 {
+		var parts []string
+		for _, c := range s.Plugins[0].Configs {
+			parts = append(parts, fmt.Sprint(c.Workers))
+		}
+		st.Problems = append(st.Problems, fmt.Sprintf("the workers disagree: %d configurations in force (on workers %s); shown: worker %d's",
+			len(s.Plugins[0].Configs), strings.Join(parts, ", "), s.Plugins[0].Configs[0].Workers[0]))
 	}
-	if haveLast {
-		v, ok := last.values[ErrorsMetric]
-		st.FilterErrors = optional(v, ok)
+	rules := d.config.rules
+	if rules == nil {
+		rules = discoverRules(s.Metrics)
 	}
+	families := map[string]string{}
+	for _, m := range s.Metrics {
+		families[m.Name] = m.Family
+	}
+	v, ok := last.values[guestKey+ErrorsMetric]
+	st.FilterErrors = optional(v, ok)
 	span := d.chartSpan()
 	st.ChartSpanSeconds = span.Seconds()
 	for _, r := range rules {
-		r.Metrics = map[string]string{}
-		r.Totals = map[string]*float64{}
-		r.Rates = map[string]*float64{}
-		for _, dec := range Decisions {
-			name := RuleMetric(r.Name, dec)
-			r.Metrics[dec] = name
-			if haveLast {
-				v, ok := last.values[name]
-				r.Totals[dec] = optional(v, ok)
-			} else {
-				r.Totals[dec] = nil
-			}
-			r.Rates[dec] = optional(d.rate(name, d.opts.RateWindow))
-		}
-		c := svgchart.Chart{
-			ID: "chart-" + r.Name, Title: r.Name + " — requests per second", Width: 640, Height: 220,
-			XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
-			YLabel: "req/s",
-		}
-		for _, cd := range chartDecisions {
-			c.Series = append(c.Series, svgchart.Series{
-				Name: strings.ReplaceAll(cd.name, "_", "-"), Class: cd.name, Color: cd.color,
-				Points: d.series(r.Metrics[cd.name], span, 1, true),
-			})
-		}
-		r.Chart = chart(c)
-		st.Rules = append(st.Rules, r)
+		st.Rules = append(st.Rules, d.ruleState(r, last, families, span))
 	}
-	if haveLast {
-		var workers []string
-		for key := range last.values {
-			if strings.HasPrefix(key, "sluice_host_worker_memory_bytes{") {
-				workers = append(workers, key)
-			}
-		}
-		sort.Strings(workers)
-		if len(workers) > 0 {
-			c := svgchart.Chart{
-				ID: "chart-memory", Title: "linear memory per worker", Width: 640, Height: 220,
-				XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
-				YLabel: "MiB",
-			}
-			for _, key := range workers {
-				name := key
-				if i := strings.Index(key, `worker="`); i >= 0 {
-					name = "worker " + strings.TrimSuffix(key[i+len(`worker="`):], `"}`)
-				}
-				c.Series = append(c.Series, svgchart.Series{Name: name, Points: d.series(key, span, 1.0/(1<<20), false)})
-			}
-			st.MemoryChart = chart(c)
-		}
-	}
+	st.MemoryChart = d.memoryChart(s, span)
 	return st
+}
+
+func health(s host.Snapshot) *Health {
+	h := &Health{
+		ABIVersion: s.Stats.ABIVersion, VMID: s.VMID, PluginName: s.PluginName, FailOpen: s.FailOpen, Closed: s.Closed,
+		UptimeSeconds: s.Stats.Uptime.Seconds(), StartedAt: s.StartedAt.UTC(), Requests: s.Stats.Requests,
+		VMRestarts: s.Stats.VMRestarts, FailedRequests: s.Stats.Failed, MemoryLimitBytes: s.MemoryLimitBytes,
+		SharedDataKeys: s.Stats.SharedData.Keys, SharedDataBytes: s.Stats.SharedData.Bytes, Workers: []Worker{},
+	}
+	for _, w := range s.Stats.Workers {
+		h.Workers = append(h.Workers, Worker{ID: w.ID, Healthy: w.Healthy, MemoryBytes: w.MemoryBytes, VMRestarts: w.VMRestarts, Requests: w.Requests, FailedRequests: w.Failed})
+	}
+	return h
+}
+
+// ruleState fills in a rule's counters, rates and chart.
+func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, span time.Duration) Rule {
+	r.Metrics = map[string]string{}
+	r.Totals = map[string]*float64{}
+	r.Rates = map[string]*float64{}
+	for _, dec := range Decisions {
+		name := RuleMetric(r.Name, dec)
+		r.Metrics[dec] = families[name]
+		v, ok := last.values[guestKey+name]
+		r.Totals[dec] = optional(v, ok)
+		r.Rates[dec] = optional(d.rate(guestKey+name, d.opts.RateWindow))
+	}
+	c := svgchart.Chart{
+		ID: "chart-" + r.Name, Title: r.Name + " — requests per second", Width: 640, Height: 220,
+		XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
+		YLabel: "req/s",
+	}
+	for _, cd := range chartDecisions {
+		c.Series = append(c.Series, svgchart.Series{
+			Name: strings.ReplaceAll(cd.name, "_", "-"), Class: cd.name, Color: cd.color,
+			Points: d.series(guestKey+RuleMetric(r.Name, cd.name), span, 1, true),
+		})
+	}
+	r.Chart = chart(c)
+	return r
+}
+
+// memoryChart draws each worker's linear memory.
+func (d *Dashboard) memoryChart(s host.Snapshot, span time.Duration) string {
+	if len(s.Stats.Workers) == 0 {
+		return ""
+	}
+	c := svgchart.Chart{
+		ID: "chart-memory", Title: "linear memory per worker", Width: 640, Height: 220,
+		XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
+		YLabel: "MiB",
+	}
+	for _, w := range s.Stats.Workers {
+		id := strconv.Itoa(w.ID)
+		c.Series = append(c.Series, svgchart.Series{Name: "worker " + id, Points: d.series(memoryKey+id, span, 1.0/(1<<20), false)})
+	}
+	return chart(c)
 }

@@ -3,60 +3,83 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
-	"net/http"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/host"
 )
 
-// script is a Source that returns its next document on every Fetch.
-type script struct {
-	metrics []string
-	status  []string // the last one repeats
-	errs    []error  // a non-nil entry fails that fetch
-	n       int
+// The host is a Source.
+var _ Source = (*host.Host)(nil)
+
+// fake is a Source that returns its next snapshot on every call; the last one repeats.
+type fake struct {
+	mu    sync.Mutex
+	snaps []host.Snapshot
+	n     int
 }
 
-func (s *script) Fetch(ctx context.Context) ([]byte, []byte, error) {
-	i := s.n
-	s.n++
-	if i < len(s.errs) && s.errs[i] != nil {
-		return nil, nil, s.errs[i]
+func (f *fake) Snapshot() host.Snapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := min(f.n, len(f.snaps)-1)
+	f.n++
+	return f.snaps[i]
+}
+
+func (f *fake) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+func source(snaps ...host.Snapshot) *fake { return &fake{snaps: snaps} }
+
+const configJSON = `{"rules":[{"name":"per-client","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":5,"window":"1m"},` +
+	`{"name":"audit","mode":"shadow","key":[{"header":"x-api-key"}],"algorithm":"token_bucket","limit":2,"window":"1s","burst":4}]}`
+
+// snapshot is what a host running configJSON (or cfg) would give: two workers, and the
+// guest metrics named in counters (a missing name is not defined).
+func snapshot(cfg string, requests uint64, counters map[string]int64) host.Snapshot {
+	s := host.Snapshot{
+		Stats: host.Stats{
+			ABIVersion: "0.2.1", Uptime: 12500 * time.Millisecond, Requests: requests, VMRestarts: 1, Failed: 1,
+			Workers: []host.WorkerStats{
+				{ID: 0, Healthy: true, MemoryBytes: 2 << 20, VMRestarts: 1, Requests: 25, Failed: 1},
+				{ID: 1, Healthy: false, Requests: 15},
+			},
+		},
+		StartedAt: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), VMID: "sluice", PluginName: "sluice",
+		MemoryLimitBytes: 256 << 20,
+		Plugins:          []host.Plugin{{Plugin: 0, Configs: []host.PluginConfig{{Config: []byte(cfg), Workers: []int{0, 1}}}}},
 	}
-	m := s.metrics[min(i, len(s.metrics)-1)]
-	st := s.status[min(i, len(s.status)-1)]
-	return []byte(m), []byte(st), nil
+	s.Stats.SharedData.Keys, s.Stats.SharedData.Bytes = 3, 120
+	for name, v := range counters {
+		family := strings.NewReplacer(".", "_", "-", "_").Replace(name)
+		s.Metrics = append(s.Metrics, host.Metric{Name: name, Family: family, Type: host.MetricCounter, Value: v})
+	}
+	sort.Slice(s.Metrics, func(i, j int) bool { return s.Metrics[i].Name < s.Metrics[j].Name })
+	return s
 }
 
-const statusJSON = `{"abi_version":"0.2.1","vm_id":"sluice","plugin_name":"sluice","fail_open":false,
-"uptime_seconds":12.5,"started_at":"2026-11-30T00:00:00Z","requests":40,"vm_restarts":1,"failed_requests":1,
-"memory_limit_bytes":268435456,"workers":[{"id":0,"healthy":true,"memory_bytes":2097152,"vm_restarts":1,"requests":25,"failed_requests":1},
-{"id":1,"healthy":false,"memory_bytes":0,"vm_restarts":0,"requests":15,"failed_requests":0}],
-"shared_data":{"keys":3,"bytes":120},
-"plugin_config":"{\"rules\":[{\"name\":\"per-client\",\"key\":[{\"remote_ip\":true}],\"algorithm\":\"fixed_window\",\"limit\":5,\"window\":\"1m\"},{\"name\":\"audit\",\"mode\":\"shadow\",\"algorithm\":\"token_bucket\",\"limit\":2,\"window\":\"1s\",\"burst\":4}]}"}`
-
-// metricsText is what the host would expose for the two rules of statusJSON.
-func metricsText(allowed, denied, shadow float64, requests float64) string {
-	return fmt.Sprintf(`# TYPE sluice_audit_allowed counter
-sluice_audit_allowed 0
-# TYPE sluice_audit_shadow_denied counter
-sluice_audit_shadow_denied %v
-# TYPE sluice_errors counter
-sluice_errors 0
-# TYPE sluice_per_client_allowed counter
-sluice_per_client_allowed %v
-# TYPE sluice_per_client_denied counter
-sluice_per_client_denied %v
-sluice_per_client_shadow_denied 0
-sluice_per_client_store_errors 0
-# HELP sluice_host_requests_total Requests run through the filter.
-sluice_host_requests_total %v
-sluice_host_worker_memory_bytes{worker="0"} 2097152
-sluice_host_worker_memory_bytes{worker="1"} 0
-`, shadow, allowed, denied, requests)
+// counters are the filter's metrics for the two rules of configJSON.
+func counters(allowed, denied, shadow int64) map[string]int64 {
+	return map[string]int64{
+		"sluice.audit.allowed":             0,
+		"sluice.audit.shadow_denied":       shadow,
+		"sluice.errors":                    0,
+		"sluice.per-client.allowed":        allowed,
+		"sluice.per-client.denied":         denied,
+		"sluice.per-client.shadow_denied":  0,
+		"sluice.per-client.store_errors":   0,
+		"sluice.guest.heap_bytes":          1 << 20,
+		"kitchen_unrelated{label=\"x\"}":   7,
+		"sluice.per-client.something_else": 9,
+	}
 }
 
 var t0 = time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
@@ -84,25 +107,25 @@ func val(p *float64) string {
 func scrapeAll(t *testing.T, d *Dashboard, times ...float64) {
 	t.Helper()
 	for _, s := range times {
-		if err := d.Scrape(context.Background(), at(s)); err != nil {
+		if err := d.Scrape(at(s)); err != nil {
 			t.Fatalf("scrape at %v: %v", s, err)
 		}
 	}
 }
 
 func TestRatesFromCounters(t *testing.T) {
-	src := &script{status: []string{statusJSON}, metrics: []string{
-		metricsText(0, 0, 0, 0),
-		metricsText(5, 0, 1, 5),
-		metricsText(5, 3, 1, 8),
-		metricsText(5, 6, 2, 11),
-		metricsText(5, 9, 2, 14),
-	}}
-	d := New(src, Options{RateWindow: 10 * time.Second})
+	snaps := []host.Snapshot{
+		snapshot(configJSON, 0, counters(0, 0, 0)),
+		snapshot(configJSON, 5, counters(5, 0, 1)),
+		snapshot(configJSON, 8, counters(5, 3, 1)),
+		snapshot(configJSON, 11, counters(5, 6, 2)),
+		snapshot(configJSON, 14, counters(5, 9, 2)),
+	}
+	d := New(source(snaps...), Options{RateWindow: 10 * time.Second})
 	scrapeAll(t, d, 0, 1, 2, 3, 4)
 	st := d.State(at(4.5))
-	if !st.Live || st.Error != "" || st.Samples != 5 {
-		t.Fatalf("live %v error %q samples %d", st.Live, st.Error, st.Samples)
+	if !st.Live || st.Error != "" || st.Samples != 5 || len(st.Problems) != 0 {
+		t.Fatalf("live %v error %q samples %d problems %q", st.Live, st.Error, st.Samples, st.Problems)
 	}
 	pc := rule(t, st, "per-client")
 	// Over the whole 4 s: 5 allowed, 9 denied.
@@ -114,19 +137,24 @@ func TestRatesFromCounters(t *testing.T) {
 	if val(pc.Totals["denied"]) != "9" || val(pc.Totals["allowed"]) != "5" {
 		t.Errorf("totals %s %s", val(pc.Totals["allowed"]), val(pc.Totals["denied"]))
 	}
-	if pc.Metrics["denied"] != "sluice_per_client_denied" || pc.Mode != "enforce" || pc.Algorithm != "fixed_window" || string(pc.Limit) != "5" || pc.Window != "1m" {
+	if pc.Metrics["denied"] != "sluice_per_client_denied" || pc.Mode != "enforce" || pc.Algorithm != "fixed_window" ||
+		val2(pc.Limit) != "5" || pc.Window != "1m" || pc.Burst != nil {
 		t.Errorf("per-client %+v", pc)
 	}
 	audit := rule(t, st, "audit")
-	if val(audit.Rates["shadow_denied"]) != "0.5" || audit.Mode != "shadow" || string(audit.Burst) != "4" {
+	if val(audit.Rates["shadow_denied"]) != "0.5" || audit.Mode != "shadow" || val2(audit.Burst) != "4" || audit.Window != "1s" {
 		t.Errorf("audit %+v rates %s", audit, val(audit.Rates["shadow_denied"]))
+	}
+	// audit.store_errors is not defined: unknown, not zero; and it has no Prometheus name.
+	if audit.Totals["store_errors"] != nil || audit.Rates["store_errors"] != nil || audit.Metrics["store_errors"] != "" {
+		t.Errorf("an undefined counter shows as %s / %s / %q", val(audit.Totals["store_errors"]), val(audit.Rates["store_errors"]), audit.Metrics["store_errors"])
 	}
 	if st.Host == nil || val(st.Host.RequestRate) != "3.5" {
 		t.Fatalf("host %+v", st.Host)
 	}
 
 	// A 2 s window starts at the sample 2 s before the newest: (9-3)/2.
-	d2 := New(&script{status: src.status, metrics: src.metrics}, Options{RateWindow: 2 * time.Second})
+	d2 := New(source(snaps...), Options{RateWindow: 2 * time.Second})
 	scrapeAll(t, d2, 0, 1, 2, 3, 4)
 	pc = rule(t, d2.State(at(4)), "per-client")
 	if val(pc.Rates["denied"]) != "3" || val(pc.Rates["allowed"]) != "0" {
@@ -134,12 +162,21 @@ func TestRatesFromCounters(t *testing.T) {
 	}
 }
 
+func val2(p *int64) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
+}
+
 func TestHealthAndConfig(t *testing.T) {
-	d := New(&script{status: []string{statusJSON}, metrics: []string{metricsText(1, 2, 3, 4)}}, Options{})
+	d := New(source(snapshot(configJSON, 40, counters(1, 2, 3))), Options{})
 	scrapeAll(t, d, 0)
 	st := d.State(at(0))
 	h := st.Host
-	if h.UptimeSeconds != 12.5 || h.VMRestarts != 1 || h.FailedRequests != 1 || h.Requests != 40 || h.MemoryLimitBytes != 256<<20 || h.SharedDataKeys != 3 || h.SharedDataBytes != 120 || h.ABIVersion != "0.2.1" {
+	if h.UptimeSeconds != 12.5 || h.VMRestarts != 1 || h.FailedRequests != 1 || h.Requests != 40 || h.MemoryLimitBytes != 256<<20 ||
+		h.SharedDataKeys != 3 || h.SharedDataBytes != 120 || h.ABIVersion != "0.2.1" || h.VMID != "sluice" || h.Closed ||
+		!h.StartedAt.Equal(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("health %+v", h)
 	}
 	if len(h.Workers) != 2 || !h.Workers[0].Healthy || h.Workers[0].MemoryBytes != 2<<20 || h.Workers[1].Healthy || h.Workers[1].Requests != 15 {
@@ -150,8 +187,12 @@ func TestHealthAndConfig(t *testing.T) {
 	if val(pc.Totals["denied"]) != "2" || pc.Rates["denied"] != nil {
 		t.Errorf("one sample: total %s rate %s", val(pc.Totals["denied"]), val(pc.Rates["denied"]))
 	}
-	if st.Config.Error != "" || !strings.Contains(st.Config.Pretty, "\n  \"rules\": [\n    {\n      \"name\": \"per-client\",") {
+	if st.Config.Error != "" || !strings.Contains(st.Config.Pretty, "{\n  \"rules\": [\n    {\n      \"name\": \"per-client\",") {
 		t.Errorf("config %q error %q", st.Config.Pretty, st.Config.Error)
+	}
+	// The rules are config's: its summary, in configuration order.
+	if len(st.Rules) != 2 || st.Rules[0].Name != "per-client" || st.Rules[1].Summary != "audit: token_bucket 2/1s burst 4 key=header:x-api-key match=all local shadow" {
+		t.Errorf("rules %+v", st.Rules)
 	}
 	if val(st.FilterErrors) != "0" {
 		t.Errorf("filter errors %s", val(st.FilterErrors))
@@ -167,29 +208,57 @@ func TestHealthAndConfig(t *testing.T) {
 			t.Errorf("chart lacks series %s", dec)
 		}
 	}
+	// The page's JSON: a window rule has no burst.
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"name":"per-client","mode":"enforce","algorithm":"fixed_window","limit":5,"window":"1m","summary":`) {
+		t.Errorf("state JSON %.400s", b)
+	}
+}
+
+// A new configuration in force shows at the next sample.
+func TestConfigChanges(t *testing.T) {
+	other := `{"rules":[{"name":"only","key":[{"path":true}],"algorithm":"leaky_bucket","limit":3,"window":"10s"}]}`
+	d := New(source(snapshot(configJSON, 0, nil), snapshot(other, 0, nil)), Options{})
+	scrapeAll(t, d, 0)
+	if n := len(d.State(at(0)).Rules); n != 2 {
+		t.Fatalf("%d rules", n)
+	}
+	scrapeAll(t, d, 1)
+	st := d.State(at(1))
+	if len(st.Rules) != 1 || st.Rules[0].Name != "only" || val2(st.Rules[0].Burst) != "3" || !strings.Contains(st.Config.Pretty, `"only"`) {
+		t.Errorf("after the change: %+v", st.Rules)
+	}
 }
 
 func TestCounterResetAndGaps(t *testing.T) {
-	text := func(v string) string { return "sluice_r_denied " + v + "\n" }
-	cfg := `{"plugin_config":"{\"rules\":[{\"name\":\"r\"}]}"}`
-	d := New(&script{status: []string{cfg}, metrics: []string{text("10"), text("12"), text("3"), "", text("NaN"), text("5"), text("7")}}, Options{RateWindow: time.Minute})
+	cfg := `{"rules":[{"name":"r","key":[{"path":true}],"algorithm":"fixed_window","limit":1,"window":"1s"}]}`
+	s := func(v int64, defined bool) host.Snapshot {
+		if !defined {
+			return snapshot(cfg, 0, nil)
+		}
+		return snapshot(cfg, 0, map[string]int64{"sluice.r.denied": v})
+	}
+	d := New(source(s(10, true), s(12, true), s(3, true), s(0, false), s(0, false), s(5, true), s(7, true)), Options{RateWindow: time.Minute})
 	scrapeAll(t, d, 0, 1, 2)
 	// 10 -> 12 (+2), reset to 3 (+3): 5 over 2 s.
 	if got := val(rule(t, d.State(at(2)), "r").Rates["denied"]); got != "2.5" {
 		t.Fatalf("rate across a reset = %s, want 2.5", got)
 	}
 	scrapeAll(t, d, 3, 4, 5, 6)
-	// The missing and NaN samples break the chain: only 5 -> 7 after them counts, so
+	// The samples without the counter break the chain: only 5 -> 7 after them counts, so
 	// 10->12->3 (+5 in 2 s) and 5->7 (+2 in 1 s): 7 over the 6 s between first and last.
 	st := d.State(at(6))
 	r := rule(t, st, "r")
 	if got := val(r.Rates["denied"]); got != fmt.Sprint(7.0/6) {
 		t.Errorf("rate with gaps = %s, want %v", got, 7.0/6)
 	}
-	if r.Totals["denied"] == nil || *r.Totals["denied"] != 7 {
+	if val(r.Totals["denied"]) != "7" {
 		t.Errorf("total %s", val(r.Totals["denied"]))
 	}
-	pts := d.series("sluice_r_denied", time.Minute, 1, true)
+	pts := d.series(guestKey+"sluice.r.denied", time.Minute, 1, true)
 	var ys []string
 	for _, p := range pts {
 		ys = append(ys, fmt.Sprint(p.Y))
@@ -198,57 +267,62 @@ func TestCounterResetAndGaps(t *testing.T) {
 		t.Errorf("per-interval rates %s", got)
 	}
 	if _, err := json.Marshal(st); err != nil {
-		t.Fatalf("state with NaN does not encode: %v", err)
-	}
-	// A NaN total is shown as unknown, not as NaN.
-	d.mu.Lock()
-	d.ring.Push(point{t: at(7), values: map[string]float64{"sluice_r_denied": math.Inf(1)}})
-	d.mu.Unlock()
-	if r := rule(t, d.State(at(7)), "r"); r.Totals["denied"] != nil {
-		t.Errorf("Inf total shown as %s", val(r.Totals["denied"]))
+		t.Fatalf("state with gaps does not encode: %v", err)
 	}
 }
 
-func TestErrorsAndStaleness(t *testing.T) {
-	boom := errors.New("connection refused")
-	src := &script{
-		status:  []string{statusJSON, "not json", statusJSON},
-		metrics: []string{metricsText(1, 1, 0, 2) + "garbage here\n"},
-		errs:    []error{nil, nil, boom},
-	}
-	d := New(src, Options{})
+func TestClosedHostAndStaleness(t *testing.T) {
+	closed := snapshot(configJSON, 3, counters(1, 1, 0))
+	closed.Closed = true
+	d := New(source(snapshot(configJSON, 2, counters(1, 1, 0)), closed, snapshot(configJSON, 4, counters(1, 1, 0))), Options{})
 	if st := d.State(at(0)); st.Live || st.Error != "no sample yet" || len(st.Rules) != 0 || st.Host != nil {
 		t.Fatalf("empty state %+v", st)
 	}
 	scrapeAll(t, d, 0)
-	st := d.State(at(0.5))
-	if !st.Live || len(st.MetricErrors) != 1 || st.MetricErrors[0] != `/metrics line 17: value "here" is not a number` {
-		t.Fatalf("live %v metric errors %q", st.Live, st.MetricErrors)
+	if st := d.State(at(0.5)); !st.Live || st.Error != "" {
+		t.Fatalf("live %v error %q", st.Live, st.Error)
 	}
-	if err := d.Scrape(context.Background(), at(1)); err == nil || !strings.Contains(err.Error(), "/status is not the expected JSON") {
-		t.Fatalf("bad status: %v", err)
+	if err := d.Scrape(at(1)); err != ErrHostClosed {
+		t.Fatalf("closed host: %v", err)
 	}
-	st = d.State(at(1))
-	if st.Live || !strings.Contains(st.Error, "/status") || st.Host == nil || len(st.Rules) != 2 {
-		t.Errorf("after bad status: live %v error %q (the previous status is still shown)", st.Live, st.Error)
+	st := d.State(at(1))
+	if st.Live || st.Error != "the host is closed" || !st.Host.Closed || st.Host.Requests != 3 || st.Samples != 2 || len(st.Rules) != 2 {
+		t.Errorf("after close: live %v error %q host %+v samples %d", st.Live, st.Error, st.Host, st.Samples)
 	}
-	if err := d.Scrape(context.Background(), at(2)); !errors.Is(err, boom) {
-		t.Fatalf("fetch error: %v", err)
-	}
-	if st = d.State(at(2)); st.Live || st.Error != "connection refused" || st.Samples != 2 {
-		t.Errorf("after fetch error: %+v", st)
-	}
-	scrapeAll(t, d, 3)
-	if st = d.State(at(3.2)); !st.Live {
+	scrapeAll(t, d, 2)
+	if st = d.State(at(2.2)); !st.Live {
 		t.Errorf("not live again: %q", st.Error)
 	}
-	if st = d.State(at(10)); st.Live || st.Error != "the last sample is 7s old" {
+	if st = d.State(at(10)); st.Live || st.Error != "the last sample is 8s old" {
 		t.Errorf("stale: live %v %q", st.Live, st.Error)
 	}
 }
 
+func TestProblems(t *testing.T) {
+	// More guest metrics than MaxSeries: the first by name are kept.
+	d := New(source(snapshot(configJSON, 0, counters(1, 2, 3))), Options{MaxSeries: 4})
+	scrapeAll(t, d, 0)
+	st := d.State(at(0))
+	if strings.Join(st.Problems, "|") != "6 guest metrics beyond the first 4 not kept" {
+		t.Errorf("problems %q", st.Problems)
+	}
+	if pc := rule(t, st, "per-client"); pc.Totals["denied"] != nil || val(rule(t, st, "audit").Totals["shadow_denied"]) != "3" {
+		t.Errorf("kept the wrong metrics: %v / %v", pc.Totals, rule(t, st, "audit").Totals)
+	}
+
+	// Workers that disagree on the configuration: worker 0's is shown, the page says so.
+	s := snapshot(configJSON, 0, nil)
+	s.Plugins[0].Configs = []host.PluginConfig{{Config: []byte(configJSON), Workers: []int{0, 2}}, {Config: []byte(`{"rules":[]}`), Workers: []int{1}}}
+	d = New(source(s), Options{})
+	scrapeAll(t, d, 0)
+	st = d.State(at(0))
+	if strings.Join(st.Problems, "|") != "the workers disagree: 2 configurations in force (on workers [0 2], [1]); shown: worker 0's" || len(st.Rules) != 2 {
+		t.Errorf("problems %q, %d rules", st.Problems, len(st.Rules))
+	}
+}
+
 func TestClockBackwardsAndHistoryBound(t *testing.T) {
-	d := New(&script{status: []string{statusJSON}, metrics: []string{metricsText(0, 0, 0, 0)}}, Options{History: 5 * time.Second, ChartSpan: time.Hour})
+	d := New(source(snapshot(configJSON, 0, counters(0, 0, 0))), Options{History: 5 * time.Second, ChartSpan: time.Hour})
 	if d.Options().ChartSpan != 5*time.Second {
 		t.Errorf("chart span %v not capped at the history", d.Options().ChartSpan)
 	}
@@ -265,80 +339,59 @@ func TestClockBackwardsAndHistoryBound(t *testing.T) {
 }
 
 func TestRulesFromMetricsWhenConfigUnreadable(t *testing.T) {
-	status := `{"plugin_config":"rules: yaml?","workers":[]}`
-	metrics := "sluice_api_key_shadow_denied 1\nsluice_api_key_denied 2\nsluice_other_allowed 3\nsluice_host_requests_total 9\nsluice_errors 0\n" +
-		`sluice_x_denied{a="b"} 1` + "\n"
-	d := New(&script{status: []string{status}, metrics: []string{metrics}}, Options{})
-	scrapeAll(t, d, 0)
-	st := d.State(at(0))
-	if !strings.HasPrefix(st.Config.Error, "not JSON") || st.Config.Pretty != "rules: yaml?" {
-		t.Errorf("config %+v", st.Config)
+	metrics := map[string]int64{
+		"sluice.api-key.shadow_denied": 1, "sluice.api-key.denied": 2, "sluice.other.allowed": 3,
+		"sluice.errors": 0, "sluice.guest.gc_cycles": 4, "sluice.checkout.per-ip.denied": 5, "kitchen.denied": 6,
 	}
-	var names []string
-	for _, r := range st.Rules {
-		names = append(names, r.Name)
-	}
-	if strings.Join(names, ",") != "api_key,other" {
-		t.Fatalf("discovered rules %v", names)
-	}
-	if r := rule(t, st, "api_key"); val(r.Totals["shadow_denied"]) != "1" || val(r.Totals["denied"]) != "2" {
-		t.Errorf("api_key totals %v", r.Totals)
+	for _, c := range []struct{ cfg, err string }{
+		{"rules: yaml?", "not JSON: "},
+		{`{"rules":[{"name":"x"}]}`, "not a sluice configuration: rules[0]"},
+	} {
+		d := New(source(snapshot(c.cfg, 0, metrics)), Options{})
+		scrapeAll(t, d, 0)
+		st := d.State(at(0))
+		if !strings.HasPrefix(st.Config.Error, c.err) || !strings.Contains(st.Config.Pretty, "rules") {
+			t.Errorf("%s: config %+v", c.cfg, st.Config)
+		}
+		var names []string
+		for _, r := range st.Rules {
+			names = append(names, r.Name)
+		}
+		if strings.Join(names, ",") != "api-key,checkout.per-ip,other" {
+			t.Fatalf("%s: discovered rules %v", c.cfg, names)
+		}
+		if r := rule(t, st, "api-key"); val(r.Totals["shadow_denied"]) != "1" || val(r.Totals["denied"]) != "2" || r.Limit != nil || r.Mode != "" {
+			t.Errorf("api-key %+v totals %v", r, r.Totals)
+		}
 	}
 }
 
-func TestRunStopsWhenTheSourceCloses(t *testing.T) {
-	src := &script{status: []string{statusJSON}, metrics: []string{metricsText(0, 0, 0, 0)}, errs: []error{nil, nil, ErrSourceClosed}}
+func TestRunStopsWhenTheHostCloses(t *testing.T) {
+	closed := snapshot(configJSON, 0, nil)
+	closed.Closed = true
+	src := source(snapshot(configJSON, 0, nil), snapshot(configJSON, 0, nil), closed)
 	d := New(src, Options{Interval: time.Millisecond})
 	done := make(chan struct{})
 	go func() { d.Run(context.Background()); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not stop on ErrSourceClosed")
+		t.Fatal("Run did not stop when the host closed")
 	}
-	if src.n != 3 {
-		t.Errorf("%d fetches, want 3", src.n)
+	if n := src.calls(); n != 3 {
+		t.Errorf("%d snapshots, want 3", n)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	d2 := New(&script{status: []string{statusJSON}, metrics: []string{""}}, Options{})
-	d2.Run(ctx) // returns after one scrape
-}
-
-func TestAdminSource(t *testing.T) {
-	closed := false
-	metricsCode := http.StatusOK
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(metricsCode)
-		w.Write([]byte("m 1\n"))
-	})
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"vm_id":"x"}`)) })
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if closed {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte("closed\n"))
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
-	src := AdminSource(mux)
-	m, s, err := src.Fetch(context.Background())
-	if err != nil || string(m) != "m 1\n" || string(s) != `{"vm_id":"x"}` {
-		t.Fatalf("%q %q %v", m, s, err)
-	}
-	metricsCode = http.StatusInternalServerError
-	if _, _, err := src.Fetch(context.Background()); err == nil || err.Error() != "/metrics answered 500" {
-		t.Errorf("500: %v", err)
-	}
-	closed = true
-	if _, _, err := src.Fetch(context.Background()); !errors.Is(err, ErrSourceClosed) {
-		t.Errorf("closed: %v", err)
+	src2 := source(snapshot(configJSON, 0, nil))
+	New(src2, Options{}).Run(ctx) // returns after one sample
+	if n := src2.calls(); n != 1 {
+		t.Errorf("%d snapshots with a cancelled context, want 1", n)
 	}
 }
 
 func TestChartSpanGrowsWithHistory(t *testing.T) {
-	d := New(&script{status: []string{statusJSON}, metrics: []string{metricsText(0, 0, 0, 0)}}, Options{})
+	d := New(source(snapshot(configJSON, 0, counters(0, 0, 0))), Options{})
 	scrapeAll(t, d, 0, 1)
 	for _, step := range []struct {
 		at   float64
@@ -353,6 +406,30 @@ func TestChartSpanGrowsWithHistory(t *testing.T) {
 		st := d.State(at(step.at))
 		if want := fmt.Sprintf(`data-value="%v"`, -step.want.Seconds()); !strings.Contains(rule(t, st, "per-client").Chart, want) {
 			t.Errorf("history %vs: chart lacks an X tick at %s", step.at, want)
+		}
+	}
+}
+
+func TestMetricHelp(t *testing.T) {
+	for name, want := range map[string]string{
+		"sluice.per-client.allowed":       "sluice rule per-client: requests allowed",
+		"sluice.a.b.shadow_denied":        "sluice rule a.b: requests the rule, in shadow mode, would have denied (let through)",
+		"sluice.redis.denied":             "sluice rule redis: requests denied",
+		"sluice.redis.calls":              "sluice Redis: EVALSHA/EVAL sent for decisions",
+		"sluice.errors":                   "sluice: internal errors of the filter (recovered panics, refused local responses)",
+		"sluice.per-client.something":     "",
+		"sluice.allowed":                  "",
+		"sluice..allowed":                 "",
+		"other.per-client.allowed":        "",
+		"kitchen_requests_total":          "",
+		"sluice.per-client.store_errors":  "sluice rule per-client: requests whose counter store (shared data or Redis) failed",
+		"sluice.per-client.slot_shared":   "sluice rule per-client: requests charged to a slot shared with another key (raise max_keys if it grows)",
+		"sluice.guest.heap_bytes":         "sluice: bytes of heap objects in the module",
+		"sluice.redis.refund_failures":    "sluice Redis: refunds that did not land",
+		"sluice.redis.refund_failures.xx": "",
+	} {
+		if got := MetricHelp(name); got != want {
+			t.Errorf("MetricHelp(%q) = %q, want %q", name, got, want)
 		}
 	}
 }

@@ -17,7 +17,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 // Handler serves the dashboard at the root of its own path space: "/" (the page),
 // "/app.js", "/style.css" and "/api/state" (State as JSON). Mount it under a prefix with
 // http.StripPrefix; the page uses relative URLs. When the newest sample is older than
-// 2×Interval (Run is not running, or lags), api/state scrapes before answering.
+// 2×Interval (Run is not running, or lags), api/state takes a snapshot before answering.
 func (d *Dashboard) Handler() http.Handler {
 	mux := http.NewServeMux()
 	file := func(name, ctype string) http.HandlerFunc {
@@ -43,7 +43,7 @@ func (d *Dashboard) Handler() http.Handler {
 		stale := !ok || now.Sub(last.t) >= 2*d.opts.Interval
 		d.mu.Unlock()
 		if stale {
-			d.Scrape(r.Context(), now) // an error is part of the state shown
+			d.Scrape(now) // a closed host is part of the state shown
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")

@@ -11,7 +11,7 @@ import (
 )
 
 func TestHandlerServesThePageAndState(t *testing.T) {
-	src := &script{status: []string{statusJSON}, metrics: []string{metricsText(1, 2, 0, 3)}}
+	src := source(snapshot(configJSON, 3, counters(1, 2, 0)))
 	d := New(src, Options{})
 	mux := http.NewServeMux()
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d.Handler()))
@@ -41,7 +41,7 @@ func TestHandlerServesThePageAndState(t *testing.T) {
 		t.Errorf("unknown path: %d", resp.StatusCode)
 	}
 
-	// No Run loop: api/state scrapes on demand.
+	// No Run loop: api/state takes a snapshot on demand.
 	resp, body := get("/dashboard/api/state")
 	if resp.StatusCode != 200 || resp.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("api/state: %d %v", resp.StatusCode, resp.Header)
@@ -55,8 +55,8 @@ func TestHandlerServesThePageAndState(t *testing.T) {
 	}
 	// A second request right away reuses the fresh sample.
 	get("/dashboard/api/state")
-	if src.n != 1 {
-		t.Errorf("%d scrapes for two immediate requests, want 1", src.n)
+	if n := src.calls(); n != 1 {
+		t.Errorf("%d snapshots for two immediate requests, want 1", n)
 	}
 }
 

@@ -82,6 +82,7 @@ function renderRules(state) {
     const r = byName.get(tr.getAttribute("data-rule"));
     const c = (m) => tr.querySelector('[data-metric="' + m + '"]');
     cell(c("name"), r.name, r.name);
+    if ((c("name").getAttribute("title") || "") !== (r.summary || "")) c("name").setAttribute("title", r.summary || "");
     cell(c("mode"), r.mode || "–", r.mode);
     cell(c("algorithm"), r.algorithm || "–", r.algorithm);
     const limit = r.limit === undefined ? "" : String(r.limit) + (r.window ? " / " + r.window : "") + (r.burst !== undefined ? " (burst " + r.burst + ")" : "");
@@ -162,7 +163,7 @@ function render(state) {
   renderRules(state);
   renderHost(state);
   renderConfig(state);
-  const problems = (state.error ? [state.error] : []).concat(state.metric_errors || []);
+  const problems = (state.error ? [state.error] : []).concat(state.problems || []);
   const ul = $("#problems");
   ul.replaceChildren(...problems.map((p) => { const li = document.createElement("li"); li.textContent = p; return li; }));
   $("#problems-section").hidden = problems.length === 0;
