@@ -39,6 +39,10 @@ type Rule struct {
 	MaxKeys int
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter
+	// Fallback is a Redis rule's local limiter, used while Redis cannot
+	// decide under failure_mode "local": FallbackParams of Limiter's
+	// parameters and redis.instances. Nil for local rules.
+	Fallback algorithms.Limiter
 }
 
 // DefaultMaxKeys is the default bound on live keys per rule.

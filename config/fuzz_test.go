@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/config/configtest"
 )
 
 func FuzzParse(f *testing.F) {
@@ -14,22 +16,54 @@ func FuzzParse(f *testing.F) {
 		}
 	}
 	f.Add([]byte(doc(`"failure_mode":"local",`+redisObj, rule("backend", `"redis"`, "key", `[{"remote_ip":true,"ipv6_prefix":48},{"cookie":"c"}]`))))
+	for _, c := range append(append(configtest.Valid(), configtest.Boundaries()...), configtest.Mutations(7, 200)...) {
+		if len(c.JSON) < 4096 {
+			f.Add(c.JSON)
+		}
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
-		if err != nil {
-			var errs Errors
-			if c != nil || !errors.As(err, &errs) || len(errs) == 0 || len(errs) > MaxErrors+1 {
-				t.Fatalf("bad failure: config %v, error %T %v", c, err, err)
-			}
-			for _, e := range errs {
-				if e.Msg == "" || strings.Contains(e.Msg, "\n") && e.Path != "" {
-					t.Fatalf("bad entry %q", e.Error())
-				}
-			}
-			return
+		local, lerr := ParseFor(data, BuildLocal)
+		checkErrors(t, err)
+		checkErrors(t, lerr)
+		// sluice.wasm loads a subset of what sluice-redis.wasm loads:
+		// exactly the configurations without Redis rules.
+		if lerr == nil && (err != nil || local.HasRedisRules()) || err == nil && !c.HasRedisRules() && lerr != nil {
+			t.Fatalf("builds disagree: sluice-redis.wasm %v, sluice.wasm %v", err, lerr)
 		}
-		checkInvariants(t, c)
+		if err == nil {
+			checkInvariants(t, c)
+		}
 	})
+}
+
+// checkErrors asserts what every error of Parse promises: Errors of at
+// most MaxErrors+1 entries, each one line of printable text
+// (configtest.CheckText) with a path in the documented syntax.
+func checkErrors(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) == 0 || len(errs) > MaxErrors+1 {
+		t.Fatalf("bad failure: error %T %v", err, err)
+	}
+	text := err.Error()
+	if e := configtest.CheckText(text); e != nil {
+		t.Fatal(e)
+	}
+	if strings.Count(text, "\n") != len(errs)-1 {
+		t.Fatalf("%d errors on %d lines:\n%s", len(errs), strings.Count(text, "\n")+1, text)
+	}
+	for _, e := range errs {
+		if e.Msg == "" || strings.Contains(e.Error(), "\n") {
+			t.Fatalf("bad entry %q", e.Error())
+		}
+		if _, _, perr := configtest.PathNames(e.Path); perr != nil {
+			t.Fatal(perr)
+		}
+	}
 }
 
 // checkInvariants asserts what every successfully parsed Config promises.
@@ -86,8 +120,15 @@ func checkInvariants(t *testing.T, c *Config) {
 				t.Fatalf("header %q", h.Name)
 			}
 		}
-		if s := r.Summary(); !strings.HasPrefix(s, r.Name+": ") || strings.ContainsAny(s, "\r\n") {
+		if s := r.Summary(); !strings.HasPrefix(s, r.Name+": ") || strings.Contains(s, "\n") || configtest.CheckText(s) != nil {
 			t.Fatalf("summary %q", s)
+		}
+		if r.Backend == BackendRedis {
+			if RedisParams(r.Algorithm, r.Limiter.Params()) != nil || r.Fallback == nil || r.Fallback.Params() != FallbackParams(r.Limiter.Params(), c.Redis.Instances) {
+				t.Fatalf("rule %d: redis rule %+v out of the scripts' bounds or without its fallback", i, r)
+			}
+		} else if r.Fallback != nil {
+			t.Fatalf("rule %d: local rule with a fallback", i)
 		}
 		r.Match.Matches("GET", "/", func(string) (string, bool) { return "", true })
 	}

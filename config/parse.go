@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -31,7 +32,6 @@ const (
 	DefaultStatus         = 429
 	DefaultBody           = "rate limited\n"
 	minStatus, maxStatus  = 200, 599
-	maxShownValue         = 40 // bytes of a bad value quoted in a message
 	defaultRedisInstances = 1
 )
 
@@ -51,8 +51,15 @@ const (
 // "local" requires at least one rule with backend "redis"; a "redis" object
 // without Redis rules is accepted and unused. Errors are reported in
 // document order.
+//
+// Parse validates for sluice-redis.wasm, the build with both backends;
+// ParseFor(data, BuildLocal) is what sluice.wasm loads.
 func Parse(data []byte) (*Config, error) {
-	p := &parser{}
+	return parseFor(data, BuildRedis)
+}
+
+func parseFor(data []byte, build Build) (*Config, error) {
+	p := &parser{build: build}
 	c := p.parse(data)
 	if len(p.errs) == 0 {
 		return c, nil
@@ -72,7 +79,8 @@ func Parse(data []byte) (*Config, error) {
 }
 
 type parser struct {
-	errs []located
+	build Build
+	errs  []located
 }
 
 // located is an error with the offset in the document it is about.
@@ -92,13 +100,27 @@ func (p *parser) failEnd(obj gjson.Result, path, msg string) {
 	p.errs = append(p.errs, located{obj.Index + len(obj.Raw), path, msg})
 }
 
-// paramAt returns the value a limiter parameter error is about: the field
-// when the rule gives it, else the end of the rule.
-func paramAt(rule gjson.Result, f map[string]gjson.Result, field string) gjson.Result {
-	if x, ok := f[field]; ok {
-		return x
+// paramError records err, an error of algorithms.New or RedisParams about
+// the rule object at path, on the field it names (or on the rule), with
+// the note appended to its reason.
+func (p *parser) paramError(path string, rule gjson.Result, err error, note string) {
+	var pe *algorithms.ParamError
+	if !errors.As(err, &pe) {
+		p.failEnd(rule, path, err.Error()+note)
+		return
 	}
-	return gjson.Result{Index: rule.Index + len(rule.Raw)}
+	// The value the error is about: the field when the rule gives it (its
+	// first occurrence; a repeated one is an error already), else the end
+	// of the rule.
+	at := gjson.Result{Index: rule.Index + len(rule.Raw)}
+	rule.ForEach(func(k, x gjson.Result) bool {
+		if k.String() == pe.Field {
+			at = x
+			return false
+		}
+		return true
+	})
+	p.fail(at, path+"."+pe.Field, pe.Reason+note)
 }
 
 func (p *parser) parse(data []byte) *Config {
@@ -167,13 +189,20 @@ func (p *parser) parse(data []byte) *Config {
 		r.Index = i
 		if r.Name != "" {
 			if j, dup := names[r.Name]; dup {
-				p.fail(item.Get("name"), path+".name", "duplicate rule name "+strconv.Quote(r.Name)+" (also rules["+strconv.Itoa(j)+"])")
+				p.fail(item.Get("name"), path+".name", "duplicate rule name "+Quote(r.Name, maxShownValue)+" (also rules["+strconv.Itoa(j)+"])")
 			} else {
 				names[r.Name] = i
 			}
 		}
-		if r.Backend == BackendRedis && c.Redis == nil && redisOK {
-			p.fail(item.Get("backend"), path+".backend", `"redis" needs a top-level "redis" object`)
+		if r.Backend == BackendRedis {
+			switch {
+			case p.build != BuildRedis:
+				p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+" has only the local backend")
+			case c.Redis == nil && redisOK:
+				p.fail(item.Get("backend"), path+".backend", `"redis" needs a top-level "redis" object`)
+			default:
+				p.redisRule(path, item, r, c.Redis)
+			}
 		}
 		c.Rules = append(c.Rules, r)
 	}
@@ -300,13 +329,9 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 	}
 	if valid {
 		l, err := algorithms.New(r.Algorithm, algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst})
-		var pe *algorithms.ParamError
-		switch {
-		case errors.As(err, &pe):
-			p.fail(paramAt(v, f, pe.Field), path+"."+pe.Field, pe.Reason)
-		case err != nil:
-			p.failEnd(v, path, err.Error())
-		default:
+		if err != nil {
+			p.paramError(path, v, err, "")
+		} else {
 			r.Limiter = l
 		}
 	}
@@ -364,7 +389,7 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 				}
 				s = strings.ToUpper(s)
 				if containsString(m.Methods, s) {
-					p.fail(it, ip, "duplicate method "+strconv.Quote(s))
+					p.fail(it, ip, "duplicate method "+Quote(s, maxShownValue))
 					continue
 				}
 				m.Methods = append(m.Methods, s)
@@ -389,7 +414,7 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 						h.Name = s
 						for _, o := range m.Headers {
 							if o.Name == s {
-								p.fail(n, ip+".name", "duplicate header "+strconv.Quote(s))
+								p.fail(n, ip+".name", "duplicate header "+Quote(s, maxShownValue))
 								good = false
 							}
 						}
@@ -600,10 +625,7 @@ func (p *parser) object(path string, v gjson.Result, known []string) (map[string
 	f := make(map[string]gjson.Result, len(known))
 	v.ForEach(func(k, x gjson.Result) bool {
 		name := k.String()
-		fp := name
-		if path != "" {
-			fp = path + "." + name
-		}
+		fp := fieldPath(path, name)
 		if !containsString(known, name) {
 			msg := "unknown field"
 			if s := suggest(name, known); s != "" {
@@ -759,20 +781,75 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// show renders a JSON value for a message: its literal text, shortened.
+// show renders a JSON value for a message, escaped and cut to
+// maxShownValue bytes: a string quoted (Quote), a number, true, false or null
+// as written, an object or a list as compact JSON whose strings escape every
+// non-printing rune (\u0085, \u2028) and "..." when cut.
 func show(v gjson.Result) string {
+	switch v.Type {
+	case gjson.String:
+		return Quote(v.Str, maxShownValue)
+	case gjson.JSON:
+		return showJSON(v.Raw, maxShownValue)
+	}
 	s := strings.TrimSpace(v.Raw)
 	if s == "" {
 		return "nothing"
 	}
+	// A number, true, false or null: JSON's grammar leaves no room for
+	// anything but ASCII letters, digits and signs. Long numbers are cut.
 	if len(s) > maxShownValue {
-		cut := maxShownValue - 3
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "..."
+		s = s[:maxShownValue-3] + "..."
 	}
 	return s
+}
+
+// showJSON compacts raw (valid JSON, an object or a list) for a message:
+// whitespace between tokens removed, non-printing runes inside strings
+// escaped as \uXXXX, cut at limit bytes with "...".
+func showJSON(raw string, limit int) string {
+	b := make([]byte, 0, limit)
+	inString, escaped := false, false
+	for i := 0; i < len(raw); {
+		r, n := utf8.DecodeRuneInString(raw[i:])
+		i += n
+		var piece string
+		switch {
+		case !inString && (r == ' ' || r == '\t' || r == '\n' || r == '\r'):
+			continue
+		case r == utf8.RuneError && n == 1, !strconv.IsPrint(r):
+			piece = escapeRune(r)
+		default:
+			piece = raw[i-n : i]
+		}
+		switch {
+		case escaped:
+			escaped = false
+		case inString && r == '\\':
+			escaped = true
+		case r == '"':
+			inString = !inString
+		}
+		if len(b)+len(piece) > limit-3 && (len(b)+len(piece) > limit || i < len(raw)) {
+			return string(b) + "..."
+		}
+		b = append(b, piece...)
+	}
+	return string(b)
+}
+
+// escapeRune is the JSON escape of r (a UTF-16 surrogate pair above
+// U+FFFF); invalid UTF-8 is shown as U+FFFD.
+func escapeRune(r rune) string {
+	const hex = "0123456789abcdef"
+	if r == utf8.RuneError || r < 0 || r > utf8.MaxRune {
+		r = utf8.RuneError
+	}
+	if r > 0xffff {
+		r1, r2 := utf16.EncodeRune(r)
+		return escapeRune(r1) + escapeRune(r2)
+	}
+	return string([]byte{'\\', 'u', hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15]})
 }
 
 // suggest returns the known name name is most likely a typo of, or "": one

@@ -85,7 +85,7 @@ var errorCases = []struct {
 	{"name not a string", doc("", rule("name", "7")), `rules[0].name: 7 is not a string`},
 	{"name empty", doc("", rule("name", `""`)), `rules[0].name: "" is empty`},
 	{"name bad character", doc("", rule("name", `"a b"`)), `rules[0].name: "a b" may contain only letters, digits, '-', '_' and '.'`},
-	{"name too long", doc("", rule("name", `"`+strings.Repeat("n", 65)+`"`)), `rules[0].name: "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn... is longer than 64 bytes`},
+	{"name too long", doc("", rule("name", `"`+strings.Repeat("n", 65)+`"`)), `rules[0].name: "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"... is longer than 64 bytes`},
 	{"name duplicate", doc("", rule(), rule("limit", "5"), rule("name", `"r"`)), "rules[1].name: duplicate rule name \"r\" (also rules[0])\nrules[2].name: duplicate rule name \"r\" (also rules[0])"},
 
 	// key
@@ -152,6 +152,10 @@ var errorCases = []struct {
 	{"burst not an integer", doc("", rule("algorithm", `"leaky_bucket"`, "burst", `"20"`)), `rules[0].burst: "20" is not an integer`},
 	{"burst refill too slow", doc("", rule("algorithm", `"token_bucket"`, "limit", `1`, "window", `"366d"`, "burst", `1000`)), `rules[0].burst: is too large for this limit and window: refilling it would take more than 100 years`},
 
+	// Redis bounds (sluice-redis.wasm; boundaries in TestRedisBoundsInParse)
+	{"redis window too long for the limit", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"sliding_window"`, "limit", `104250`, "window", `"1d"`)), `rules[0].window: is too long for this limit/burst on the redis backend (limit × window in µs must stay below 2^53)`},
+	{"redis fallback refill too slow", doc(`"redis":{"cluster":"r","instances":2}`, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "limit", `3`, "window", `"1d"`, "burst", `73202`)), `rules[0].burst: is too large for this limit and window: refilling it would take more than 100 years in the local fallback (limit 1 and burst 36601: divided by redis.instances 2)`},
+
 	// backend, mode, max_keys
 	{"backend unknown", doc("", rule("backend", `"memcached"`)), `rules[0].backend: "memcached" is not one of local, redis`},
 	{"backend redis without redis", doc("", rule("backend", `"redis"`)), `rules[0].backend: "redis" needs a top-level "redis" object`},
@@ -212,6 +216,31 @@ var errorCases = []struct {
 	{"redis password not a string", doc(`"redis":{"cluster":"r","password":123}`, rule()), `redis.password: 123 is not a string`},
 	{"redis username not a string", doc(`"redis":{"cluster":"r","username":null}`, rule()), `redis.username: null is not a string`},
 	{"redis unknown field", doc(`"redis":{"cluster":"r","timeout":50}`, rule()), `redis.timeout: unknown field (did you mean "timeout_ms"?)`},
+
+	// Input is echoed quoted and escaped: a field name that is not plain is
+	// written in brackets (`path["name"]`), values as Go-quoted strings or
+	// compact JSON, long ones cut with "..." after the closing quote.
+	{"forged line in a field name", doc(`"ok\nrules[0].limit: 0 is out of range":1`, rule()), `["ok\nrules[0].limit: 0 is out of range"]: unknown field`},
+	{"field name with a space", doc("", rule("a b", "1")), `rules[0]["a b"]: unknown field`},
+	{"field name in a header match", doc("", rule("match", `{"headers":[{"name":"a","exact":"b"},{"name":"c","exact":"d","x\ny":1}]}`)), `rules[0].match.headers[1]["x\ny"]: unknown field`},
+	{"field name NUL and escape", doc(`"\u0000\u001b[31m":1`, rule()), `["\x00\x1b[31m"]: unknown field`},
+	{"field name DEL and line separator", doc("\"a\x7f\u2028\":1", rule()), `["a\x7f\u2028"]: unknown field`},
+	{"field name quote and backslash", doc(`"a\"b\\c":1`, rule()), `["a\"b\\c"]: unknown field`},
+	{"field name lone surrogate (gjson decodes it as U+FFFD)", doc(`"\ud800":1`, rule()), `["�"]: unknown field`},
+	{"field name empty", doc(`"":1`, rule()), `[""]: unknown field`},
+	{"field name long", doc(`"`+strings.Repeat("a", 100)+`":1`, rule()), `["` + strings.Repeat("a", 59) + `"...]: unknown field`},
+	{"field name long escaped", doc(`"`+strings.Repeat(`\n`, 40)+`":1`, rule()), `["` + strings.Repeat(`\n`, 29) + `"...]: unknown field`},
+	{"field name typo with a newline", doc("", rule(`limit\n`, "1")), `rules[0]["limit\n"]: unknown field (did you mean "limit"?)`},
+	{"field name duplicate escaped", doc(`"a\tb":1,"a\tb":2`, rule()), "[\"a\\tb\"]: unknown field\n[\"a\\tb\"]: unknown field"},
+	{"value with control characters", doc("", rule("name", `"a\u0007\u009b[2J\u202e"`)), `rules[0].name: "a\a\u009b[2J\u202e" may contain only letters, digits, '-', '_' and '.'`},
+	{"value raw DEL", doc("", rule("name", "\"a\x7fb\"")), `rules[0].name: "a\x7fb" may contain only letters, digits, '-', '_' and '.'`},
+	{"value object on several lines", doc("", rule("limit", "{\n\t\"a\" : [1, \"x\u2029\"]\n}")), `rules[0].limit: {"a":[1,"x\u2029"]} is not an integer`},
+	{"value object cut", doc("", rule("limit", `{"aaaaaaaaaaaaaaaaaaaa":"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"}`)), `rules[0].limit: {"aaaaaaaaaaaaaaaaaaaa":"bbbbbbbbbbbb... is not an integer`},
+	{"value long number", doc("", rule("limit", strings.Repeat("9", 50))), `rules[0].limit: ` + strings.Repeat("9", 37) + `... is out of range 1..1000000000`},
+	{"value long string cut", doc("", rule("window", `"`+strings.Repeat("\u00e9", 30)+`"`)), `rules[0].window: "` + strings.Repeat("é", 17) + `"... is not a duration`},
+	{"enum value with a newline", doc(`"failure_mode":"open\nrules[0].limit: x"`, rule()), `failure_mode: "open\nrules[0].limit: x" is not one of open, closed, local`},
+	{"method with a newline", doc("", rule("match", `{"methods":["GET\nX"]}`)), `rules[0].match.methods[0]: "GET\nX" is not an HTTP method`},
+	{"header name with a newline", doc("", rule("key", `[{"header":"x\r\ny"}]`)), `rules[0].key[0].header: "x\r\ny" is not a header name`},
 
 	// Several problems at once: all reported, in document order.
 	{"all errors collected", doc(`"response":{"status":1000}`,

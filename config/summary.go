@@ -26,9 +26,14 @@ func enumName(names []string, i int) string {
 	return "unknown(" + strconv.Itoa(i) + ")"
 }
 
+// noCut is a plainText limit that never cuts: names and values in a Summary
+// are shown whole (quoted and escaped when they are not plain).
+const noCut = MaxConfigSize * 10
+
 // String describes the key part as in a Summary: "remote_ip",
 // "remote_ip/64", "header:x-api-key", "query:k", "cookie:session", "path",
-// "method".
+// "method"; a name that is not plain printable ASCII is quoted
+// ("query:\"a b\"").
 func (k KeyPart) String() string {
 	switch {
 	case k.RemoteIP && k.IPv6Prefix > 0:
@@ -36,11 +41,11 @@ func (k KeyPart) String() string {
 	case k.RemoteIP:
 		return "remote_ip"
 	case k.Header != "":
-		return "header:" + k.Header
+		return "header:" + plainText(k.Header, noCut)
 	case k.Query != "":
-		return "query:" + k.Query
+		return "query:" + plainText(k.Query, noCut)
 	case k.Cookie != "":
-		return "cookie:" + k.Cookie
+		return "cookie:" + plainText(k.Cookie, noCut)
 	case k.Path:
 		return "path"
 	case k.Method:
@@ -57,13 +62,13 @@ func (m *Match) String() string {
 	}
 	var parts []string
 	if m.PathPrefix != "" {
-		parts = append(parts, "path_prefix:"+m.PathPrefix)
+		parts = append(parts, "path_prefix:"+plainText(m.PathPrefix, noCut))
 	}
 	if len(m.Methods) > 0 {
 		parts = append(parts, "methods:"+strings.Join(m.Methods, ","))
 	}
 	for _, h := range m.Headers {
-		parts = append(parts, "header:"+h.Name+"="+strconv.Quote(h.Exact))
+		parts = append(parts, "header:"+plainText(h.Name, noCut)+"="+strconv.Quote(h.Exact))
 	}
 	return strings.Join(parts, " ")
 }

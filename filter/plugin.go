@@ -90,18 +90,18 @@ func MetricNames(rule string) [5]string {
 const ErrorsMetric = "sluice.errors"
 
 // configure compiles data and prepares the rules. The error is the
-// configuration error (path-named lines) or a setup failure.
+// configuration error (path-named lines) or a setup failure. The
+// configuration is validated by config.ParseFor for this build — the same
+// validation as `sluice check` (with --redis for sluice-redis.wasm) — so
+// nothing below refuses a configuration for its content.
 func (p *Plugin) configure(data []byte) error {
-	cfg, err := config.Parse(data)
+	build := config.BuildLocal
+	if hasRedisCalls(p.host) {
+		build = config.BuildRedis
+	}
+	cfg, err := config.ParseFor(data, build)
 	if err != nil {
 		return err
-	}
-	if cfg.HasRedisRules() && !hasRedisCalls(p.host) {
-		for _, r := range cfg.Rules {
-			if r.Backend == config.BackendRedis {
-				return errors.New("rules[" + strconv.Itoa(r.Index) + "].backend: \"redis\" needs sluice-redis.wasm (a host with the Redis extension, e.g. Higress); this module (sluice.wasm) has only the local backend")
-			}
-		}
 	}
 	if v, st := p.host.GetProperty(propPluginName); st == abi.StatusOK {
 		p.name = string(v)
@@ -387,8 +387,21 @@ func (p *Plugin) storeFailed(r *rule, err error) {
 	p.host.IncrementMetric(r.metrics.storeErrors, 1)
 	if p.logged < 100 {
 		p.logged++
-		p.host.Log(abi.LogWarn, "sluice: rule "+r.cfg.Name+": "+err.Error())
+		p.host.Log(abi.LogWarn, "sluice: rule "+r.cfg.Name+": "+logText(err.Error()))
 	}
+}
+
+// logText returns s for a log line with every byte outside printable ASCII
+// escaped as strconv.Quote escapes it (printable non-ASCII runes stay): a
+// store error can carry text from the network, a Redis error reply.
+func logText(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			q := strconv.Quote(s)
+			return q[1 : len(q)-1]
+		}
+	}
+	return s
 }
 
 var (

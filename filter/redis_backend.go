@@ -188,32 +188,15 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		waits: make(map[uint32]*redisWait),
 		cmd:   make([]byte, 0, 512),
 	}
-	instances := int64(max(1, cfg.Redis.Instances))
 	for i, r := range rules {
 		if r.cfg.Backend != config.BackendRedis {
 			continue
 		}
+		// config.ParseFor (BuildRedis) checked the scripts' bounds
+		// (config.RedisParams) and built the local fallback.
 		lim := r.cfg.Limiter
-		par := lim.Params()
-		if err := redisrl.Validate(lim.Kind(), par); err != nil {
-			var pe *algorithms.ParamError
-			if errors.As(err, &pe) {
-				return nil, errors.New("rules[" + strconv.Itoa(r.cfg.Index) + "]." + pe.Field + ": " + pe.Reason)
-			}
-			return nil, err
-		}
-		rr := &redisRule{kind: lim.Kind(), params: par}
-		fb := par
-		fb.Limit = max(1, par.Limit/instances)
-		if fb.Burst != 0 {
-			fb.Burst = max(1, par.Burst/instances)
-		}
-		fl, err := algorithms.New(lim.Kind(), fb)
-		if err != nil {
-			return nil, errors.New("rules[" + strconv.Itoa(r.cfg.Index) + "]: the local fallback limit: " + err.Error())
-		}
-		rr.fbLim = fl
-		rr.fallback = newSlotStore(p.host, fl, "sluice:"+p.name+":"+r.cfg.Name+":fallback:", r.cfg.MaxKeys)
+		rr := &redisRule{kind: lim.Kind(), params: lim.Params(), fbLim: r.cfg.Fallback}
+		rr.fallback = newSlotStore(p.host, rr.fbLim, "sluice:"+p.name+":"+r.cfg.Name+":fallback:", r.cfg.MaxKeys)
 		rs.rules[i] = rr
 	}
 	for _, m := range []struct {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/sluice-proxy/sluice/config"
 )
@@ -17,50 +20,73 @@ func init() {
 // stdin is read by `sluice check -`; tests replace it.
 var stdin io.Reader = os.Stdin
 
-const checkUsage = `usage: sluice check FILE
+const checkUsage = `usage: sluice check [--redis] FILE
 
-Validates a sluice plugin configuration (JSON; "-" reads standard input).
-Prints "ok" and one line per rule, or every error found, one per line,
-each naming its JSON path. Exit status: 0 valid, 1 invalid or unreadable,
-2 usage error.
+Validates a sluice plugin configuration (JSON; "-" reads standard input) for
+the module that will load it: sluice.wasm by default, sluice-redis.wasm with
+--redis (the build with the Redis backend, whose rules have the Redis
+scripts' bounds). It runs the module's own validation, so "ok" means the
+module loads the configuration. Prints "ok" and one line per rule, or every
+error found, one per line, each naming its JSON path; input is quoted and
+escaped in both. Exit status: 0 valid, 1 invalid or unreadable, 2 usage
+error.
 `
 
-// runCheck implements `sluice check FILE`.
+// runCheck implements `sluice check [--redis] FILE`.
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		fmt.Fprint(stdout, checkUsage)
-		return 0
+	build := config.BuildLocal
+	name := ""
+	for _, a := range args {
+		switch {
+		case a == "-h" || a == "-help" || a == "--help":
+			fmt.Fprint(stdout, checkUsage)
+			return 0
+		case a == "-redis" || a == "--redis":
+			build = config.BuildRedis
+		case a == "":
+			return usageError(stderr, "check", errors.New("empty FILE"))
+		case len(a) > 1 && a[0] == '-':
+			return usageError(stderr, "check", fmt.Errorf("unknown flag %s", printable(a)))
+		case name != "":
+			return usageError(stderr, "check", errors.New("more than one FILE"))
+		default:
+			name = a
+		}
 	}
-	if len(args) != 1 || args[0] == "" || len(args[0]) > 1 && args[0][0] == '-' {
-		fmt.Fprint(stderr, checkUsage)
-		return 2
+	if name == "" {
+		return usageError(stderr, "check", errors.New("no FILE"))
 	}
-	name := args[0]
 	var data []byte
 	var err error
 	if name == "-" {
-		name = "<stdin>"
 		data, err = io.ReadAll(io.LimitReader(stdin, config.MaxConfigSize+1))
+		name = "<stdin>"
 	} else {
 		data, err = os.ReadFile(name)
+		name = printable(name)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice check: cannot read configuration: %v\n", err)
+		fmt.Fprintf(stderr, "sluice check: cannot read configuration: %s\n", printable(err.Error()))
 		return 1
 	}
-	c, err := config.Parse(data)
+	c, err := config.ParseFor(data, build)
 	if err != nil {
 		var errs config.Errors
 		if !errors.As(err, &errs) {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			fmt.Fprintf(stderr, "%s: %s\n", name, printable(err.Error()))
 			return 1
 		}
+		needsRedis := false
 		for _, e := range errs {
 			msg := e.Error()
 			if e.Path == "" && e.Msg == "is not valid JSON" {
 				msg += syntaxHint(data)
 			}
+			needsRedis = needsRedis || strings.HasPrefix(e.Msg, `"redis" needs sluice-redis.wasm`)
 			fmt.Fprintf(stderr, "%s: %s\n", name, msg)
+		}
+		if needsRedis {
+			fmt.Fprintf(stderr, "sluice check: checked for %s; `sluice check --redis` checks for sluice-redis.wasm\n", build)
 		}
 		return 1
 	}
@@ -69,6 +95,18 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, r.Summary())
 	}
 	return 0
+}
+
+// printable returns s, or s quoted and escaped (strconv.Quote) when it holds
+// anything strconv.IsPrint rejects — a file name, or an operating-system
+// error that carries one, is echoed like configuration input.
+func printable(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // syntaxHint locates a JSON syntax error for a person: " (line L, column C:
@@ -81,7 +119,7 @@ func syntaxHint(data []byte) string {
 	var se *json.SyntaxError
 	if !errors.As(err, &se) {
 		if err != nil {
-			return " (" + err.Error() + ")"
+			return " (" + printable(err.Error()) + ")"
 		}
 		return ""
 	}
@@ -93,5 +131,5 @@ func syntaxHint(data []byte) string {
 			col++
 		}
 	}
-	return fmt.Sprintf(" (line %d, column %d: %v)", line, col, se)
+	return fmt.Sprintf(" (line %d, column %d: %s)", line, col, printable(se.Error()))
 }

@@ -2,57 +2,84 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/config/configtest"
+	"github.com/sluice-proxy/sluice/filter/filtertest"
+	"github.com/sluice-proxy/sluice/host"
+	hostredis "github.com/sluice-proxy/sluice/host/redis"
 )
 
-// TestCheckFixtures runs `sluice check` on every testdata/check/*.json: a
-// fixture with a .out file must be valid and print exactly that; one with a
-// .err file must fail with exit status 1 and print exactly that on stderr.
+// TestCheckFixtures runs `sluice check` and `sluice check --redis` on every
+// testdata/check/*.json: for each, BASE.out (BASE.redis.out with --redis)
+// means the fixture must be valid and print exactly that, BASE.err
+// (BASE.redis.err) that it must fail with exit status 1 and print exactly
+// that on stderr.
 func TestCheckFixtures(t *testing.T) {
 	files, err := filepath.Glob("testdata/check/*.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures: %v", err)
 	}
 	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			base := strings.TrimSuffix(file, ".json")
-			wantOut, errOut := os.ReadFile(base + ".out")
-			wantErr, errErr := os.ReadFile(base + ".err")
-			if (errOut == nil) == (errErr == nil) {
-				t.Fatalf("%s needs exactly one of .out and .err", base)
-			}
-			var stdout, stderr bytes.Buffer
-			code := dispatch([]string{"check", file}, &stdout, &stderr)
-			if errOut == nil {
-				if code != 0 || stdout.String() != string(wantOut) || stderr.Len() != 0 {
-					t.Errorf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", code, stdout.String(), wantOut, stderr.String())
+		for _, mode := range []struct {
+			suffix string
+			args   []string
+		}{{"", nil}, {".redis", []string{"--redis"}}} {
+			t.Run(filepath.Base(file)+mode.suffix, func(t *testing.T) {
+				base := strings.TrimSuffix(file, ".json") + mode.suffix
+				wantOut, errOut := os.ReadFile(base + ".out")
+				wantErr, errErr := os.ReadFile(base + ".err")
+				if (errOut == nil) == (errErr == nil) {
+					t.Fatalf("%s needs exactly one of .out and .err", base)
 				}
-				return
-			}
-			if code != 1 || stderr.String() != string(wantErr) || stdout.Len() != 0 {
-				t.Errorf("exit %d\nstderr:\n%s\nwant:\n%s\nstdout:\n%s", code, stderr.String(), wantErr, stdout.String())
-			}
-		})
+				var stdout, stderr bytes.Buffer
+				code := dispatch(append(append([]string{"check"}, mode.args...), file), &stdout, &stderr)
+				if errOut == nil {
+					if code != 0 || stdout.String() != string(wantOut) || stderr.Len() != 0 {
+						t.Errorf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", code, stdout.String(), wantOut, stderr.String())
+					}
+					return
+				}
+				if code != 1 || stderr.String() != string(wantErr) || stdout.Len() != 0 {
+					t.Errorf("exit %d\nstderr:\n%s\nwant:\n%s\nstdout:\n%s", code, stderr.String(), wantErr, stdout.String())
+				}
+			})
+		}
 	}
 }
 
 func TestCheckUsage(t *testing.T) {
-	for _, args := range [][]string{{"check"}, {"check", "a.json", "b.json"}, {"check", "--strict"}, {"check", ""}} {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check"}, "no FILE"},
+		{[]string{"check", "a.json", "b.json"}, "more than one FILE"},
+		{[]string{"check", "--strict"}, "unknown flag --strict"},
+		{[]string{"check", "-\nx"}, `unknown flag "-\nx"`},
+		{[]string{"check", ""}, "empty FILE"},
+		{[]string{"check", "--redis"}, "no FILE"},
+		{[]string{"check", "--redis", "a", "b"}, "more than one FILE"},
+	} {
 		var stdout, stderr bytes.Buffer
-		if code := dispatch(args, &stdout, &stderr); code != 2 {
-			t.Errorf("%q: exit %d, want 2", args, code)
+		if code := dispatch(tc.args, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2", tc.args, code)
 		}
-		if !strings.HasPrefix(stderr.String(), "usage: sluice check FILE\n") || stdout.Len() != 0 {
-			t.Errorf("%q: stdout %q stderr %q", args, stdout.String(), stderr.String())
+		if want := "sluice check: " + tc.want + "; see 'sluice check --help'\n"; stderr.String() != want || stdout.Len() != 0 {
+			t.Errorf("%q: stdout %q stderr %q, want %q", tc.args, stdout.String(), stderr.String(), want)
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := dispatch([]string{"check", "-h"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "usage: sluice check FILE\n") {
+	if code := dispatch([]string{"check", "-h"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "usage: sluice check [--redis] FILE\n") {
 		t.Errorf("-h: exit %d stdout %q", code, stdout.String())
 	}
 	stdout.Reset()
@@ -105,6 +132,285 @@ func TestSyntaxHint(t *testing.T) {
 	} {
 		if got := syntaxHint([]byte(in)); got != want {
 			t.Errorf("syntaxHint(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// corpus is what the end-to-end tests of check judge: the valid
+// configurations, every bound at its boundary and one past it, and
+// hostile mutations of the valid ones (config/configtest).
+func corpus(mutations int) []configtest.Case {
+	return append(append(configtest.Valid(), configtest.Boundaries()...), configtest.Mutations(1, mutations)...)
+}
+
+// checkStdin runs `sluice check [--redis] -` on data.
+func checkStdin(t *testing.T, data []byte, redis bool) (code int, stdout, stderr string) {
+	t.Helper()
+	defer func(r io.Reader) { stdin = r }(stdin)
+	stdin = bytes.NewReader(data)
+	args := []string{"check", "-"}
+	if redis {
+		args = []string{"check", "--redis", "-"}
+	}
+	var out, errOut bytes.Buffer
+	code = dispatch(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestCheckHostileConfigurations runs `sluice check` and `sluice check
+// --redis` on 2,000 hostile mutations of valid configurations (control
+// characters, newlines, quotes, backslashes, non-printing runes and invalid
+// UTF-8 in member names and values, raw or escaped), the valid ones and the
+// boundaries: the output never holds a byte below 0x20 other than the
+// newline ending each line, no DEL, no invalid UTF-8 and no non-printing
+// rune; it has one line per error (so no input forges a line), each the
+// file name and an error of config.ParseFor for that build, or "ok" and one
+// line per rule; and the verdict is ParseFor's.
+func TestCheckHostileConfigurations(t *testing.T) {
+	var ok, refused int
+	for _, tc := range corpus(2000) {
+		for _, build := range []config.Build{config.BuildLocal, config.BuildRedis} {
+			code, stdout, stderr := checkStdin(t, tc.JSON, build == config.BuildRedis)
+			for _, out := range []string{stdout, stderr} {
+				if err := configtest.CheckText(out); err != nil {
+					t.Fatalf("%s (%v): %v", tc.Name, build, err)
+				}
+				if out != "" && !strings.HasSuffix(out, "\n") {
+					t.Fatalf("%s (%v): output does not end a line: %q", tc.Name, build, out)
+				}
+			}
+			c, err := config.ParseFor(tc.JSON, build)
+			if err == nil {
+				ok++
+				want := "ok\n"
+				for _, r := range c.Rules {
+					want += r.Summary() + "\n"
+				}
+				if code != 0 || stdout != want || stderr != "" {
+					t.Fatalf("%s (%v): exit %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", tc.Name, build, code, stdout, want, stderr)
+				}
+				continue
+			}
+			refused++
+			var errs config.Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("%s: %T %v", tc.Name, err, err)
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			if code != 1 || stdout != "" || len(lines) < len(errs) || len(lines) > len(errs)+1 {
+				t.Fatalf("%s (%v): exit %d, %d lines for %d errors\nstdout:\n%s\nstderr:\n%s", tc.Name, build, code, len(lines), len(errs), stdout, stderr)
+			}
+			for i, e := range errs {
+				if want := "<stdin>: " + e.Error(); lines[i] != want && !(e.Msg == "is not valid JSON" && strings.HasPrefix(lines[i], want+" (line ")) {
+					t.Fatalf("%s (%v): line %d is\n%s\nwant\n%s", tc.Name, build, i, lines[i], want)
+				}
+			}
+			if len(lines) > len(errs) && !strings.HasPrefix(lines[len(errs)], "sluice check: checked for sluice.wasm; ") {
+				t.Fatalf("%s (%v): extra line %q", tc.Name, build, lines[len(errs)])
+			}
+		}
+	}
+	t.Logf("%d verdicts ok, %d refused", ok, refused)
+	if ok < 50 || refused < 3000 {
+		t.Errorf("the corpus does not exercise both verdicts: %d ok, %d refused", ok, refused)
+	}
+}
+
+// moduleVerdicts loads each configuration into the compiled module of the
+// given build tags ("" is sluice.wasm, "redis" sluice-redis.wasm) in the
+// embedded host, one VM reused for all (Host.Reconfigure: a new root
+// context, whose proxy_on_configure answers), and returns, per
+// configuration, "" when the module loaded it or the module's log line
+// saying why not.
+func moduleVerdicts(t *testing.T, tags string, cases []configtest.Case) []string {
+	t.Helper()
+	wasm, err := filtertest.BuildWasm(tags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logRecorder{}
+	opts := host.Options{
+		Wasm:         wasm,
+		PluginConfig: configtest.Valid()[0].JSON,
+		Workers:      1,
+		Logger:       slog.New(logs),
+	}
+	if tags == "redis" {
+		// Higress's Redis calls, on no cluster: proxy_redis_init fails,
+		// which the filter logs and survives (Redis rules follow
+		// failure_mode); it is not a configuration verdict.
+		c := hostredis.New(map[string][]string{}, hostredis.Options{})
+		defer c.Close()
+		opts.Extensions = []host.Extension{hostredis.NewExtension(c, nil)}
+	}
+	ctx := context.Background()
+	h, err := host.New(ctx, opts)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", tags, err, logs.text())
+	}
+	defer h.Close(ctx)
+	verdicts := make([]string, len(cases))
+	for i, tc := range cases {
+		logs.reset()
+		restarts := h.Stats().VMRestarts
+		err := h.Reconfigure(ctx, 0, tc.JSON)
+		if h.Stats().VMRestarts != restarts {
+			t.Fatalf("%s: the module trapped on %s: %v\n%s", tags, tc.Name, err, logs.text())
+		}
+		if err == nil {
+			continue
+		}
+		verdicts[i] = logs.critical()
+		if verdicts[i] == "" {
+			t.Fatalf("%s: %s refused without a critical log line: %v\n%s", tags, tc.Name, err, logs.text())
+		}
+	}
+	return verdicts
+}
+
+// TestCheckAgreesWithModule: for the valid configurations, each bound at
+// its boundary and one past it, and 300 hostile mutations, `sluice check`
+// says ok exactly when sluice.wasm loads the configuration (its
+// proxy_on_configure returns true in the embedded host), and `sluice check
+// --redis` exactly when sluice-redis.wasm does; when they refuse, the
+// module logs the very errors check prints.
+func TestCheckAgreesWithModule(t *testing.T) {
+	cases := corpus(300)
+	for _, b := range []struct {
+		tags  string
+		redis bool
+	}{{"", false}, {"redis", true}} {
+		verdicts := moduleVerdicts(t, b.tags, cases)
+		ok := 0
+		for i, tc := range cases {
+			code, _, stderr := checkStdin(t, tc.JSON, b.redis)
+			loaded := verdicts[i] == ""
+			if (code == 0) != loaded {
+				t.Errorf("%s --redis=%v: check exit %d, module loaded %v\ncheck:\n%s\nmodule:\n%s", tc.Name, b.redis, code, loaded, stderr, verdicts[i])
+				continue
+			}
+			if loaded {
+				ok++
+				continue
+			}
+			// The module logs "sluice: invalid plugin configuration:" and
+			// the errors, one per line; check prints each after the file
+			// name (a syntax error with a location the guest does not
+			// compute, and a hint line after the errors).
+			if err := configtest.CheckText(verdicts[i]); err != nil {
+				t.Errorf("%s: module log: %v", tc.Name, err)
+			}
+			logged := strings.Split(verdicts[i], "\n")
+			if logged[0] != "sluice: invalid plugin configuration:" {
+				t.Errorf("%s: module log %q", tc.Name, verdicts[i])
+				continue
+			}
+			printed := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			for j, l := range logged[1:] {
+				if j >= len(printed) || printed[j] != "<stdin>: "+l && !strings.HasPrefix(printed[j], "<stdin>: "+l+" (line ") {
+					t.Errorf("%s: module logged\n%s\ncheck printed\n%s", tc.Name, verdicts[i], stderr)
+					break
+				}
+			}
+		}
+		t.Logf("build %q: %d configurations, %d loaded", b.tags, len(cases), ok)
+		if ok < 20 || len(cases)-ok < 200 {
+			t.Errorf("build %q: the corpus does not exercise both verdicts (%d of %d loaded)", b.tags, ok, len(cases))
+		}
+	}
+}
+
+// logRecorder is a slog.Handler that keeps the messages of the host's log.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r)
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRecorder) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = nil
+}
+
+// critical returns the guest's critical-level messages (proxy_log level 5,
+// slog level 12), one after the other.
+func (l *logRecorder) critical() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var msgs []string
+	for _, r := range l.recs {
+		if r.Level >= slog.Level(12) {
+			msgs = append(msgs, r.Message)
+		}
+	}
+	return strings.Join(msgs, "\n")
+}
+
+func (l *logRecorder) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, r := range l.recs {
+		b.WriteString(r.Level.String() + " " + r.Message + "\n")
+	}
+	return b.String()
+}
+
+// TestRunLogsEscapedConfigErrors: `sluice run` with a configuration whose
+// member names and values hold a forged error line, terminal escapes and
+// non-printing runes exits 1, and its output — the module's log through the
+// host's logger, and run's own error — escapes all of it: no control
+// character, no line that starts where the forged one would.
+func TestRunLogsEscapedConfigErrors(t *testing.T) {
+	wasm, err := filtertest.BuildWasm("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	wasmPath := filepath.Join(dir, "sluice.wasm")
+	if err := os.WriteFile(wasmPath, wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostile, err := os.ReadFile("testdata/check/hostile.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "hostile.json")
+	if err := os.WriteFile(cfgPath, hostile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := dispatch([]string{"run", "--wasm", wasmPath, "--config", cfgPath, "--listen", "127.0.0.1:0", "--workers", "1", "--cache-dir", ""}, &stdout, &stderr)
+	out := stdout.String() + stderr.String()
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, out)
+	}
+	if err := configtest.CheckText(out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`rules[0].key[0][\"ok\\nrules[0].limit: 0 is out of range 1..1000000000\"]: unknown field`,
+		`rules[0].match.headers[1][\"x\\x1b[2Jy\"]: unknown field`,
+		`[\"fail\\x7fure_mode\"]: unknown field`,
+		"proxy_on_configure returned false",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "rules[") || strings.HasPrefix(line, "ok") {
+			t.Errorf("forged line %q in\n%s", line, out)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/host/redis"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 	"github.com/sluice-proxy/sluice/internal/resp"
@@ -101,7 +102,7 @@ func TestConformanceWithAlgorithms(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := Validate(kind, p); err != nil {
+				if err := config.RedisParams(kind, p); err != nil {
 					t.Fatal(err)
 				}
 				rng := rand.New(rand.NewPCG(uint64(kind), uint64(si)))

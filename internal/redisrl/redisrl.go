@@ -71,39 +71,11 @@ func ScriptFor(k algorithms.Kind) *Script {
 	return &scripts[k]
 }
 
-// maxExact is 2^53: Lua numbers (doubles) hold every integer up to it.
-const maxExact = 1 << 53
-
-// Validate reports whether rule parameters (as normalised by algorithms.New)
-// can be enforced exactly by the scripts: the window must be a whole number
-// of microseconds, and the scaled capacity (burst × window in µs for the
-// buckets, limit × window for sliding_window) must stay below 2^53 so that
-// the scripts' integer arithmetic in doubles is exact. The error names the
-// field like algorithms.ParamError.
-func Validate(k algorithms.Kind, p algorithms.Params) error {
-	if ScriptFor(k) == nil {
-		return &algorithms.ParamError{Field: "algorithm", Reason: "is unknown: " + strconv.Itoa(int(k))}
-	}
-	if p.Window%time.Microsecond != 0 || p.Window <= 0 {
-		return &algorithms.ParamError{Field: "window", Reason: "must be a positive whole number of microseconds for the redis backend"}
-	}
-	w := int64(p.Window / time.Microsecond)
-	burst := p.Burst
-	if burst == 0 {
-		burst = p.Limit
-	}
-	var scaled int64
-	switch k {
-	case algorithms.TokenBucket, algorithms.LeakyBucket:
-		scaled = burst
-	case algorithms.SlidingWindow:
-		scaled = p.Limit
-	}
-	if scaled > 0 && (scaled > (maxExact-algorithms.MaxLimit)/w) {
-		return &algorithms.ParamError{Field: "window", Reason: "is too long for this limit/burst on the redis backend (limit × window in µs must stay below 2^53)"}
-	}
-	return nil
-}
+// The scripts' arithmetic is exact only for parameters within
+// config.RedisParams's bounds (a window of whole microseconds, limit or
+// burst × window in µs below 2^53). Those bounds live in package config,
+// which applies them to every Redis rule, so that `sluice check --redis`
+// and the module refuse the same configurations.
 
 // Key layout: "sluice:{<rule>|<key>}:<alg>". The braces make the whole
 // (rule, key) pair the cluster hash tag. A part is written as is when it is

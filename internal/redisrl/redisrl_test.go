@@ -76,43 +76,6 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
-	ok := []struct {
-		k algorithms.Kind
-		p algorithms.Params
-	}{
-		{algorithms.TokenBucket, algorithms.Params{Limit: 100, Window: time.Hour}},
-		{algorithms.LeakyBucket, algorithms.Params{Limit: 1_000_000, Window: time.Hour, Burst: 1_000_000}},
-		{algorithms.SlidingWindow, algorithms.Params{Limit: 100_000, Window: 24 * time.Hour}},
-		{algorithms.FixedWindow, algorithms.Params{Limit: algorithms.MaxLimit, Window: algorithms.MaxWindow}},
-		{algorithms.SlidingLog, algorithms.Params{Limit: algorithms.MaxSlidingLogLimit, Window: algorithms.MaxWindow}},
-		{algorithms.FixedWindow, algorithms.Params{Limit: 1, Window: time.Microsecond}},
-	}
-	for _, c := range ok {
-		if err := Validate(c.k, c.p); err != nil {
-			t.Errorf("%v %+v: %v", c.k, c.p, err)
-		}
-	}
-	bad := []struct {
-		k    algorithms.Kind
-		p    algorithms.Params
-		want string
-	}{
-		{algorithms.FixedWindow, algorithms.Params{Limit: 1, Window: 1500 * time.Nanosecond}, "window must be a positive whole number of microseconds for the redis backend"},
-		{algorithms.TokenBucket, algorithms.Params{Limit: 1, Window: 0}, "window must be a positive whole number"},
-		{algorithms.TokenBucket, algorithms.Params{Limit: 10, Window: 366 * 24 * time.Hour, Burst: 1_000_000}, "window is too long for this limit/burst on the redis backend"},
-		{algorithms.SlidingWindow, algorithms.Params{Limit: algorithms.MaxLimit, Window: 24 * time.Hour}, "window is too long"},
-		{0, algorithms.Params{Limit: 1, Window: time.Second}, "algorithm is unknown: 0"},
-	}
-	for _, c := range bad {
-		err := Validate(c.k, c.p)
-		var pe *algorithms.ParamError
-		if err == nil || !errors.As(err, &pe) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v %+v: %v, want %q", c.k, c.p, err, c.want)
-		}
-	}
-}
-
 func TestCommands(t *testing.T) {
 	r := &Request{Kind: algorithms.LeakyBucket, Params: algorithms.Params{Limit: 100, Window: time.Hour, Burst: 20},
 		Key: []byte("sluice:{r|k}:lb"), Cost: 1}

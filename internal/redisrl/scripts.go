@@ -23,7 +23,7 @@ package redisrl
 // stamp is the effective time of the decision and ref an algorithm-specific
 // handle (sliding_log: the index of its first log entry); a refund passes both
 // back. Arithmetic is exact: every quantity is an integer below 2^53 (Lua
-// numbers are doubles), which Validate guarantees for the parameters, and
+// numbers are doubles), which config.RedisParams guarantees for the parameters, and
 // divisions go through idiv/cdiv, which correct the rounding of a/b.
 const prelude = `
 local L = tonumber(ARGV[1])

@@ -1,0 +1,119 @@
+package config
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+)
+
+// Build is the module a configuration is validated for. The two artifacts
+// accept different configurations: only sluice-redis.wasm has the Redis
+// backend, and its rules carry the Redis scripts' bounds. The filter parses
+// with the Build it is (ParseFor), and `sluice check` with the one it is
+// told (--redis), so both run the same validation: what check accepts, the
+// module loads.
+type Build uint8
+
+const (
+	// BuildLocal is sluice.wasm (upstream Envoy, Istio): the local backend
+	// only; a rule with backend "redis" is an error.
+	BuildLocal Build = iota
+	// BuildRedis is sluice-redis.wasm (Higress, or any host with its Redis
+	// calls): both backends; Redis rules must also satisfy RedisParams and
+	// their local fallback (Rule.Fallback) must be a valid limiter.
+	BuildRedis
+)
+
+// String returns the artifact's file name.
+func (b Build) String() string {
+	if b == BuildRedis {
+		return "sluice-redis.wasm"
+	}
+	return "sluice.wasm"
+}
+
+// ParseFor is Parse for the module b: Parse accepts what sluice-redis.wasm
+// loads (ParseFor(data, BuildRedis)); ParseFor(data, BuildLocal) also
+// refuses Redis rules, as sluice.wasm does.
+func ParseFor(data []byte, b Build) (*Config, error) {
+	return parseFor(data, b)
+}
+
+// maxExactRedis is 2^53: the Redis scripts compute in Lua numbers
+// (doubles), which hold every integer up to it.
+const maxExactRedis = 1 << 53
+
+// RedisParams reports whether limiter parameters (as normalised by
+// algorithms.New: Burst = Limit for the window algorithms) can be enforced
+// exactly by the Redis scripts (internal/redisrl): the window must be a
+// whole number of microseconds, and the scaled capacity (burst × window in
+// µs for the buckets, limit × window for sliding_window) must stay below
+// 2^53 − MaxLimit so that every intermediate value of the scripts is an
+// exact integer in a double. The error names the field like
+// algorithms.ParamError. It is the one place these bounds are written:
+// Parse applies them to every Redis rule, so the filter never sees
+// parameters the scripts cannot take.
+func RedisParams(k algorithms.Kind, p algorithms.Params) error {
+	switch k {
+	case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.FixedWindow, algorithms.SlidingLog, algorithms.SlidingWindow:
+	default:
+		return &algorithms.ParamError{Field: "algorithm", Reason: "is unknown: " + strconv.Itoa(int(k))}
+	}
+	if p.Window%time.Microsecond != 0 || p.Window <= 0 {
+		return &algorithms.ParamError{Field: "window", Reason: "must be a positive whole number of microseconds for the redis backend"}
+	}
+	w := int64(p.Window / time.Microsecond)
+	burst := p.Burst
+	if burst == 0 {
+		burst = p.Limit
+	}
+	var scaled int64
+	switch k {
+	case algorithms.TokenBucket, algorithms.LeakyBucket:
+		scaled = burst
+	case algorithms.SlidingWindow:
+		scaled = p.Limit
+	}
+	if scaled > 0 && scaled > (maxExactRedis-algorithms.MaxLimit)/w {
+		return &algorithms.ParamError{Field: "window", Reason: "is too long for this limit/burst on the redis backend (limit × window in µs must stay below 2^53)"}
+	}
+	return nil
+}
+
+// FallbackParams returns the parameters of a Redis rule's local fallback
+// (failure_mode "local" while Redis cannot decide): Limit and Burst divided
+// by instances, at least 1 each.
+func FallbackParams(p algorithms.Params, instances int) algorithms.Params {
+	n := int64(max(1, instances))
+	fb := p
+	fb.Limit = max(1, p.Limit/n)
+	if fb.Burst != 0 {
+		fb.Burst = max(1, p.Burst/n)
+	}
+	return fb
+}
+
+// redisRule applies the sluice-redis.wasm bounds to the rule r at path
+// (the rule object v) of a configuration whose "redis" object is red: the
+// scripts' bounds (RedisParams) and a valid local fallback, which it sets.
+func (p *parser) redisRule(path string, v gjson.Result, r *Rule, red *Redis) {
+	if r.Limiter == nil || red == nil {
+		return // reported already
+	}
+	par := r.Limiter.Params()
+	if err := RedisParams(r.Algorithm, par); err != nil {
+		p.paramError(path, v, err, "")
+		return
+	}
+	fb := FallbackParams(par, red.Instances)
+	l, err := algorithms.New(r.Algorithm, fb)
+	if err != nil {
+		p.paramError(path, v, err, " in the local fallback (limit "+strconv.FormatInt(fb.Limit, 10)+
+			" and burst "+strconv.FormatInt(fb.Burst, 10)+": divided by redis.instances "+strconv.Itoa(red.Instances)+")")
+		return
+	}
+	r.Fallback = l
+}
