@@ -20,6 +20,10 @@ type Config struct {
 	FailureMode FailureMode
 	ClientIP    ClientIP
 	Redis       *Redis // nil when absent
+	// Scopes are the entries of "_rules_" (Higress's matchRules), in order:
+	// each selects requests (Config.Select) and has its own configuration,
+	// which applies to them instead of this one (scopes.go).
+	Scopes []*Scope
 }
 
 // Rule is one compiled rule.
@@ -127,6 +131,9 @@ type Match struct {
 	PathPrefix string
 	Methods    []string
 	Headers    []HeaderMatch
+	// Routes are route names (match.routes): the request's route, as the
+	// proxy names it, must be one of them (Match.MatchesRoute).
+	Routes []string
 }
 
 // HeaderMatch matches one request header.

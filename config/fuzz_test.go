@@ -16,6 +16,8 @@ func FuzzParse(f *testing.F) {
 		}
 	}
 	f.Add([]byte(doc(`"failure_mode":"local",`+redisObj, rule("backend", `"redis"`, "key", `[{"remote_ip":true,"ipv6_prefix":48},{"cookie":"c"}]`))))
+	f.Add([]byte(`{"rules":[` + rule() + `],"_rules_":[{"_match_route_":["a"],"scope":"s","rules":[` + rule() + `]},` +
+		`{"_match_domain_":["*.example.com"],"rules":[]},{"_match_service_":["a.b:80"],"_match_route_":["b"],"rules":[` + rule() + `]}]}`))
 	for _, c := range append(append(configtest.Valid(), configtest.Boundaries()...), configtest.Mutations(7, 200)...) {
 		if len(c.JSON) < 4096 {
 			f.Add(c.JSON)
@@ -69,8 +71,17 @@ func checkErrors(t *testing.T, err error) {
 // checkInvariants asserts what every successfully parsed Config promises.
 func checkInvariants(t *testing.T, c *Config) {
 	t.Helper()
-	if len(c.Rules) == 0 {
+	if len(c.Rules) == 0 && len(c.Scopes) == 0 {
 		t.Fatal("no rules")
+	}
+	for i, s := range c.Scopes {
+		if s.Index != i || s.Config == nil || len(s.Config.Scopes) != 0 || checkScopeName(s.Name) != "" ||
+			len(s.Routes)+len(s.Domains)+len(s.Services)+len(s.RoutePrefixes) == 0 || strings.ContainsAny(s.Summary(), "\r\n") {
+			t.Fatalf("scope %d: %+v", i, s)
+		}
+		if len(s.Config.Rules) > 0 {
+			checkInvariants(t, s.Config)
+		}
 	}
 	if c.Response.Status < 200 || c.Response.Status > 599 || c.Response.Headers > HeadersNone || c.FailureMode > FailLocal {
 		t.Fatalf("top level out of range: %+v", c)

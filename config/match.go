@@ -45,5 +45,5 @@ func (m *Match) Matches(method, path string, header func(name string) (string, b
 
 // IsZero reports whether m matches every request.
 func (m *Match) IsZero() bool {
-	return m.PathPrefix == "" && len(m.Methods) == 0 && len(m.Headers) == 0
+	return m.PathPrefix == "" && len(m.Methods) == 0 && len(m.Headers) == 0 && len(m.Routes) == 0
 }

@@ -81,6 +81,7 @@ func parseFor(data []byte, build Build) (*Config, error) {
 type parser struct {
 	build Build
 	errs  []located
+	part  docPart // which part of a document with "_rules_" (scopes.go)
 }
 
 // located is an error with the offset in the document it is about.
@@ -139,7 +140,10 @@ func (p *parser) parse(data []byte) *Config {
 		return nil
 	}
 	root := gjson.ParseBytes(data)
-	fields, ok := p.object("", root, topFields)
+	if p.part == partWhole && hasScopes(root) {
+		return p.scoped(data, root)
+	}
+	fields, ok := p.object("", root, p.topFields())
 	if !ok {
 		return nil
 	}
@@ -176,7 +180,9 @@ func (p *parser) parse(data []byte) *Config {
 		return c
 	}
 	if len(items) == 0 {
-		p.fail(v, "rules", "must contain at least one rule")
+		if p.part != partEntry { // an empty "_rules_" entry exempts its requests
+			p.fail(v, "rules", "must contain at least one rule")
+		}
 		return c
 	}
 	names := make(map[string]int, len(items))
@@ -225,7 +231,7 @@ func (c *Config) HasRedisRules() bool {
 var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis"}
 	ruleFields     = []string{"name", "match", "key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys"}
-	matchFields    = []string{"path_prefix", "methods", "headers"}
+	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
 	headerFields   = []string{"name", "exact"}
 	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
 	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method"}
@@ -358,6 +364,9 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 	f, ok := p.object(path, v, matchFields)
 	if !ok {
 		return
+	}
+	if x, ok := f["routes"]; ok {
+		p.routes(path+".routes", x, m) // scopes.go
 	}
 	if x, ok := f["path_prefix"]; ok {
 		if s, ok := p.str(path+".path_prefix", x); ok {

@@ -70,6 +70,9 @@ func (m *Match) String() string {
 	for _, h := range m.Headers {
 		parts = append(parts, "header:"+plainText(h.Name, noCut)+"="+strconv.Quote(h.Exact))
 	}
+	if len(m.Routes) > 0 {
+		parts = append(parts, "routes:"+plainList(m.Routes))
+	}
 	return strings.Join(parts, " ")
 }
 

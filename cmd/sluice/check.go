@@ -94,6 +94,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	for _, r := range c.Rules {
 		fmt.Fprintln(stdout, r.Summary())
 	}
+	// Each "_rules_" entry, then its own rules, indented.
+	for _, sc := range c.Scopes {
+		fmt.Fprintln(stdout, sc.Summary())
+		for _, r := range sc.Config.Rules {
+			fmt.Fprintln(stdout, "  "+r.Summary())
+		}
+	}
 	return 0
 }
 
