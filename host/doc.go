@@ -157,7 +157,12 @@
 // destination.address, destination.port, request.path (with query), request.url_path,
 // request.method, request.host, request.scheme, request.protocol, request.id,
 // request.headers (serialized like a header map), response.code (int64 LE, response phase),
-// plugin_name, plugin_root_id, plugin_vm_id. Anything else → NOT_FOUND.
+// plugin_name, plugin_root_id, plugin_vm_id, xds.route_name and xds.cluster_name (the
+// request's Route, Options.Routes or Request.RouteName; NOT_FOUND without one). route_name
+// and cluster_name only in profiles with LegacyWasmAttributes (higress, permissive): upstream
+// Envoy removed these Wasm-specific names in 1.33 in favour of xds.* (changelogs/1.33.0.yaml,
+// PR #36619), Higress's Envoy keeps them (higress-group/envoy,
+// source/extensions/common/wasm/context.cc, Context::findValue). Anything else → NOT_FOUND.
 //
 // HTTP calls: proxy_http_call(cluster, headers, body, trailers, timeout) sends the request to
 // Options.Clusters[cluster] (a base URL; :path is appended); :method, :path and :authority

@@ -47,6 +47,7 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 		s.localAddr = la.String()
 	}
 	s.protocol = r.Proto
+	s.routeName, s.clusterName = h.route(r.URL.RequestURI())
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"

@@ -63,6 +63,12 @@ type Options struct {
 	// Profile names the proxy-wasm-cpp-host behaviour set to reproduce (see Profile);
 	// default DefaultProfile, the strictest.
 	Profile string
+	// Routes name the routes requests take, for the route and cluster properties
+	// (xds.route_name, xds.cluster_name; route_name, cluster_name in profiles with
+	// LegacyWasmAttributes): a request takes the route with the longest PathPrefix of
+	// its :path. None matching, or no Routes: the request has no route. A
+	// Request.RouteName given to Exchange takes precedence (routes.go).
+	Routes []Route
 	// MetricHelp, when set, gives the # HELP text of a guest metric from its name as the
 	// guest defined it (Proxy-Wasm metrics carry no description); "" or nil: a
 	// description by type and name.
@@ -146,6 +152,9 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		return nil, err
 	}
 	opts.Profile = profile.Name
+	if err := checkRoutes(opts.Routes); err != nil {
+		return nil, err
+	}
 	h := &Host{
 		opts:       opts,
 		log:        opts.Logger,

@@ -531,6 +531,14 @@ func (v *vm) property(path []byte) (str string, b []byte, ok bool) {
 		return hdr("x-request-id")
 	case "request\x00protocol":
 		return strv(c.protocol)
+	case "xds\x00route_name":
+		return c.routeName, nil, c.routeName != ""
+	case "xds\x00cluster_name":
+		return c.clusterName, nil, c.clusterName != ""
+	case "route_name":
+		return c.routeName, nil, c.routeName != "" && v.h.profile.LegacyWasmAttributes
+	case "cluster_name":
+		return c.clusterName, nil, c.clusterName != "" && v.h.profile.LegacyWasmAttributes
 	case "request\x00headers":
 		return "", proxywasm.AppendPairs(nil, c.reqHeaders.kv), true
 	case "response\x00code":

@@ -28,6 +28,10 @@ type Profile struct {
 	// StopAllIterationAndWatermark (headers) or StopIterationNoBuffer (body), whichever
 	// stream the reply was for. The flag is cleared when any top-level callback returns.
 	StopIterationVMWide bool
+	// LegacyWasmAttributes: the properties route_name and cluster_name are served besides
+	// xds.route_name and xds.cluster_name. Upstream Envoy removed them in 1.33 (its
+	// changelogs/1.33.0.yaml, PR #36619); Higress's Envoy keeps them, and its SDKs read them.
+	LegacyWasmAttributes bool
 }
 
 type wasiFlavor int
@@ -100,11 +104,15 @@ var profiles = []Profile{
 		InitAllow:           initAllow533,
 		AllocAllow:          nil,
 		StopIterationVMWide: true,
+		// higress-group/envoy, source/extensions/common/wasm/context.cc
+		// (Context::findValue, PropertyToken::ROUTE_NAME / CLUSTER_NAME).
+		LegacyWasmAttributes: true,
 	},
 	{
-		Name:    "permissive",
-		Summary: "not a real host: wazero's full WASI, no call restrictions, per-stream local replies (for comparison only)",
-		WASI:    wasiWazero,
+		Name:                 "permissive",
+		Summary:              "not a real host: wazero's full WASI, no call restrictions, per-stream local replies (for comparison only)",
+		WASI:                 wasiWazero,
+		LegacyWasmAttributes: true,
 	},
 }
 

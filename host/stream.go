@@ -54,6 +54,7 @@ type stream struct {
 	aborted bool
 
 	remoteAddr, localAddr, protocol string
+	routeName, clusterName          string // "": no route / no cluster (routes.go)
 
 	reqHeaders, reqTrailers   headerMap
 	respHeaders, respTrailers headerMap
@@ -302,6 +303,12 @@ type Request struct {
 	// Plugin is the plugin the request goes through: 0 (default) is Options.PluginConfig's,
 	// i > 0 is Options.MorePlugins[i-1]'s. Out of range: Exchange returns an error.
 	Plugin int
+	// RouteName and ClusterName are the route the request takes and its upstream cluster
+	// (the xds.route_name / xds.cluster_name properties, and route_name / cluster_name in
+	// profiles with LegacyWasmAttributes). Empty RouteName: the route is chosen from
+	// Options.Routes by the path (ClusterName then comes from there too, unless given);
+	// no route and no cluster: the properties are NOT_FOUND.
+	RouteName, ClusterName string
 }
 
 // Response is the result of Exchange.
@@ -352,6 +359,14 @@ func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*
 func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream Upstream) (*Response, error) {
 	s.remoteAddr, s.localAddr, s.protocol = req.RemoteAddr, req.LocalAddr, "HTTP/1.1"
 	method, path, scheme := req.Method, req.Path, req.Scheme
+	s.routeName, s.clusterName = req.RouteName, req.ClusterName
+	if s.routeName == "" {
+		rn, cn := h.route(path)
+		s.routeName = rn
+		if s.clusterName == "" {
+			s.clusterName = cn
+		}
+	}
 	if method == "" {
 		method = "GET"
 	}
@@ -412,15 +427,17 @@ func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream
 func (s *stream) forwarded() *Request {
 	req := s.req
 	return &Request{
-		Method:     s.reqHeaders.getOr(":method", req.Method),
-		Path:       s.reqHeaders.getOr(":path", req.Path),
-		Authority:  s.reqHeaders.getOr(":authority", req.Authority),
-		Scheme:     s.reqHeaders.getOr(":scheme", req.Scheme),
-		Headers:    s.reqHeaders.regular(),
-		Body:       s.reqBody,
-		RemoteAddr: req.RemoteAddr,
-		LocalAddr:  req.LocalAddr,
-		Plugin:     req.Plugin,
+		Method:      s.reqHeaders.getOr(":method", req.Method),
+		Path:        s.reqHeaders.getOr(":path", req.Path),
+		Authority:   s.reqHeaders.getOr(":authority", req.Authority),
+		Scheme:      s.reqHeaders.getOr(":scheme", req.Scheme),
+		Headers:     s.reqHeaders.regular(),
+		Body:        s.reqBody,
+		RemoteAddr:  req.RemoteAddr,
+		LocalAddr:   req.LocalAddr,
+		Plugin:      req.Plugin,
+		RouteName:   req.RouteName,
+		ClusterName: req.ClusterName,
 	}
 }
 

@@ -438,6 +438,7 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 			{"source", "address"}, {"destination", "address"}, {"request", "path"}, {"request", "url_path"},
 			{"request", "method"}, {"request", "host"}, {"request", "scheme"}, {"plugin_name"},
 			{"plugin_root_id"}, {"plugin_vm_id"}, {"no", "such"}, {"response", "code"},
+			{"xds", "route_name"}, {"xds", "cluster_name"}, {"route_name"}, {"cluster_name"},
 		} {
 			v, st := getProperty(p...)
 			b.WriteString(strings.Join(p, ".") + "=" + v + ";" + strconv.Itoa(int(st)) + "\n")
