@@ -50,11 +50,19 @@ type Plugin struct {
 	errors uint32      // metric id of sluice.errors
 	logged int         // store errors logged so far (bounded)
 	redis  *redisState // nil without Redis rules
+
+	// Scopes (scope.go): a root context's Plugin has one Plugin per entry
+	// of "_rules_" (scopes, by index); a scope's Plugin has its entry
+	// (scope). props is what selection and match.routes read.
+	scopes []*Plugin
+	scope  *config.Scope
+	props  reqProps
 }
 
 // rule is one configured rule plus its per-request scratch state.
 type rule struct {
 	cfg      *config.Rule
+	id       string // the name in keys and metrics (ruleID)
 	store    *slotStore
 	metrics  ruleMetrics
 	window   int64  // window in whole seconds, rounded up, >= 1
@@ -106,10 +114,37 @@ func (p *Plugin) configure(data []byte) error {
 	if v, st := p.host.GetProperty(propPluginName); st == abi.StatusOK {
 		p.name = string(v)
 	}
+	id, st := p.host.DefineMetric(abi.MetricCounter, ErrorsMetric)
+	if st != abi.StatusOK {
+		return errors.New("defining metric " + ErrorsMetric + ": " + st.String())
+	}
+	p.errors = id
+	p.seed = p.sharedSeed()
+	p.scope, p.scopes = nil, nil
+	if err := p.setup(cfg); err != nil {
+		return err
+	}
+	if len(cfg.Scopes) > 0 {
+		scopes := make([]*Plugin, len(cfg.Scopes))
+		for i, sc := range cfg.Scopes {
+			q := &Plugin{host: p.host, id: p.id, name: p.name, seed: p.seed, errors: p.errors, scope: sc}
+			if err := q.setup(sc.Config); err != nil {
+				return err
+			}
+			scopes[i] = q
+		}
+		p.scopes = scopes
+	}
+	p.setTickPeriod()
+	return nil
+}
+
+// setup prepares the rules of cfg: p's own configuration, or its scope's.
+func (p *Plugin) setup(cfg *config.Config) error {
 	rules := make([]*rule, 0, len(cfg.Rules))
 	for _, rc := range cfg.Rules {
-		r := &rule{cfg: rc}
-		prefix := "sluice:" + p.name + ":" + rc.Name + ":"
+		r := &rule{cfg: rc, id: ruleID(p.scope, rc.Name)}
+		prefix := "sluice:" + p.name + ":" + r.id + ":"
 		r.store = newSlotStore(p.host, rc.Limiter, prefix, rc.MaxKeys)
 		r.window = ceilSeconds(rc.Window)
 		if r.window < 1 {
@@ -121,7 +156,7 @@ func (p *Plugin) configure(data []byte) error {
 		r.limitStr = make([]byte, 0, 20)
 		r.state = make([]byte, 0, rc.Limiter.MaxStateSize())
 		r.key = make([]byte, 0, 64)
-		names := MetricNames(rc.Name)
+		names := MetricNames(r.id)
 		ids := [5]*uint32{&r.metrics.allowed, &r.metrics.denied, &r.metrics.shadowDenied, &r.metrics.storeErrors, &r.metrics.slotShared}
 		for i, n := range names {
 			id, st := p.host.DefineMetric(abi.MetricCounter, n)
@@ -132,14 +167,8 @@ func (p *Plugin) configure(data []byte) error {
 		}
 		rules = append(rules, r)
 	}
-	id, st := p.host.DefineMetric(abi.MetricCounter, ErrorsMetric)
-	if st != abi.StatusOK {
-		return errors.New("defining metric " + ErrorsMetric + ": " + st.String())
-	}
-	p.errors = id
 	p.cfg = cfg
 	p.rules = rules
-	p.seed = p.sharedSeed()
 	p.hdrs = make([]abi.Header, 0, 8)
 	maxQuoted := 0
 	for _, r := range rules {
@@ -151,6 +180,7 @@ func (p *Plugin) configure(data []byte) error {
 	p.body = []byte(cfg.Response.Body)
 	p.redis = nil
 	if cfg.HasRedisRules() {
+		var err error
 		if p.redis, err = newRedisState(p, cfg, rules); err != nil {
 			return err
 		}
@@ -288,7 +318,7 @@ func (p *Plugin) keyFor(r *rule) bool {
 	if m.PathPrefix != "" {
 		path = unsafeString(p.req.getPath())
 	}
-	if !m.Matches(method, path, p.req.headerF) {
+	if !m.Matches(method, path, p.req.headerF) || !p.routeMatches(m) {
 		return false
 	}
 	var ok bool
@@ -387,7 +417,7 @@ func (p *Plugin) storeFailed(r *rule, err error) {
 	p.host.IncrementMetric(r.metrics.storeErrors, 1)
 	if p.logged < 100 {
 		p.logged++
-		p.host.Log(abi.LogWarn, "sluice: rule "+r.cfg.Name+": "+logText(err.Error()))
+		p.host.Log(abi.LogWarn, "sluice: rule "+r.id+": "+logText(err.Error()))
 	}
 }
 

@@ -196,7 +196,7 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		// (config.RedisParams) and built the local fallback.
 		lim := r.cfg.Limiter
 		rr := &redisRule{kind: lim.Kind(), params: lim.Params(), fbLim: r.cfg.Fallback}
-		rr.fallback = newSlotStore(p.host, rr.fbLim, "sluice:"+p.name+":"+r.cfg.Name+":fallback:", r.cfg.MaxKeys)
+		rr.fallback = newSlotStore(p.host, rr.fbLim, "sluice:"+p.name+":"+r.id+":fallback:", r.cfg.MaxKeys)
 		rs.rules[i] = rr
 	}
 	for _, m := range []struct {
@@ -214,14 +214,35 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		*m.id = id
 	}
 	rs.init(p.host.Now())
-	// The guard's clock, and its only one: a tick about every timeout
-	// (10 ms .. 1 s), so a wait the host never answers is failed within
-	// timeout_ms + 10 ms plus one period.
-	if st := rh.SetTickPeriod(uint32(min(max(cfg.Redis.TimeoutMS, 10), 1000))); st != abi.StatusOK {
+	// The root context's tick period (the guard's clock) is set once its
+	// scopes are configured too: Plugin.setTickPeriod.
+	return rs, nil
+}
+
+// tickPeriod is the guard's clock: a tick about every timeout (10 ms ..
+// 1 s), so a wait the host never answers is failed within timeout_ms + 10 ms
+// plus one period.
+func (rs *redisState) tickPeriod() uint32 {
+	return uint32(min(max(rs.cfg.TimeoutMS, 10), 1000))
+}
+
+// setTickPeriod sets the root context's tick period for the Redis guards of
+// p and of its scopes: the shortest any of them needs (a root context has
+// one period). Without Redis rules it leaves the period alone.
+func (p *Plugin) setTickPeriod() {
+	var rs *redisState
+	for i := 0; i < p.configs(); i++ {
+		if q := p.configAt(i); q.redis != nil && (rs == nil || q.redis.tickPeriod() < rs.tickPeriod()) {
+			rs = q.redis
+		}
+	}
+	if rs == nil {
+		return
+	}
+	if st := rs.rh.SetTickPeriod(rs.tickPeriod()); st != abi.StatusOK {
 		p.host.Log(abi.LogError, "sluice: proxy_set_tick_period_milliseconds failed: "+st.String()+
 			"; a Redis call the host never answers holds its request until the host gives up on it")
 	}
-	return rs, nil
 }
 
 // init calls proxy_redis_init; it is retried (at most once a second) while it fails.
@@ -281,7 +302,7 @@ func (p *Plugin) redisRequest(s *stream) abi.Action {
 		}
 		c := &w.calls[i]
 		*c = redisCall{w: w, rule: i, key: c.key[:0]}
-		c.key = redisrl.AppendKey(c.key, rr.kind, r.cfg.Name, unsafeString(r.key))
+		c.key = redisrl.AppendKey(c.key, rr.kind, r.id, unsafeString(r.key))
 		c.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.key, Cost: 1}
 		w.missing++
 		rs.send(c, now)
@@ -623,14 +644,22 @@ func commitWith(r *rule, store *slotStore, lim algorithms.Limiter, now int64) er
 // OnRedisCallResponse receives proxy_on_redis_call_response (the redis
 // build's export dispatches here).
 func (vm *VM) OnRedisCallResponse(rootID, token, status uint32, size int) {
-	p := vm.plugins[rootID]
-	if p == nil || p.redis == nil {
+	root := vm.plugins[rootID]
+	if root == nil {
 		return
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			p.recovered(nil, r)
+	// The root context's own rules or one of its scopes made the call.
+	for i := 0; i < root.configs(); i++ {
+		p := root.configAt(i)
+		if p.redis == nil || p.redis.calls[token] == nil {
+			continue
 		}
-	}()
-	p.redis.onReply(token, status, size)
+		defer func() {
+			if r := recover(); r != nil {
+				p.recovered(nil, r)
+			}
+		}()
+		p.redis.onReply(token, status, size)
+		return
+	}
 }

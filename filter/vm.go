@@ -296,8 +296,12 @@ func (vm *VM) OnDelete(id uint32) {
 // OnTick implements abi.Handler: the Redis backend's guard (the only user
 // of a tick period).
 func (vm *VM) OnTick(rootID uint32) {
-	if p := vm.plugins[rootID]; p != nil && p.redis != nil {
-		p.redis.tick()
+	if root := vm.plugins[rootID]; root != nil {
+		for i := 0; i < root.configs(); i++ {
+			if p := root.configAt(i); p.redis != nil {
+				p.redis.tick()
+			}
+		}
 	}
 }
 
@@ -322,10 +326,18 @@ func (vm *VM) Streams() int { return vm.streams.len() }
 func (p *Plugin) guardedRequest(s *stream) (act abi.Action) {
 	defer func() {
 		if r := recover(); r != nil {
-			act = p.recovered(s, r)
+			act = s.plugin.recovered(s, r)
 		}
 	}()
-	return p.onRequest(s)
+	// The configuration that applies: p's own or one of its scopes'
+	// (scope.go); the stream belongs to it from now on.
+	p.props.reset(p.host)
+	q := p.selectPlugin()
+	if q == nil {
+		return abi.ActionContinue
+	}
+	s.plugin = q
+	return q.onRequest(s)
 }
 
 func (p *Plugin) guardedResponse(s *stream) (act abi.Action) {

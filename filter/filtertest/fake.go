@@ -305,6 +305,11 @@ type Request struct {
 	Headers [][2]string
 	// Source is source.address ("ip:port"); empty: property absent.
 	Source string
+	// Authority is the :authority header (default "example.test").
+	Authority string
+	// Properties are further properties of the request by serialized path
+	// (segments separated by NUL), e.g. "xds\x00route_name".
+	Properties map[string]string
 }
 
 // Response is what the filter made of a request.
@@ -375,10 +380,17 @@ func (w *Worker) Do(r Request) Response {
 	if path == "" {
 		path = "/"
 	}
-	h.ReqHeaders = append([][2]string{{":method", method}, {":path", path}, {":authority", "example.test"}}, r.Headers...)
+	authority := r.Authority
+	if authority == "" {
+		authority = "example.test"
+	}
+	h.ReqHeaders = append([][2]string{{":method", method}, {":path", path}, {":authority", authority}}, r.Headers...)
 	h.Properties = map[string]string{}
 	if r.Source != "" {
 		h.Properties["source\x00address"] = r.Source
+	}
+	for k, v := range r.Properties {
+		h.Properties[k] = v
 	}
 	h.RespHeaders = nil
 	h.Local = nil
