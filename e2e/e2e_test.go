@@ -113,6 +113,9 @@ func do(ctx context.Context, c *http.Client, base string, r Request) (response, 
 			req.Header.Add(k, v)
 		}
 	}
+	if h := r.Header.Get("Host"); h != "" {
+		req.Host = h // net/http sends req.Host, not a Host header
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return response{}, err

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	_ "embed"
+	"sort"
+	"strconv"
 	"strings"
 	"text/template"
 )
@@ -18,6 +20,7 @@ const (
 var envoyTemplate string
 
 var envoyTmpl = template.Must(template.New("envoy.yaml").Funcs(template.FuncMap{
+	"quote": strconv.Quote,
 	"indent": func(n int, s string) string {
 		pad := strings.Repeat(" ", n)
 		lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
@@ -35,14 +38,27 @@ type envoyBootstrap struct {
 	// MaxRequestHeadersKB, when nonzero, is the connection manager's
 	// max_request_headers_kb (Envoy's default: 60).
 	MaxRequestHeadersKB int
+	// Routes are the named routes, longest prefix first (Envoy takes the first route that
+	// matches), before the unnamed catch-all unless one of them is "/".
+	Routes   []Route
+	CatchAll bool
 }
 
 // RenderEnvoy returns the Envoy bootstrap (YAML) that serves sc: a listener on
 // EnvoyListenPort running sluice (EnvoyWasmPath, vm_id "sluice", sc.Config as the plugin
 // configuration) in front of the cluster "upstream" (upstream:8080), admin on
-// EnvoyAdminPort. The number of workers is Envoy's --concurrency, set by run.sh.
+// EnvoyAdminPort, with sc.Routes as named routes. The number of workers is Envoy's
+// --concurrency, set by run.sh.
 func RenderEnvoy(sc Scenario) ([]byte, error) {
-	return renderEnvoy(envoyBootstrap{Name: sc.Name, Config: sc.Config})
+	routes := append([]Route(nil), sc.Routes...)
+	sort.SliceStable(routes, func(i, j int) bool { return len(routes[i].PathPrefix) > len(routes[j].PathPrefix) })
+	catchAll := true
+	for _, r := range routes {
+		if r.PathPrefix == "/" {
+			catchAll = false
+		}
+	}
+	return renderEnvoy(envoyBootstrap{Name: sc.Name, Config: sc.Config, Routes: routes, CatchAll: catchAll})
 }
 
 // The survival stage of e2e/envoy/run.sh: the attack that killed earlier builds in a
@@ -66,7 +82,7 @@ const (
 // RenderEnvoySurvival returns the bootstrap of the survival stage: RenderEnvoy's, with
 // SurvivalConfig and max_request_headers_kb SurvivalMaxRequestHeadersKB.
 func RenderEnvoySurvival() ([]byte, error) {
-	return renderEnvoy(envoyBootstrap{Name: "survival", Config: SurvivalConfig, MaxRequestHeadersKB: SurvivalMaxRequestHeadersKB})
+	return renderEnvoy(envoyBootstrap{Name: "survival", Config: SurvivalConfig, MaxRequestHeadersKB: SurvivalMaxRequestHeadersKB, CatchAll: true})
 }
 
 func renderEnvoy(data envoyBootstrap) ([]byte, error) {

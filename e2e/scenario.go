@@ -26,7 +26,17 @@ type Scenario struct {
 	// StartFails, when set, says the proxy must refuse to start with this configuration
 	// and what its error output must contain. Steps are then empty.
 	StartFails *StartFailure
-	Steps      []Step
+	// Routes name the proxy's routes (sluice run --route NAME=PATH_PREFIX; named routes in
+	// the Envoy bootstrap): the route name the filter sees (xds.route_name). The longest
+	// matching prefix wins; a request none matches has no route name. Empty: one unnamed
+	// route.
+	Routes []Route
+	Steps  []Step
+}
+
+// Route is a named route of a scenario's proxy.
+type Route struct {
+	Name, PathPrefix string
 }
 
 // StartFailure is the expected outcome of a configuration the proxy must refuse.

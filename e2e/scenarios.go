@@ -45,6 +45,8 @@ func Scenarios() []Scenario {
 		remoteIPIgnoresForgedXFF(),
 		customResponse(),
 		everyRuleApplies(),
+		routeNames(),
+		higressScopes(),
 		exactUnderConcurrency(),
 	)
 	return s
@@ -326,4 +328,69 @@ func exactUnderConcurrency() Scenario {
 	cfg += `],
  "response":{"headers":"none"}}`
 	return Scenario{Name: "exact-8-workers", Workers: BurstWorkers, Config: cfg, Steps: steps}
+}
+
+// routeNames: "match": {"routes": [...]} selects requests by the name of the route the proxy
+// chose (xds.route_name): sluice run --route checkout=/checkout --route cart=/cart
+// --route web=/, or the same named routes in Envoy. Checkout and cart share one counter;
+// the web route is not limited by that rule.
+func routeNames() Scenario {
+	shop := func(status int, remaining string) Expect {
+		return Expect{Status: status, Header: map[string]Check{
+			hRateLimitPolicy: Exact(`"shop";q=2;w=3600`), hRateLimit: Exact(`"shop";r=` + remaining + `;t=3600`)}}
+	}
+	all := Expect{Status: 200, Header: map[string]Check{hRateLimitPolicy: Exact(`"all";q=100;w=3600`)}}
+	return Scenario{
+		Name:   "route-names",
+		Routes: []Route{{"checkout", "/checkout"}, {"cart", "/cart"}, {"web", "/"}},
+		Config: `{"rules":[
+  {"name":"shop","match":{"routes":["checkout","cart"]},"key":[{"remote_ip":true}],"algorithm":"sliding_log","limit":2,"window":"1h"},
+  {"name":"all","key":[{"remote_ip":true}],"algorithm":"sliding_log","limit":100,"window":"1h"}],
+ "response":{"headers":"draft"}}`,
+		Steps: []Step{
+			{Desc: "checkout route: shop rule (1)", Req: get("/checkout/pay"), Want: shop(200, "1")},
+			{Desc: "cart route: same counter (2)", Req: get("/cart?item=7"), Want: shop(200, "0")},
+			{Desc: "checkout route: limited", Req: get("/checkout"), Want: shop(429, "0")},
+			{Desc: "web route: not the shop rule", Req: get("/catalog"), Times: 3, Want: all},
+			{Desc: "a path like the route's name is not the route", Req: get("/web/checkout"), Want: all},
+		},
+	}
+}
+
+// higressScopes: Higress's matchRules as its controller hands them to the plugin ("_rules_"
+// entries with _match_route_ / _match_domain_): the first entry that selects a request
+// (route level, then domain level) applies its own configuration and counters; the
+// top-level rules take the rest; an entry with no rules exempts its requests.
+func higressScopes() Scenario {
+	perIP := func(status int, q string) Expect {
+		return Expect{Status: status, Header: map[string]Check{hRateLimitPolicy: Exact(`"per-ip";q=` + q + `;w=3600`)}}
+	}
+	global := func(status int) Expect {
+		return Expect{Status: status, Header: map[string]Check{hRateLimitPolicy: Exact(`"global";q=3;w=3600`)}}
+	}
+	return Scenario{
+		Name:   "higress-scopes",
+		Routes: []Route{{"shop/checkout", "/checkout"}, {"infra/health", "/health"}},
+		Config: `{"rules":[{"name":"global","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":3,"window":"1h"}],
+ "_rules_":[
+  {"_match_route_":["shop/checkout"],"scope":"shop",
+   "rules":[{"name":"per-ip","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}],
+   "response":{"status":503,"body":"shop closed\n","headers":"draft"}},
+  {"_match_domain_":["*.example.com"],
+   "rules":[{"name":"per-ip","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":2,"window":"1h"}],
+   "response":{"headers":"draft"}},
+  {"_match_route_":["infra/health"],"rules":[]}]}`,
+		Steps: []Step{
+			{Desc: "route scope", Req: get("/checkout", "Host", "a.example.com"), Want: perIP(200, "1")},
+			{Desc: "route scope: its limit and its own response", Req: get("/checkout/x"), Want: Expect{Status: 503, Body: "shop closed\n",
+				Header: map[string]Check{hRateLimitPolicy: Exact(`"per-ip";q=1;w=3600`), hRetryAfter: IntAtLeast(1), hLimit: Absent()}}},
+			{Desc: "domain scope (port ignored)", Req: get("/page", "Host", "a.example.com:8080"), Want: perIP(200, "2")},
+			{Desc: "domain scope, another host under it", Req: get("/page", "Host", "b.example.com"), Want: perIP(200, "2")},
+			{Desc: "domain scope: own counter, limited", Req: get("/page", "Host", "C.Example.Com"), Want: perIP(429, "2")},
+			{Desc: "the domain itself is not under *.example.com", Req: get("/page", "Host", "example.com"), Want: global(200)},
+			{Desc: "global rules for the rest", Req: get("/page"), Times: 2, Want: global(200)},
+			{Desc: "global: limited", Req: get("/page"), Want: global(429)},
+			{Desc: "exempt route", Req: get("/health"), Times: 4, Want: Expect{Status: 200, Header: noRateLimitHeaders()}},
+		},
+	}
 }

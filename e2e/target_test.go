@@ -202,6 +202,9 @@ func writeConfig(t *testing.T, sc Scenario) string {
 func startHost(t *testing.T, sc Scenario) *proxy {
 	t.Helper()
 	cmd := sluiceCmd(t, writeConfig(t, sc), ScenarioWorkers(sc))
+	for _, r := range sc.Routes {
+		cmd.Args = append(cmd.Args, "--route", r.Name+"="+r.PathPrefix)
+	}
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
