@@ -19,8 +19,8 @@ import (
 // The route and cluster names come from properties. Upstream Envoy has
 // served them only as xds.route_name and xds.cluster_name since 1.33
 // (changelogs/1.33.0.yaml: "Remove previously deprecated xDS attributes from
-// get_property, use xds attributes instead"; PR #36619); xds.* exists since
-// 1.29 for Wasm (PR #31620). Higress's Envoy keeps the older route_name and
+// get_property, use xds attributes instead"; PR #36619); Wasm has had xds.*
+// since PR #31620 (January 2024). Higress's Envoy keeps the older route_name and
 // cluster_name (higress-group/envoy, source/extensions/common/wasm/context.cc,
 // Context::findValue; its SDKs read those) and has xds.* too. sluice asks for
 // route_name first — on Higress that is what its own plugins select by — then
