@@ -191,6 +191,16 @@ func (c *Clusters) Call(ctx context.Context, name string, cmd []byte, cb func(St
 	return nil
 }
 
+// Do is the synchronous form of Call: it returns the status and the reply.
+func (c *Clusters) Do(ctx context.Context, name string, cmd []byte) (Status, []byte, error) {
+	b, args, err := c.prepare(name, cmd)
+	if err != nil {
+		return 0, nil, err
+	}
+	st, reply := b.do(ctx, args)
+	return st, reply, nil
+}
+
 // Close closes every client; pending calls fail.
 func (c *Clusters) Close() error {
 	c.mu.Lock()

@@ -364,13 +364,3 @@ func TestAppendReply(t *testing.T) {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}
 }
-
-// Do is the synchronous form of Call, for tests: it returns the status and the reply.
-func (c *Clusters) Do(ctx context.Context, name string, cmd []byte) (Status, []byte, error) {
-	b, args, err := c.prepare(name, cmd)
-	if err != nil {
-		return 0, nil, err
-	}
-	st, reply := b.do(ctx, args)
-	return st, reply, nil
-}
