@@ -113,7 +113,7 @@ func TestEnvoySurvivalBootstrap(t *testing.T) {
 	if got := upstreamHCM(t).GetMaxRequestHeadersKb().GetValue(); got < need {
 		t.Errorf("upstream max_request_headers_kb %d, want at least %d", got, need)
 	}
-	cfg, err := config.Parse([]byte(SurvivalConfig))
+	cfg, err := config.ParseFor([]byte(SurvivalConfig), config.BuildLocal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func checkRenderedBootstrap(t *testing.T, y []byte, pluginConfig string) *hcmv3.
 	if strings.TrimSpace(cfg.GetValue()) != strings.TrimSpace(pluginConfig) {
 		t.Errorf("plugin configuration changed in rendering:\n%s\nwant:\n%s", cfg.GetValue(), pluginConfig)
 	}
-	if _, err := config.Parse([]byte(cfg.GetValue())); err != nil {
+	if _, err := config.ParseFor([]byte(cfg.GetValue()), config.BuildLocal); err != nil {
 		t.Errorf("plugin configuration: %v", err)
 	}
 	clusters := map[string]bool{}

@@ -70,7 +70,7 @@ func loadHigressWasmPlugin(data []byte) (*config.Config, error) {
 	if js, err = json.Marshal(pluginConfig); err != nil {
 		return nil, err
 	}
-	return config.Parse(js)
+	return config.ParseFor(js, config.BuildRedis)
 }
 
 // higressMatchRule is Higress's MatchRule (api/extensions/v1alpha1/wasmplugin.proto).

@@ -6,38 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	networkingv1 "istio.io/api/networking/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-proxy/sluice/config"
 )
 
-// loadVirtualService parses an Istio VirtualService strictly: the spec through protojson
-// into istio.io/api's type (unknown fields rejected).
+// loadVirtualService parses an Istio VirtualService strictly (see loadIstio).
 func loadVirtualService(data []byte) (*networkingv1.VirtualService, error) {
-	var doc struct {
-		APIVersion string         `json:"apiVersion"`
-		Kind       string         `json:"kind"`
-		Metadata   map[string]any `json:"metadata"`
-		Spec       any            `json:"spec"`
-	}
-	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
-		return nil, err
-	}
-	if doc.APIVersion != "networking.istio.io/v1" || doc.Kind != "VirtualService" {
-		return nil, &multiError{[]string{"not a networking.istio.io/v1 VirtualService: " + doc.APIVersion + " " + doc.Kind}}
-	}
-	spec, err := yaml.Marshal(doc.Spec)
-	if err != nil {
-		return nil, err
-	}
-	js, err := yaml.YAMLToJSON(spec)
-	if err != nil {
-		return nil, err
-	}
 	var vs networkingv1.VirtualService
-	if err := protojson.Unmarshal(js, &vs); err != nil {
+	if err := loadIstio(data, "networking.istio.io/v1", "VirtualService", &vs); err != nil {
 		return nil, err
 	}
 	return &vs, nil

@@ -143,7 +143,7 @@ func checkEnvoy(b *bootstrapv3.Bootstrap) (problems []string, found int) {
 						fail("plugin configuration is not a StringValue: " + err.Error())
 						continue
 					}
-					if _, err := config.Parse([]byte(sv.GetValue())); err != nil {
+					if _, err := config.ParseFor([]byte(sv.GetValue()), config.BuildLocal); err != nil {
 						fail("plugin configuration:\n" + err.Error())
 					}
 					found++
@@ -222,10 +222,19 @@ func TestEnvoyYAMLMistakesFail(t *testing.T) {
 	}
 }
 
-// loadWasmPlugin parses an Istio WasmPlugin strictly: the spec goes through
-// protojson (yaml.Unmarshal into the generated type would ignore unknown
-// fields).
+// loadWasmPlugin parses an Istio WasmPlugin strictly (see loadIstio).
 func loadWasmPlugin(data []byte) (*istiov1alpha1.WasmPlugin, error) {
+	var wp istiov1alpha1.WasmPlugin
+	if err := loadIstio(data, "extensions.istio.io/v1alpha1", "WasmPlugin", &wp); err != nil {
+		return nil, err
+	}
+	return &wp, nil
+}
+
+// loadIstio parses an Istio resource of the given apiVersion and kind strictly: the
+// envelope with unknown fields rejected, then the spec through protojson into msg
+// (yaml.Unmarshal into the generated type would ignore unknown fields).
+func loadIstio(data []byte, apiVersion, kind string, msg proto.Message) error {
 	var doc struct {
 		APIVersion string         `json:"apiVersion"`
 		Kind       string         `json:"kind"`
@@ -233,24 +242,20 @@ func loadWasmPlugin(data []byte) (*istiov1alpha1.WasmPlugin, error) {
 		Spec       any            `json:"spec"`
 	}
 	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
-		return nil, err
+		return err
 	}
-	if doc.APIVersion != "extensions.istio.io/v1alpha1" || doc.Kind != "WasmPlugin" {
-		return nil, &multiError{[]string{"not an extensions.istio.io/v1alpha1 WasmPlugin: " + doc.APIVersion + " " + doc.Kind}}
+	if doc.APIVersion != apiVersion || doc.Kind != kind {
+		return &multiError{[]string{"not a " + apiVersion + " " + kind + ": " + doc.APIVersion + " " + doc.Kind}}
 	}
 	spec, err := yaml.Marshal(doc.Spec)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	js, err := yaml.YAMLToJSON(spec)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var wp istiov1alpha1.WasmPlugin
-	if err := protojson.Unmarshal(js, &wp); err != nil {
-		return nil, err
-	}
-	return &wp, nil
+	return protojson.Unmarshal(js, msg)
 }
 
 func pluginConfigJSON(wp *istiov1alpha1.WasmPlugin) ([]byte, error) {
@@ -276,7 +281,7 @@ func TestIstioWasmPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse(js)
+	cfg, err := config.ParseFor(js, config.BuildLocal)
 	if err != nil {
 		t.Fatalf("pluginConfig:\n%v\n%s", err, js)
 	}
@@ -307,7 +312,7 @@ func TestIstioWasmPluginMistakesFail(t *testing.T) {
 				var js []byte
 				js, err = pluginConfigJSON(wp)
 				if err == nil {
-					_, err = config.Parse(js)
+					_, err = config.ParseFor(js, config.BuildLocal)
 				}
 			}
 			if err == nil {
