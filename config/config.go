@@ -96,7 +96,30 @@ type Response struct {
 
 // ClientIP says how the client address is derived.
 type ClientIP struct {
+	// XFFTrustedHops is the number of trusted proxies in front of this one
+	// that append to X-Forwarded-For (Envoy's xff_num_trusted_hops): the
+	// client is the XFFTrustedHops-th entry from the right of the header as
+	// this proxy received it. 0: the client is source.address.
 	XFFTrustedHops int
+	// ProxyAppendsXFF says that this proxy appends its own peer to
+	// X-Forwarded-For before filters run (Envoy with use_remote_address:
+	// true and skip_xff_append: false), so the header the filter reads has
+	// one more entry on the right, which is skipped. Only with
+	// XFFTrustedHops >= 1. Nothing is inferred from address values.
+	ProxyAppendsXFF bool
+}
+
+// XFFPosition returns which X-Forwarded-For entry, counted from the right of
+// the header the filter reads (1 = right-most), is the client; 0 when the
+// client is source.address.
+func (c ClientIP) XFFPosition() int {
+	if c.XFFTrustedHops == 0 {
+		return 0
+	}
+	if c.ProxyAppendsXFF {
+		return c.XFFTrustedHops + 1
+	}
+	return c.XFFTrustedHops
 }
 
 // Redis is the optional Redis Cluster configuration.

@@ -1,6 +1,9 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestMatches(t *testing.T) {
 	c, err := Parse([]byte(doc("",
@@ -63,6 +66,32 @@ func TestMatchesPathOnly(t *testing.T) {
 	}
 }
 
+// A rule on /h applies to every spelling of /h that Envoy's normalize_path
+// and merge_slashes (and so the upstream) resolve to /h — the bypasses of
+// issue 10 — and not to paths that only look similar.
+func TestMatchesNormalizedPath(t *testing.T) {
+	m := Match{PathPrefix: "/h"}
+	for _, path := range []string{"/h", "/%68", "//h", "/./h", "/x/../h", "/h/../h", "/%2568/../h", "/%2e/h", "\\h", "/..;x/h", "h", "/h?x=/y", "/H/../h"} {
+		if !m.Matches("GET", path, nil) {
+			t.Errorf("Matches(%q) = false; its normal form is %q", path, NormalizePath(path))
+		}
+		if !m.MatchesNormal("GET", NormalizePath(path), nil) {
+			t.Errorf("MatchesNormal(NormalizePath(%q) = %q) = false", path, NormalizePath(path))
+		}
+	}
+	// %2F is not a slash (Envoy's default, KEEP_UNCHANGED): "..%2F.." is one segment.
+	for _, path := range []string{"/%2568", "/x%2Fh", "/x/..%2f../h", "/H", "/%48", "/x/h", "/.h", "", "/?h"} {
+		if m.Matches("GET", path, nil) {
+			t.Errorf("Matches(%q) = true; its normal form is %q", path, NormalizePath(path))
+		}
+	}
+	// Longer than Matches' stack buffer: still right.
+	long := "/" + strings.Repeat("x/", 400) + strings.Repeat("../", 400) + "h"
+	if !m.Matches("GET", long, nil) {
+		t.Errorf("Matches(long) = false")
+	}
+}
+
 func TestMatchesDoesNotAllocate(t *testing.T) {
 	m := Match{PathPrefix: "/api/", Methods: []string{"GET", "POST"}, Headers: []HeaderMatch{{Name: "x-tenant", Exact: "acme"}}}
 	lookup := func(name string) (string, bool) {
@@ -74,6 +103,8 @@ func TestMatchesDoesNotAllocate(t *testing.T) {
 	var ok bool
 	allocs := testing.AllocsPerRun(1000, func() {
 		ok = m.Matches("POST", "/api/users?q=1", lookup)
+		ok = ok && m.Matches("POST", "//api/x/../%75sers", lookup)
+		ok = ok && m.MatchesNormal("POST", "/api/users", lookup)
 	})
 	if !ok || allocs != 0 {
 		t.Errorf("Matches = %v with %v allocs/op, want true with 0", ok, allocs)

@@ -236,7 +236,7 @@ var (
 	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
 	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method"}
 	responseFields = []string{"status", "body", "headers"}
-	clientIPFields = []string{"xff_trusted_hops"}
+	clientIPFields = []string{"xff_trusted_hops", "proxy_appends_xff"}
 	redisFields    = []string{"cluster", "timeout_ms", "instances", "username", "password"}
 
 	backendNames     = [...]string{BackendLocal: "local", BackendRedis: "redis"}
@@ -376,6 +376,8 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 				p.fail(x, path+".path_prefix", show(x)+" must not contain spaces or control characters")
 			} else if strings.ContainsAny(s, "?#") {
 				p.fail(x, path+".path_prefix", show(x)+` must not contain "?" or "#" (the query string is not matched)`)
+			} else if n := NormalizePath(s); n != s {
+				p.fail(x, path+".path_prefix", show(x)+" is not in normal form, and requests are matched in normal form (Envoy's normalize_path and merge_slashes): write "+Quote(n, 256))
 			} else {
 				m.PathPrefix = s
 			}
@@ -583,6 +585,14 @@ func (p *parser) clientIP(path string, v gjson.Result, c *ClientIP) {
 	if x, ok := f["xff_trusted_hops"]; ok {
 		if n, ok := p.integer(path+".xff_trusted_hops", x, 0, MaxXFFTrustedHops); ok {
 			c.XFFTrustedHops = int(n)
+		}
+	}
+	if x, ok := f["proxy_appends_xff"]; ok {
+		if b, ok := p.boolean(path+".proxy_appends_xff", x); ok {
+			if b && c.XFFTrustedHops == 0 {
+				p.fail(x, path+".proxy_appends_xff", "true has no effect without xff_trusted_hops >= 1 (the client is then source.address, which X-Forwarded-For does not change)")
+			}
+			c.ProxyAppendsXFF = b
 		}
 	}
 }

@@ -171,6 +171,8 @@ var errorCases = []struct {
 	{"path_prefix without slash", doc("", rule("match", `{"path_prefix":"api/"}`)), `rules[0].match.path_prefix: "api/" must start with "/"`},
 	{"path_prefix with query", doc("", rule("match", `{"path_prefix":"/api?x=1"}`)), `rules[0].match.path_prefix: "/api?x=1" must not contain "?" or "#" (the query string is not matched)`},
 	{"path_prefix with space", doc("", rule("match", `{"path_prefix":"/a b"}`)), `rules[0].match.path_prefix: "/a b" must not contain spaces or control characters`},
+	{"path_prefix with dot segment", doc("", rule("match", `{"path_prefix":"/api/../admin/"}`)), `rules[0].match.path_prefix: "/api/../admin/" is not in normal form, and requests are matched in normal form (Envoy's normalize_path and merge_slashes): write "/admin/"`},
+	{"path_prefix with escaped letter", doc("", rule("match", `{"path_prefix":"/%7Euser//x"}`)), `rules[0].match.path_prefix: "/%7Euser//x" is not in normal form, and requests are matched in normal form (Envoy's normalize_path and merge_slashes): write "/~user/x"`},
 	{"path_prefix not a string", doc("", rule("match", `{"path_prefix":["/a"]}`)), `rules[0].match.path_prefix: ["/a"] is not a string`},
 	{"methods not a list", doc("", rule("match", `{"methods":"GET"}`)), `rules[0].match.methods: "GET" is not a list`},
 	{"methods empty", doc("", rule("match", `{"methods":[]}`)), `rules[0].match.methods: must not be empty (omit it to match every method)`},
@@ -202,6 +204,8 @@ var errorCases = []struct {
 	{"failure_mode local without redis rules", doc(`"failure_mode":"local",`+redisObj, rule()), `failure_mode: "local" needs at least one rule with backend "redis"`},
 	{"client_ip not an object", doc(`"client_ip":1`, rule()), `client_ip: 1 is not an object`},
 	{"xff_trusted_hops negative", doc(`"client_ip":{"xff_trusted_hops":-1}`, rule()), `client_ip.xff_trusted_hops: -1 is out of range 0..64`},
+	{"proxy_appends_xff without hops", doc(`"client_ip":{"proxy_appends_xff":true}`, rule()), `client_ip.proxy_appends_xff: true has no effect without xff_trusted_hops >= 1 (the client is then source.address, which X-Forwarded-For does not change)`},
+	{"proxy_appends_xff not a boolean", doc(`"client_ip":{"xff_trusted_hops":1,"proxy_appends_xff":"yes"}`, rule()), `client_ip.proxy_appends_xff: "yes" is not a boolean`},
 	{"xff_trusted_hops too large", doc(`"client_ip":{"xff_trusted_hops":65}`, rule()), `client_ip.xff_trusted_hops: 65 is out of range 0..64`},
 	{"client_ip unknown field", doc(`"client_ip":{"trust_xff":true}`, rule()), `client_ip.trust_xff: unknown field`},
 
@@ -439,7 +443,7 @@ func rulesEqual(a, b *Rule) bool {
 }
 
 func TestParseEveryFeature(t *testing.T) {
-	data := doc(`"failure_mode":"local","response":{"status":503,"body":"","headers":"none"},"client_ip":{"xff_trusted_hops":2},`+
+	data := doc(`"failure_mode":"local","response":{"status":503,"body":"","headers":"none"},"client_ip":{"xff_trusted_hops":2,"proxy_appends_xff":true},`+
 		`"redis":{"cluster":"redis","timeout_ms":20,"instances":3,"username":"u","password":"p"}`,
 		rule("name", `"ip"`, "key", `[{"remote_ip":true,"ipv6_prefix":64},{"method":true},{"path":true}]`,
 			"algorithm", `"leaky_bucket"`, "burst", `5`, "window", `"1m30s"`, "mode", `"shadow"`, "max_keys", `500`),
@@ -451,7 +455,7 @@ func TestParseEveryFeature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.FailureMode != FailLocal || c.ClientIP.XFFTrustedHops != 2 ||
+	if c.FailureMode != FailLocal || c.ClientIP != (ClientIP{XFFTrustedHops: 2, ProxyAppendsXFF: true}) || c.ClientIP.XFFPosition() != 3 ||
 		c.Response != (Response{Status: 503, Body: "", Headers: HeadersNone}) ||
 		*c.Redis != (Redis{Cluster: "redis", TimeoutMS: 20, Instances: 3, Username: "u", Password: "p"}) {
 		t.Errorf("top level %+v %+v", c, *c.Redis)
