@@ -71,19 +71,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := config.ParseFor(data, build)
 	if err != nil {
-		var errs config.Errors
-		if !errors.As(err, &errs) {
-			fmt.Fprintf(stderr, "%s: %s\n", name, printable(err.Error()))
-			return 1
-		}
-		needsRedis := false
-		for _, e := range errs {
-			msg := e.Error()
-			if e.Path == "" && e.Msg == "is not valid JSON" {
-				msg += syntaxHint(data)
-			}
-			needsRedis = needsRedis || strings.HasPrefix(e.Msg, `"redis" needs sluice-redis.wasm`)
-			fmt.Fprintf(stderr, "%s: %s\n", name, msg)
+		lines, needsRedis := configErrorLines(name, data, err)
+		for _, l := range lines {
+			fmt.Fprintln(stderr, l)
 		}
 		if needsRedis {
 			fmt.Fprintf(stderr, "sluice check: checked for %s; `sluice check --redis` checks for sluice-redis.wasm\n", build)
@@ -102,6 +92,25 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// configErrorLines renders a configuration error of file name as `sluice check` prints it:
+// one line per error, "NAME: PATH: MESSAGE", input quoted and escaped. needsRedis reports a
+// Redis rule refused by the build without the Redis backend.
+func configErrorLines(name string, data []byte, err error) (lines []string, needsRedis bool) {
+	var errs config.Errors
+	if !errors.As(err, &errs) {
+		return []string{name + ": " + printable(err.Error())}, false
+	}
+	for _, e := range errs {
+		msg := e.Error()
+		if e.Path == "" && e.Msg == "is not valid JSON" {
+			msg += syntaxHint(data)
+		}
+		needsRedis = needsRedis || strings.HasPrefix(e.Msg, `"redis" needs sluice-redis.wasm`)
+		lines = append(lines, name+": "+msg)
+	}
+	return lines, needsRedis
 }
 
 // printable returns s, or s quoted and escaped (strconv.Quote) when it holds

@@ -24,7 +24,9 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/host"
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 //go:embed default-config.json
@@ -95,11 +97,8 @@ func (c clusterFlag) Set(v string) error {
 func runRun(args []string, stdout, stderr io.Writer) int {
 	cfg := runConfig{clusters: clusterFlag{}}
 	fs := flag.NewFlagSet("sluice run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, runUsage)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&cfg.wasm, "wasm", "dist/sluice.wasm", "Proxy-Wasm module to run")
 	fs.StringVar(&cfg.configPath, "config", "", "plugin configuration file (default: the embedded example, 5 requests per 10s per client IP)")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
@@ -109,7 +108,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.failOpen, "fail-open", false, "let a request through unfiltered when the filter traps (default: answer 500)")
 	fs.StringVar(&cfg.vmID, "vm-id", "sluice", "vm_id: names the shared-data map")
 	fs.IntVar(&cfg.memoryMB, "memory-limit-mb", 256, "linear memory cap per VM, in MiB")
-	fs.DurationVar(&cfg.callTimeout, "call-timeout", 0, "abort a filter call that runs longer (a stuck filter) and replace its VM; 0: off (it slows every call)")
+	fs.Var(durationFlag{&cfg.callTimeout}, "call-timeout", "abort a filter call that runs longer (a stuck filter) and replace its VM; 0: off (it slows every call)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error (also what the filter's proxy_get_log_level sees)")
 	fs.StringVar(&cfg.profile, "profile", host.DefaultProfile, "proxy-wasm-cpp-host behaviour to reproduce: "+profileNames()+" (the default is the strictest: Envoy 1.33–1.38)")
 	fs.StringVar(&cfg.cacheDir, "cache-dir", defaultCacheDir(), "directory for compiled modules, so later starts skip compilation; empty: compile every time")
@@ -121,18 +120,18 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, runUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return 0
 		}
-		return 2
+		return usageError(stderr, "run", err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice run: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
+		return usageError(stderr, "run", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	if _, err := host.LookupProfile(cfg.profile); err != nil {
-		fmt.Fprintf(stderr, "sluice run: --profile: %v\n", err)
-		return 2
+		return usageError(stderr, "run", fmt.Errorf("--profile: %v", err))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -258,6 +257,17 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 	}
 	h, err := host.New(ctx, opts)
 	if err != nil {
+		// A sluice module that refuses its configuration: say why as `sluice check` does,
+		// one error per line with the file name (the module's own log line has them too,
+		// escaped onto one line).
+		build := config.BuildLocal
+		if wasmpatch.ImportsFunction(wasm, "env", "proxy_redis_call") {
+			build = config.BuildRedis
+		}
+		if _, perr := config.ParseFor(pluginConfig, build); perr != nil && strings.Contains(err.Error(), "proxy_on_configure returned false") {
+			lines, _ := configErrorLines(printable(configName), pluginConfig, perr)
+			return fail(fmt.Errorf("the filter %s refused the configuration (proxy_on_configure returned false; as `sluice check` finds it for %s):\n%s", cfg.wasm, build, strings.Join(lines, "\n")))
+		}
 		return fail(fmt.Errorf("starting the filter %s: %v", cfg.wasm, err))
 	}
 	rs.host = h

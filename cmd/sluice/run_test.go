@@ -259,6 +259,7 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"--cluster", "noequals"}, 2, "want NAME=URL"},
 		{[]string{"--log-level", "loud"}, 1, "--log-level"},
 		{[]string{"--config", "/does/not/exist.json", "--wasm", os.Args[0]}, 1, "reading --config"},
+		{[]string{"--call-timeout", "5x"}, 2, `sluice run: invalid value "5x" for flag -call-timeout: "5x" is not a duration (500ms, 1m30s, 1h, 1d); see 'sluice run --help'`},
 		{[]string{"--profile", "envoy-9"}, 2, `--profile: host: unknown profile "envoy-9" (known: cpphost-533, envoy-1.33, higress, permissive)`},
 		{[]string{"-h"}, 0, "envoy-1.33, cpphost-533, higress, permissive (the default is the strictest"},
 	} {
@@ -266,6 +267,10 @@ func TestRunCommandLine(t *testing.T) {
 		code := dispatch(append([]string{"run"}, tc.args...), &out, &errOut)
 		if code != tc.code || !strings.Contains(out.String()+errOut.String(), tc.msg) {
 			t.Errorf("sluice run %v = %d, want %d and %q; output:\n%s%s", tc.args, code, tc.code, tc.msg, out.String(), errOut.String())
+		}
+		// Help goes to stdout; a usage error is one line on stderr.
+		if tc.code == 0 && errOut.Len() != 0 || tc.code == 2 && (out.Len() != 0 || strings.Count(errOut.String(), "\n") != 1) {
+			t.Errorf("sluice run %v: stdout %q, stderr %q", tc.args, out.String(), errOut.String())
 		}
 	}
 }
@@ -299,5 +304,27 @@ func TestRunCompilationCacheDir(t *testing.T) {
 	})
 	if n == 0 {
 		t.Fatalf("no compiled module cached in %s", dir)
+	}
+}
+
+// A configuration the module refuses: `sluice run` prints its errors one per line with the
+// file name, exactly as `sluice check` does.
+func TestRunPrintsConfigErrorsLikeCheck(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(cfgFile, []byte(`{"rules":[{"name":"a","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":0,"window":"10x"}]}`), 0o644)
+	var checkOut, checkErr bytes.Buffer
+	if code := dispatch([]string{"check", cfgFile}, &checkOut, &checkErr); code != 1 {
+		t.Fatalf("check: %d\n%s", code, checkErr.String())
+	}
+	var out, errOut syncBuffer
+	_, err := startRun(context.Background(), runConfig{wasm: buildWasm(t, "../sluice-wasm"), configPath: cfgFile, listen: "127.0.0.1:0",
+		workers: 1, logLevel: "info", memoryMB: 64, clusters: clusterFlag{}}, &out, &errOut)
+	if err == nil {
+		t.Fatal("started with an invalid configuration")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(checkErr.String()), "\n") {
+		if !strings.Contains(err.Error(), "\n"+line) {
+			t.Errorf("run's error lacks check's line %q:\n%v", line, err)
+		}
 	}
 }

@@ -428,3 +428,67 @@ func PatchFile(path string) error {
 	}
 	return os.WriteFile(path, b, 0o644)
 }
+
+// ImportsFunction reports whether the module imports the function module.name (false for
+// anything that is not a well-formed module).
+func ImportsFunction(mod []byte, module, name string) bool {
+	if len(mod) < 8 || !bytes.Equal(mod[:4], []byte("\x00asm")) {
+		return false
+	}
+	secs, err := splitSections(mod[8:])
+	if err != nil {
+		return false
+	}
+	for _, s := range secs {
+		if s.id != secImport {
+			continue
+		}
+		b := s.body
+		n, k, err := readULEB(b)
+		if err != nil {
+			return false
+		}
+		b = b[k:]
+		for i := uint64(0); i < n; i++ {
+			var m, f string
+			if m, b, err = readName(b); err != nil {
+				return false
+			}
+			if f, b, err = readName(b); err != nil || len(b) == 0 {
+				return false
+			}
+			kind := b[0]
+			b = b[1:]
+			switch kind {
+			case 0x00:
+				_, k, err := readULEB(b)
+				if err != nil {
+					return false
+				}
+				b = b[k:]
+				if m == module && f == name {
+					return true
+				}
+			case 0x01:
+				if len(b) < 1 {
+					return false
+				}
+				if b, err = skipLimits(b[1:]); err != nil {
+					return false
+				}
+			case 0x02:
+				if b, err = skipLimits(b); err != nil {
+					return false
+				}
+			case 0x03:
+				if len(b) < 2 {
+					return false
+				}
+				b = b[2:]
+			default:
+				return false
+			}
+		}
+	}
+	return false
+}

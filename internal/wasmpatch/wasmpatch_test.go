@@ -72,8 +72,11 @@ func TestPatchSluiceModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(patched, []byte("poll_oneoff")) || !bytes.Contains(patched, []byte(wasmpatch.ShimName)) {
+	if !wasmpatch.ImportsFunction(patched, "wasi_snapshot_preview1", "poll_oneoff") || !bytes.Contains(patched, []byte(wasmpatch.ShimName)) {
 		t.Error("patched module lacks the poll_oneoff import or the shim's name")
+	}
+	if wasmpatch.ImportsFunction(patched, "env", "proxy_redis_call") || !wasmpatch.ImportsFunction(patched, "env", "proxy_log") {
+		t.Error("ImportsFunction: sluice.wasm imports proxy_log and not proxy_redis_call")
 	}
 }
 
