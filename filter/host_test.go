@@ -267,16 +267,30 @@ func TestGuestAllocationsPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ name, limit string }{{"allow", "1000000000"}, {"deny", "1"}} {
+	// The -xff cases also normalize a path (//api/./x/../items) for a
+	// path_prefix rule and the path key, and take the client from two
+	// X-Forwarded-For headers through proxy_get_header_map_pairs.
+	const xff = `,"client_ip":{"xff_trusted_hops":1,"proxy_appends_xff":true}`
+	for _, c := range []struct{ name, limit, rules, path string }{
+		{"allow", "1000000000", "", "/api/items?id=7"},
+		{"deny", "1", "", "/api/items?id=7"},
+		{"allow-xff", "1000000000", xff, "//api/./x/../items?id=7"},
+		{"deny-xff", "1", xff, "//api/./x/../items?id=7"},
+	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := `{"rules":[{"name":"bench","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":` + c.limit + `,"window":"1h"}],"response":{"headers":"both"}}`
+			cfg := `{"rules":[{"name":"bench","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":` + c.limit + `,"window":"1h"}`
+			if c.rules != "" {
+				cfg += `,{"name":"path","match":{"path_prefix":"/api/items"},"key":[{"path":true},{"remote_ip":true}],"algorithm":"token_bucket","limit":` + c.limit + `,"window":"1h"}`
+			}
+			cfg += `],"response":{"headers":"both"}` + c.rules + `}`
 			h, err := host.New(context.Background(), host.Options{Wasm: wasm, PluginConfig: []byte(cfg), Workers: 1,
 				Logger: slog.New(slog.NewTextHandler(new(bytes.Buffer), nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer h.Close(context.Background())
-			req := &host.Request{Method: "GET", Path: "/api/items?id=7", Authority: "example.test", RemoteAddr: "192.0.2.10:40000"}
+			req := &host.Request{Method: "GET", Path: c.path, Authority: "example.test", RemoteAddr: "192.0.2.10:40000",
+				Headers: [][2]string{{"x-forwarded-for", "203.0.113.5"}, {"x-forwarded-for", "198.51.100.7, 192.0.2.10"}}}
 			for i := 0; i < 1000; i++ {
 				h.Exchange(context.Background(), req, upstream200)
 			}
@@ -295,6 +309,11 @@ func TestGuestAllocationsPerRequest(t *testing.T) {
 			t.Logf("%s: %.4f guest heap allocations per request (%d over %d requests)", c.name, per, m1.Value-m0.Value, n)
 			if per > 0.01 {
 				t.Errorf("%.4f allocations per request in the guest", per)
+			}
+			if c.name == "allow-xff" {
+				if m, _ := h.Metric("sluice.path.allowed"); m.Value < n {
+					t.Errorf("the path rule admitted %d requests, want every one (the normalized path is not matched)", m.Value)
+				}
 			}
 		})
 	}

@@ -19,14 +19,18 @@ const (
 // request caches what the rules of one request read from the host. Byte
 // slices alias host buffers valid for the current callback only.
 type request struct {
-	host    abi.Host
-	have    uint8
-	method  []byte
-	path    []byte
-	source  []byte
-	xff     []byte
-	cookie  []byte
-	headerF func(string) (string, bool) // r.header, bound once
+	host     abi.Host
+	have     uint8
+	method   []byte
+	path     []byte
+	normPath []byte // the normal form of path: path's own bytes or pathBuf
+	source   []byte
+	cookie   []byte
+	headerF  func(string) (string, bool) // r.header, bound once
+
+	// pathBuf holds a normalized path that differs from the request's; it
+	// is reused, so only the first such request (or a longer one) allocates.
+	pathBuf []byte
 
 	// The client host parsed last, kept across requests (see peer).
 	peerHost   []byte
@@ -39,7 +43,7 @@ const (
 	haveMethod = 1 << iota
 	havePath
 	haveSource
-	haveXFF
+	haveNormPath
 	haveCookie
 )
 
@@ -64,8 +68,30 @@ func (r *request) fetch(bit uint8, dst *[]byte, name string) []byte {
 
 func (r *request) getMethod() []byte { return r.fetch(haveMethod, &r.method, ":method") }
 func (r *request) getPath() []byte   { return r.fetch(havePath, &r.path, ":path") }
-func (r *request) getXFF() []byte    { return r.fetch(haveXFF, &r.xff, "x-forwarded-for") }
 func (r *request) getCookie() []byte { return r.fetch(haveCookie, &r.cookie, "cookie") }
+
+// getNormPath returns the request's path (before '?' and '#') in normal
+// form: as Envoy's normalize_path and merge_slashes leave it, so that
+// /%68, //h, /./h and /x/../h are all /h (config.AppendNormalPath). It is
+// computed once per request; an already normal path (the common case) is
+// returned as is, without copying. Empty when the request has no :path.
+func (r *request) getNormPath() []byte {
+	if r.have&haveNormPath == 0 {
+		r.have |= haveNormPath
+		raw := r.getPath()
+		p := config.PathPart(unsafeString(raw))
+		switch {
+		case len(p) == 0:
+			r.normPath = nil
+		case config.PathIsNormal(p):
+			r.normPath = raw[:len(p)]
+		default:
+			r.pathBuf = config.AppendNormalPath(r.pathBuf[:0], p)
+			r.normPath = r.pathBuf
+		}
+	}
+	return r.normPath
+}
 
 func (r *request) getSource() []byte {
 	if r.have&haveSource == 0 {
@@ -108,13 +134,15 @@ const (
 // appendKey appends the key of parts for the current request to dst. ok is
 // false when a part is missing (the rule does not apply): no client
 // address, an absent or empty header, query parameter or cookie. Each part
-// is written as tag, length, bytes, so the encoding is unambiguous.
-func appendKey(dst []byte, parts []config.KeyPart, r *request, xffHops int) ([]byte, bool) {
+// is written as tag, length, bytes, so the encoding is unambiguous. xffPos
+// is config.ClientIP.XFFPosition: which X-Forwarded-For entry from the
+// right is the client (0: source.address).
+func appendKey(dst []byte, parts []config.KeyPart, r *request, xffPos int) ([]byte, bool) {
 	for i := range parts {
 		p := &parts[i]
 		switch {
 		case p.RemoteIP:
-			ip, ok := clientIP(r, xffHops)
+			ip, ok := clientIP(r, xffPos)
 			if !ok {
 				return dst, false
 			}
@@ -149,15 +177,9 @@ func appendKey(dst []byte, parts []config.KeyPart, r *request, xffHops int) ([]b
 			}
 			dst = appendPart(dst, tagCookie, v)
 		case p.Path:
-			path := r.getPath()
+			path := r.getNormPath()
 			if len(path) == 0 {
 				return dst, false
-			}
-			for j, c := range path {
-				if c == '?' || c == '#' {
-					path = path[:j]
-					break
-				}
 			}
 			dst = appendPart(dst, tagPath, path)
 		case p.Method:
@@ -329,45 +351,157 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// clientIP returns the client address. With xffHops > 0 it is the
-// hops-th entry from the right of X-Forwarded-For (each trusted proxy in
-// front appends the address of its peer). An Envoy with use_remote_address
-// appends its own peer before filters run: a rightmost entry equal to the
-// peer (source.address) is that append and is skipped. Without xffHops, or
-// when the header has too few entries or an unparsable one, the client is
-// the peer itself.
-func clientIP(r *request, xffHops int) (netip.Addr, bool) {
-	peer, peerOK := r.peer()
-	if xffHops > 0 {
-		if ip, ok := xffEntry(r.getXFF(), xffHops, peer, peerOK); ok {
-			return ip, true
-		}
-	}
-	return peer, peerOK
-}
-
-func xffEntry(xff []byte, hops int, peer netip.Addr, peerOK bool) (netip.Addr, bool) {
-	end := len(xff)
-	first := true
-	for i := len(xff) - 1; i >= -1; i-- {
-		if i >= 0 && xff[i] != ',' {
-			continue
-		}
-		entry := trimSpace(xff[i+1 : end])
-		end = i
-		if first {
-			first = false
-			if ip, ok := parseHostIP(entry); ok && peerOK && ip == peer {
-				continue // appended by this proxy
+// clientIP returns the client address. With xffPos > 0 it is the address
+// in the xffPos-th X-Forwarded-For entry from the right (each trusted proxy
+// in front appends the address of its peer; config.ClientIP.XFFPosition adds
+// one when this proxy appends its own peer before filters run). Which entry
+// is configuration, never inferred from address values. Without xffPos, or
+// when the header has fewer entries or that one is not an address, the
+// client is the peer itself (source.address).
+func clientIP(r *request, xffPos int) (netip.Addr, bool) {
+	if xffPos > 0 {
+		if pairs, st := r.host.GetHeaderPairs(abi.MapRequestHeaders); st == abi.StatusOK {
+			if e, ok := xffEntryFromRight(pairs, xffPos); ok {
+				if ip, ok := parseHostIP(e); ok {
+					return ip, true
+				}
 			}
 		}
-		hops--
-		if hops == 0 {
-			return parseHostIP(entry)
+	}
+	return r.peer()
+}
+
+const headerXFF = "x-forwarded-for"
+
+// xffEntryFromRight returns the pos-th entry from the right (1 = right-most)
+// of the X-Forwarded-For headers in pairs (the serialization of
+// proxy_get_header_map_pairs), whitespace trimmed. Every X-Forwarded-For
+// header counts, in order, as if joined by commas: Envoy joins repeated
+// X-Forwarded-For headers into one value when it parses a request, while
+// other hosts (the embedded one) keep them apart, and a proxy in front may
+// add its entry as a header of its own (HAProxy's option forwardfor) —
+// reading only the first header would then take a client-written one.
+// Empty values are skipped (Envoy does not append them). false when there
+// are fewer than pos entries or pairs is malformed.
+func xffEntryFromRight(pairs []byte, pos int) ([]byte, bool) {
+	it, ok := newPairIter(pairs)
+	if !ok {
+		return nil, false
+	}
+	total := 0
+	for {
+		name, value, more := it.next()
+		if !more {
+			break
+		}
+		if len(value) > 0 && asciiEqualFold(name, headerXFF) {
+			total += countByte(value, ',') + 1
 		}
 	}
-	return netip.Addr{}, false
+	if !it.ok() {
+		return nil, false
+	}
+	want := total - pos // 0-based, from the left
+	if pos <= 0 || want < 0 {
+		return nil, false
+	}
+	it, _ = newPairIter(pairs)
+	for {
+		name, value, more := it.next()
+		if !more {
+			return nil, false
+		}
+		if len(value) == 0 || !asciiEqualFold(name, headerXFF) {
+			continue
+		}
+		n := countByte(value, ',') + 1
+		if want >= n {
+			want -= n
+			continue
+		}
+		for start := 0; ; {
+			end := start
+			for end < len(value) && value[end] != ',' {
+				end++
+			}
+			if want == 0 {
+				return trimSpace(value[start:end]), true
+			}
+			want--
+			start = end + 1
+		}
+	}
 }
+
+func countByte(b []byte, c byte) int {
+	n := 0
+	for _, x := range b {
+		if x == c {
+			n++
+		}
+	}
+	return n
+}
+
+// asciiEqualFold reports whether b equals the lower-case ASCII s, ignoring
+// ASCII case.
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// pairIter walks the serialization of proxy_get_header_map_pairs without
+// allocating: a little-endian u32 count, a u32 name size and a u32 value
+// size per pair, then each name and value followed by NUL. Malformed input
+// ends the walk and makes ok false.
+type pairIter struct {
+	sizes, data []byte
+	bad         bool
+}
+
+func newPairIter(b []byte) (pairIter, bool) {
+	if len(b) == 0 {
+		return pairIter{}, true
+	}
+	if len(b) < 4 {
+		return pairIter{bad: true}, false
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n < 0 || n > (len(b)-4)/8 {
+		return pairIter{bad: true}, false
+	}
+	return pairIter{sizes: b[4 : 4+8*n], data: b[4+8*n:]}, true
+}
+
+func (it *pairIter) next() (name, value []byte, ok bool) {
+	if it.bad || len(it.sizes) < 8 {
+		return nil, nil, false
+	}
+	ks := int(binary.LittleEndian.Uint32(it.sizes))
+	vs := int(binary.LittleEndian.Uint32(it.sizes[4:]))
+	it.sizes = it.sizes[8:]
+	if ks < 0 || vs < 0 || ks >= len(it.data) || vs >= len(it.data)-ks-1 {
+		it.bad = true
+		return nil, nil, false
+	}
+	name = it.data[:ks]
+	value = it.data[ks+1 : ks+1+vs]
+	it.data = it.data[ks+1+vs+1:]
+	return name, value, true
+}
+
+func (it *pairIter) ok() bool { return !it.bad }
 
 // peer returns the address of the connection's peer (source.address). The
 // host part parsed last is kept: consecutive requests often come from the

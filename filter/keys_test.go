@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/filter/abi"
 	"github.com/sluice-proxy/sluice/filter/filtertest"
+	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
 func TestParseHostIP(t *testing.T) {
@@ -38,30 +39,119 @@ func TestParseHostIP(t *testing.T) {
 	}
 }
 
-func TestXFFEntry(t *testing.T) {
+func TestXFFEntryFromRight(t *testing.T) {
 	for _, c := range []struct {
-		xff  string
-		hops int
+		xff  []string // X-Forwarded-For headers, in order
+		pos  int
 		want string
 		ok   bool
 	}{
-		{"1.1.1.1, 9.9.9.9", 1, "1.1.1.1", true}, // 9.9.9.9 is the peer: appended by this proxy
-		{"9.9.9.9", 1, "", false},
-		{"9.9.9.9, 1.1.1.1", 1, "1.1.1.1", true}, // only the rightmost entry is skipped
-		{"1.1.1.1", 1, "1.1.1.1", true},
-		{"6.6.6.6, 3.3.3.3", 1, "3.3.3.3", true},
-		{"6.6.6.6, 3.3.3.3", 2, "6.6.6.6", true},
-		{"6.6.6.6,3.3.3.3, 4.4.4.4", 2, "3.3.3.3", true},
-		{"3.3.3.3", 2, "", false},
-		{"", 1, "", false},
-		{"garbage, 3.3.3.3", 2, "", false},
-		{" [2001:db8::7]:9 ", 1, "2001:db8::7", true},
-		{",,", 1, "", false},
+		{[]string{"1.1.1.1, 9.9.9.9"}, 1, "9.9.9.9", true}, // no guessing: the right-most is the right-most
+		{[]string{"1.1.1.1, 9.9.9.9"}, 2, "1.1.1.1", true},
+		{[]string{"1.1.1.1, 9.9.9.9"}, 3, "", false},
+		{[]string{"6.6.6.6,3.3.3.3, 4.4.4.4"}, 2, "3.3.3.3", true},
+		{[]string{" [2001:db8::7]:9 "}, 1, "[2001:db8::7]:9", true},
+		{[]string{",,"}, 1, "", true},
+		{[]string{"garbage, 3.3.3.3"}, 2, "garbage", true},
+		{[]string{""}, 1, "", false},
+		{nil, 1, "", false},
+		// Several X-Forwarded-For headers read as one list, in order, as
+		// Envoy joins them: the forged first header does not hide the
+		// entries after it.
+		{[]string{"6.6.6.6", "1.1.1.1"}, 1, "1.1.1.1", true},
+		{[]string{"6.6.6.6", "1.1.1.1"}, 2, "6.6.6.6", true},
+		{[]string{"5.5.5.5, 6.6.6.6", "1.1.1.1, 2.2.2.2"}, 3, "6.6.6.6", true},
+		{[]string{"5.5.5.5, 6.6.6.6", "", "1.1.1.1"}, 2, "6.6.6.6", true}, // empty values are not entries
 	} {
-		ip, ok := xffEntry([]byte(c.xff), c.hops, netip.MustParseAddr("9.9.9.9"), true)
-		if ok != c.ok || ok && ip.String() != c.want {
-			t.Errorf("xffEntry(%q, %d) = %v %v, want %q %v", c.xff, c.hops, ip, ok, c.want, c.ok)
+		var kv [][2]string
+		kv = append(kv, [2]string{":path", "/"})
+		for _, v := range c.xff {
+			kv = append(kv, [2]string{"x-forwarded-for", v}, [2]string{"x-other", "7.7.7.7"})
 		}
+		e, ok := xffEntryFromRight(proxywasm.AppendPairs(nil, kv), c.pos)
+		if ok != c.ok || string(e) != c.want {
+			t.Errorf("xffEntryFromRight(%q, %d) = %q %v, want %q %v", c.xff, c.pos, e, ok, c.want, c.ok)
+		}
+	}
+	// Header names compare without ASCII case; malformed serializations are
+	// no entry, never a panic.
+	good := proxywasm.AppendPairs(nil, [][2]string{{"X-Forwarded-For", "1.1.1.1"}})
+	if e, ok := xffEntryFromRight(good, 1); !ok || string(e) != "1.1.1.1" {
+		t.Errorf("mixed-case name: %q %v", e, ok)
+	}
+	for i := 0; i < len(good); i++ {
+		if e, ok := xffEntryFromRight(good[:i], 1); ok {
+			t.Errorf("truncated to %d bytes: %q", i, e)
+		}
+	}
+	if _, ok := xffEntryFromRight([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0}, 1); ok {
+		t.Error("huge count accepted")
+	}
+}
+
+// clientIP takes the configured entry, whatever the addresses say: a client
+// at the trusted proxy's own address (same host, SNAT) that writes its own
+// X-Forwarded-For entry does not get it used (the bypass of issue 10: the
+// old filter skipped a right-most entry equal to the peer, guessing it was
+// Envoy's append).
+func TestClientIPNeverGuesses(t *testing.T) {
+	h := filtertest.NewHost()
+	h.Properties = map[string]string{propSourceAddress: "10.0.0.5:4000"} // the trusted proxy
+	r := &request{}
+	for _, c := range []struct {
+		pos  int
+		xff  []string
+		want string
+	}{
+		// sluice run / use_remote_address false: nothing appended by this
+		// proxy; the proxy in front (10.0.0.5) appended its peer, which is
+		// itself: the forged entry left of it is never used.
+		{1, []string{"203.0.113.7, 10.0.0.5"}, "10.0.0.5"},
+		{1, []string{"203.0.113.7", "10.0.0.5"}, "10.0.0.5"},
+		// Envoy with use_remote_address: this proxy appended the peer too.
+		{2, []string{"203.0.113.7, 10.0.0.5, 10.0.0.5"}, "10.0.0.5"},
+		{2, []string{"198.51.100.1, 10.0.0.5"}, "198.51.100.1"},
+		// Too few entries, or not an address: the peer.
+		{2, []string{"10.0.0.5"}, "10.0.0.5"},
+		{1, []string{"not-an-ip"}, "10.0.0.5"},
+		{1, nil, "10.0.0.5"},
+		// Configured off: the peer, whatever the header says.
+		{0, []string{"203.0.113.7"}, "10.0.0.5"},
+	} {
+		h.ReqHeaders = nil
+		for _, v := range c.xff {
+			h.ReqHeaders = append(h.ReqHeaders, [2]string{"x-forwarded-for", v})
+		}
+		r.reset(h)
+		ip, ok := clientIP(r, c.pos)
+		if !ok || ip.String() != c.want {
+			t.Errorf("pos %d, X-Forwarded-For %q: %v %v, want %s", c.pos, c.xff, ip, ok, c.want)
+		}
+	}
+}
+
+// The path key part is the normalized path: every spelling of one path is
+// one key, and the query is not part of it.
+func TestPathKeyNormalized(t *testing.T) {
+	h := filtertest.NewHost()
+	r := &request{}
+	parts := []config.KeyPart{{Path: true}}
+	key := func(path string) ([]byte, bool) {
+		h.ReqHeaders = [][2]string{{":path", path}}
+		r.reset(h)
+		return appendKey(nil, parts, r, 0)
+	}
+	want, _ := key("/h")
+	for _, p := range []string{"/%68", "//h", "/./h", "/x/../h", "/h/../h", "/%2568/../h", "/h?x=1", "/h#f"} {
+		if k, ok := key(p); !ok || !bytes.Equal(k, want) {
+			t.Errorf("path %q: key %q %v, want %q", p, k, ok, want)
+		}
+	}
+	if k, _ := key("/%2568"); bytes.Equal(k, want) {
+		t.Error("/%2568 (the text /%68) has the key of /h")
+	}
+	if _, ok := key(""); ok {
+		t.Error("an empty :path has a key")
 	}
 }
 

@@ -316,13 +316,13 @@ func (p *Plugin) keyFor(r *rule) bool {
 		method = unsafeString(p.req.getMethod())
 	}
 	if m.PathPrefix != "" {
-		path = unsafeString(p.req.getPath())
+		path = unsafeString(p.req.getNormPath())
 	}
-	if !m.Matches(method, path, p.req.headerF) || !p.routeMatches(m) {
+	if !m.MatchesNormal(method, path, p.req.headerF) || !p.routeMatches(m) {
 		return false
 	}
 	var ok bool
-	r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFTrustedHops)
+	r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFPosition())
 	return ok
 }
 

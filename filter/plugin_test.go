@@ -407,9 +407,11 @@ func TestBadConfigurationRefused(t *testing.T) {
 }
 
 // Envoy with use_remote_address appends the peer to X-Forwarded-For before
-// filters run; that entry does not count as a trusted hop.
+// filters run; with proxy_appends_xff that entry is skipped and does not
+// count as a trusted hop. It is skipped because the configuration says so,
+// never because its value equals the peer.
 func TestXForwardedForAppendedByEnvoy(t *testing.T) {
-	cfg := `{"rules":[{"name":"ip","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1}}`
+	cfg := `{"rules":[{"name":"ip","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}],"client_ip":{"xff_trusted_hops":1,"proxy_appends_xff":true}}`
 	forEachTarget(t, cfg, func(t *testing.T, tg target) {
 		// Peer 10.9.9.9 is the load balancer; it appended the client
 		// 3.3.3.3, then Envoy appended the peer.
@@ -421,6 +423,20 @@ func TestXForwardedForAppendedByEnvoy(t *testing.T) {
 		}
 		if r := tg.do(req("10.9.9.9:3", "x-forwarded-for", "4.4.4.4, 10.9.9.9")); r.Status != 200 {
 			t.Errorf("another client: %d", r.Status)
+		}
+		// The appended entry is skipped whatever its value (Envoy appends
+		// its own address for a loopback peer, for one).
+		if r := tg.do(req("10.9.9.9:4", "x-forwarded-for", "3.3.3.3, 127.0.0.1")); r.Status != 429 {
+			t.Errorf("same client, another appended value: %d", r.Status)
+		}
+		// A client at the load balancer's address that forges an entry
+		// reaches the filter as "forged, LB (its peer), LB (Envoy's
+		// append)": keyed as the load balancer, never as the forged entry.
+		if r := tg.do(req("10.9.9.9:5", "x-forwarded-for", "5.5.5.5, 10.9.9.9, 10.9.9.9")); r.Status != 200 {
+			t.Fatal(r.Status)
+		}
+		if r := tg.do(req("10.9.9.9:6", "x-forwarded-for", "5.5.5.6, 10.9.9.9, 10.9.9.9")); r.Status != 429 {
+			t.Errorf("co-located client with a fresh forged entry: %d", r.Status)
 		}
 	})
 }

@@ -19,6 +19,7 @@ var wantProxyImports = []string{
 	"proxy_add_header_map_value",
 	"proxy_define_metric",
 	"proxy_get_buffer_bytes",
+	"proxy_get_header_map_pairs",
 	"proxy_get_header_map_value",
 	"proxy_get_property",
 	"proxy_get_shared_data",

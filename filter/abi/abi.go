@@ -94,6 +94,10 @@ type Host interface {
 	// (proxy_get_header_map_value). A missing header is StatusNotFound or,
 	// on some hosts, StatusOK with an empty value.
 	GetHeader(mt MapType, name string) ([]byte, Status)
+	// GetHeaderPairs returns every header of map mt, serialized as
+	// proxy_get_header_map_pairs returns them (proxywasm.ParsePairs reads
+	// it): one pair per value, repeated names included.
+	GetHeaderPairs(mt MapType) ([]byte, Status)
 	// AddHeader appends a header to map mt (proxy_add_header_map_value).
 	AddHeader(mt MapType, name string, value []byte) Status
 	// GetProperty returns a property; path is the serialized form with

@@ -21,6 +21,9 @@ func proxyGetBufferBytes(bt, start, max uint32, retPtr, retSize unsafe.Pointer) 
 //go:wasmimport env proxy_get_header_map_value
 func proxyGetHeaderMapValue(mt uint32, key unsafe.Pointer, keySize uint32, retPtr, retSize unsafe.Pointer) uint32
 
+//go:wasmimport env proxy_get_header_map_pairs
+func proxyGetHeaderMapPairs(mt uint32, retPtr, retSize unsafe.Pointer) uint32
+
 //go:wasmimport env proxy_add_header_map_value
 func proxyAddHeaderMapValue(mt uint32, key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32) uint32
 
@@ -97,6 +100,13 @@ func (*Imports) GetBuffer(bt BufferType, start, max int) ([]byte, Status) {
 func (*Imports) GetHeader(mt MapType, name string) ([]byte, Status) {
 	resetOut()
 	st := Status(proxyGetHeaderMapValue(uint32(mt), strPtr(name), uint32(len(name)), unsafe.Pointer(&outPtr), unsafe.Pointer(&outSize)))
+	return outBytes(), st
+}
+
+// GetHeaderPairs implements Host.
+func (*Imports) GetHeaderPairs(mt MapType) ([]byte, Status) {
+	resetOut()
+	st := Status(proxyGetHeaderMapPairs(uint32(mt), unsafe.Pointer(&outPtr), unsafe.Pointer(&outSize)))
 	return outBytes(), st
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
 // SharedData is shared data as Envoy implements it: one map for all
@@ -227,6 +228,18 @@ func (h *Host) GetHeader(mt abi.MapType, name string) ([]byte, abi.Status) {
 		return nil, abi.StatusNotFound
 	}
 	return []byte(strings.Join(vals, ",")), abi.StatusOK
+}
+
+// GetHeaderPairs implements abi.Host: one pair per header value, repeated
+// names as separate pairs (as the embedded host and Envoy's pairs call do).
+func (h *Host) GetHeaderPairs(mt abi.MapType) ([]byte, abi.Status) {
+	switch mt {
+	case abi.MapRequestHeaders:
+		return proxywasm.AppendPairs(nil, h.ReqHeaders), abi.StatusOK
+	case abi.MapResponseHeaders:
+		return proxywasm.AppendPairs(nil, h.RespHeaders), abi.StatusOK
+	}
+	return nil, abi.StatusNotFound
 }
 
 // AddHeader implements abi.Host.
