@@ -149,6 +149,9 @@ func checkRenderedBootstrap(t *testing.T, y []byte, pluginConfig string) *hcmv3.
 	if !hcm.GetUseRemoteAddress().GetValue() {
 		t.Error("use_remote_address is off: source.address would be the right-most X-Forwarded-For entry, which the client writes")
 	}
+	if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() {
+		t.Error("normalize_path and merge_slashes must both be on (scenario path-normalized: the upstream gets the path sluice matched)")
+	}
 	filters := hcm.GetHttpFilters()
 	if len(filters) != 2 || filters[1].GetName() != "envoy.filters.http.router" {
 		t.Fatalf("http filters %v: want sluice then the router", filters)

@@ -43,6 +43,9 @@ func Scenarios() []Scenario {
 		perRoute(),
 		headerKey(),
 		remoteIPIgnoresForgedXFF(),
+		xffColocatedClient(),
+		xffClientsBehindProxy(),
+		pathNormalized(),
 		customResponse(),
 		everyRuleApplies(),
 		routeNames(),
@@ -260,6 +263,89 @@ func remoteIPIgnoresForgedXFF() Scenario {
 			{Desc: "forged chain", Req: get("/", "X-Forwarded-For", "192.0.2.1, 192.0.2.2"), Want: denied},
 			{Desc: "no header", Req: get("/"), Want: denied},
 		},
+	}
+}
+
+// xffColocatedClient: with one trusted hop, a client at the trusted proxy's own address
+// (here the test client, at the proxy's loopback address) that writes a fresh X-Forwarded-For
+// entry on every request is held to its limit: 5 of 50 admitted. The entry the trusted proxy
+// appended (the client's address, 127.0.0.1) is the key, whatever its value; an older filter
+// skipped a right-most entry equal to the peer and keyed on the forged one (35 of 50
+// admitted). Behind Envoy (use_remote_address: true, so Envoy appends the TCP peer and
+// proxy_appends_xff stays false here) the key is Envoy's entry, the peer: also 5.
+func xffColocatedClient() Scenario {
+	const limit, n = 5, 50
+	steps := make([]Step, 0, n+2)
+	for i := 0; i < n; i++ {
+		want := Expect{Status: 429, Body: "rate limited\n"}
+		if i < limit {
+			want = ok()
+		}
+		steps = append(steps, Step{Desc: fmt.Sprintf("forged entry %d", i),
+			Req: get("/", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d, 127.0.0.1", i)), Want: want})
+	}
+	steps = append(steps,
+		Step{Desc: "forged entry in a header of its own, before the proxy's",
+			Req: get("/", "X-Forwarded-For", "198.51.100.77", "X-Forwarded-For", "127.0.0.1"), Want: Expect{Status: 429}},
+		Step{Desc: "no header", Req: get("/"), Want: Expect{Status: 429}},
+	)
+	return Scenario{
+		Name: "xff-colocated-client",
+		Config: `{"rules":[{"name":"per-client","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":5,"window":"1h"}],
+ "client_ip":{"xff_trusted_hops":1}}`,
+		Steps: steps,
+	}
+}
+
+// xffClientsBehindProxy: with one trusted hop and nothing appended by the proxy running the
+// filter (sluice run appends the peer only to the upstream request), the right-most entry,
+// written by the trusted proxy in front, is the client: each client behind the proxy has its
+// own limit, and entries a client writes to the left of it change nothing. Several
+// X-Forwarded-For headers count as one list, in order (Envoy joins them; the embedded host
+// keeps them apart). Host only: an Envoy in front with use_remote_address appends its peer.
+func xffClientsBehindProxy() Scenario {
+	denied := Expect{Status: 429}
+	return Scenario{
+		Name:     "xff-clients-behind-proxy",
+		HostOnly: true,
+		Config: `{"rules":[{"name":"per-client","key":[{"remote_ip":true}],"algorithm":"sliding_log","limit":1,"window":"1h"}],
+ "client_ip":{"xff_trusted_hops":1}}`,
+		Steps: []Step{
+			{Desc: "client A", Req: get("/", "X-Forwarded-For", "192.0.2.1, 198.51.100.1"), Want: ok()},
+			{Desc: "client A, other forged entries", Req: get("/", "X-Forwarded-For", "192.0.2.2, 198.51.100.1"), Want: denied},
+			{Desc: "client A, no forged entry", Req: get("/", "X-Forwarded-For", "198.51.100.1"), Want: denied},
+			{Desc: "client A, forged header first", Req: get("/", "X-Forwarded-For", "192.0.2.9", "X-Forwarded-For", "198.51.100.1"), Want: denied},
+			{Desc: "client B", Req: get("/", "X-Forwarded-For", "192.0.2.1, 198.51.100.2"), Want: ok()},
+			{Desc: "client C, in a header of its own", Req: get("/", "X-Forwarded-For", "198.51.100.1", "X-Forwarded-For", "198.51.100.3"), Want: ok()},
+			{Desc: "not an address: the peer", Req: get("/", "X-Forwarded-For", "unknown"), Want: ok()},
+			{Desc: "no header: the peer", Req: get("/"), Want: denied},
+		},
+	}
+}
+
+// pathNormalized: a rule on /h (limit 1) limits every spelling of /h that Envoy's
+// normalize_path and merge_slashes — and so the upstream — resolve to /h: percent-encoded
+// letters, repeated slashes, dot segments, and %2568/.. (one decoding pass: %2568 is the
+// segment "%68", which the ".." removes). Paths that are not /h once normalized (%2568 alone
+// is the text /%68) are not limited. The e2e Envoy bootstrap enables both options, so there
+// the filter sees Envoy's normalized path; sluice run normalizes in the filter.
+func pathNormalized() Scenario {
+	denied := Expect{Status: 429, Body: "rate limited\n"}
+	steps := []Step{
+		{Desc: "another path", Req: get("/other"), Want: Expect{Status: 200, Header: noRateLimitHeaders()}},
+		{Desc: "/h", Req: get("/h"), Want: ok()},
+	}
+	for _, p := range []string{"/%68", "//h", "/./h", "/x/../h", "/h/../h", "/%2568/../h", "/%2e/h", "//x/..//h?q=1"} {
+		steps = append(steps, Step{Desc: p + " is /h", Req: get(p), Want: denied})
+	}
+	for _, p := range []string{"/%2568", "/x%2Fh", "/H"} {
+		steps = append(steps, Step{Desc: p + " is not /h", Req: get(p), Want: Expect{Status: 200, Header: noRateLimitHeaders()}})
+	}
+	return Scenario{
+		Name: "path-normalized",
+		Config: `{"rules":[{"name":"h","match":{"path_prefix":"/h"},"key":[{"remote_ip":true}],"algorithm":"sliding_log","limit":1,"window":"1h"}],
+ "response":{"headers":"both"}}`,
+		Steps: steps,
 	}
 }
 

@@ -153,6 +153,11 @@ func TestHigressWasmPlugin(t *testing.T) {
 			t.Errorf("rule %s: backend %v", r.Name, r.Backend)
 		}
 	}
+	// Higress's gateway listeners run with use_remote_address: its Envoy
+	// appends the peer before sluice runs.
+	if cfg.ClientIP != (config.ClientIP{XFFTrustedHops: 1, ProxyAppendsXFF: true}) {
+		t.Errorf("client_ip %+v", cfg.ClientIP)
+	}
 	if !strings.Contains(string(data), "sluice-redis") {
 		t.Error("the Higress example must use the sluice-redis.wasm artifact")
 	}

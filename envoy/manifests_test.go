@@ -1,7 +1,9 @@
 package envoy
 
 import (
+	"encoding/json"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	istiov1alpha1 "istio.io/api/extensions/v1alpha1"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-proxy/sluice/config"
@@ -131,6 +134,9 @@ func checkEnvoy(b *bootstrapv3.Bootstrap) (problems []string, found int) {
 					if !hcm.GetUseRemoteAddress().GetValue() {
 						fail("listener " + l.GetName() + ": use_remote_address is off: source.address would be the right-most X-Forwarded-For entry, which a client can write")
 					}
+					if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() {
+						fail("listener " + l.GetName() + ": normalize_path and merge_slashes must both be on: the upstream must receive the path sluice matched (/x/../h is /h)")
+					}
 					pc := w.GetConfig()
 					if pc.GetVmConfig().GetVmId() == "" {
 						fail("vm_id not set: workers would not share one limit")
@@ -143,8 +149,15 @@ func checkEnvoy(b *bootstrapv3.Bootstrap) (problems []string, found int) {
 						fail("plugin configuration is not a StringValue: " + err.Error())
 						continue
 					}
-					if _, err := config.ParseFor([]byte(sv.GetValue()), config.BuildLocal); err != nil {
+					cfg, err := config.ParseFor([]byte(sv.GetValue()), config.BuildLocal)
+					if err != nil {
 						fail("plugin configuration:\n" + err.Error())
+						continue
+					}
+					appends := hcm.GetUseRemoteAddress().GetValue() && !hcm.GetSkipXffAppend()
+					if cfg.ClientIP.XFFTrustedHops > 0 && cfg.ClientIP.ProxyAppendsXFF != appends {
+						fail("listener " + l.GetName() + ": this Envoy appends its peer to X-Forwarded-For: " + strconv.FormatBool(appends) +
+							", but the plugin's client_ip.proxy_appends_xff says " + strconv.FormatBool(cfg.ClientIP.ProxyAppendsXFF))
 					}
 					found++
 				}
@@ -205,6 +218,9 @@ func TestEnvoyYAMLMistakesFail(t *testing.T) {
 		{"route to a missing cluster", "route: {cluster: upstream}", "route: {cluster: upstrem}"},
 		{"bad plugin configuration", `"limit": 100, "window": "1m"`, `"limit": 100, "window": "1x"`},
 		{"source.address from X-Forwarded-For", "use_remote_address: true", "use_remote_address: false"},
+		{"paths not normalized", "normalize_path: true", "normalize_path: false"},
+		{"slashes not merged", "merge_slashes: true", "merge_slashes: false"},
+		{"Envoy's X-Forwarded-For append not declared", `"client_ip": {"xff_trusted_hops": 0}`, `"client_ip": {"xff_trusted_hops": 1}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mut := strings.Replace(string(data), c.old, c.new, 1)
@@ -285,8 +301,66 @@ func TestIstioWasmPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pluginConfig:\n%v\n%s", err, js)
 	}
-	if len(cfg.Rules) != 2 || cfg.ClientIP.XFFTrustedHops != 1 {
-		t.Errorf("parsed %d rules, xff hops %d", len(cfg.Rules), cfg.ClientIP.XFFTrustedHops)
+	// An Istio gateway runs with use_remote_address: true, so its Envoy
+	// appends the peer before sluice runs.
+	if len(cfg.Rules) != 2 || cfg.ClientIP != (config.ClientIP{XFFTrustedHops: 1, ProxyAppendsXFF: true}) {
+		t.Errorf("parsed %d rules, client_ip %+v", len(cfg.Rules), cfg.ClientIP)
+	}
+}
+
+// loadMeshConfig parses the meshConfig of an IstioOperator strictly
+// (protojson into istio.io/api's MeshConfig).
+func loadMeshConfig(data []byte) (*meshv1alpha1.MeshConfig, error) {
+	var doc struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Spec       struct {
+			MeshConfig any `json:"meshConfig"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		return nil, err
+	}
+	if doc.APIVersion != "install.istio.io/v1alpha1" || doc.Kind != "IstioOperator" {
+		return nil, &multiError{[]string{"not an install.istio.io/v1alpha1 IstioOperator: " + doc.APIVersion + " " + doc.Kind}}
+	}
+	js, err := json.Marshal(doc.Spec.MeshConfig)
+	if err != nil {
+		return nil, err
+	}
+	var mc meshv1alpha1.MeshConfig
+	if err := protojson.Unmarshal(js, &mc); err != nil {
+		return nil, err
+	}
+	return &mc, nil
+}
+
+// The Istio mesh configuration turns on normalize_path and merge_slashes
+// (pathNormalization MERGE_SLASHES: Istio's listener builder sets both, and
+// keeps escaped slashes), so the upstream receives the path sluice matched.
+func TestIstioMeshConfig(t *testing.T) {
+	data, err := os.ReadFile("istio-mesh-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := loadMeshConfig(data)
+	if err != nil {
+		t.Fatalf("istio-mesh-config.yaml: %v", err)
+	}
+	if got := mc.GetPathNormalization().GetNormalization(); got != meshv1alpha1.MeshConfig_ProxyPathNormalization_MERGE_SLASHES {
+		t.Errorf("pathNormalization %v, want MERGE_SLASHES", got)
+	}
+	for _, c := range []struct{ name, old, new string }{
+		{"typo", "normalization: MERGE_SLASHES", "normalisation: MERGE_SLASHES"},
+		{"bad enum", "normalization: MERGE_SLASHES", "normalization: MERGE"},
+	} {
+		mut := strings.Replace(string(data), c.old, c.new, 1)
+		if _, err := loadMeshConfig([]byte(mut)); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+	if mc, err := loadMeshConfig([]byte(strings.Replace(string(data), "normalization: MERGE_SLASHES", "normalization: BASE", 1))); err != nil || mc.GetPathNormalization().GetNormalization() == meshv1alpha1.MeshConfig_ProxyPathNormalization_MERGE_SLASHES {
+		t.Errorf("BASE read as %v, %v", mc.GetPathNormalization().GetNormalization(), err)
 	}
 }
 
