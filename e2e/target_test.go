@@ -93,12 +93,21 @@ func buildArtifacts(t testing.TB) (wasm, bin string) {
 	t.Helper()
 	artifacts.once.Do(func() {
 		artifacts.wasm, artifacts.bin = os.Getenv(envWasm), os.Getenv(envBin)
-		if artifacts.wasm != "" && artifacts.bin != "" {
-			return
-		}
 		goTool, err := exec.LookPath("go")
 		if err != nil {
 			goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		}
+		// `go test` runs in e2e/: paths given relative to the repository root (as README
+		// writes them: SLUICE_E2E_WASM=dist/sluice.wasm) are resolved against the root.
+		if root, err := moduleRoot(goTool); err == nil {
+			for _, p := range []*string{&artifacts.wasm, &artifacts.bin} {
+				if *p != "" && !filepath.IsAbs(*p) {
+					*p = filepath.Join(root, *p)
+				}
+			}
+		}
+		if artifacts.wasm != "" && artifacts.bin != "" {
+			return
 		}
 		root, err := moduleRoot(goTool)
 		if err != nil {
