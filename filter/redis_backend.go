@@ -76,7 +76,7 @@ type RedisHost interface {
 }
 
 // hasRedisCalls reports whether h provides the Redis calls: true for the
-// redis build's imports (RedisSupported) and for test hosts that implement
+// redis build's imports (build tag "redis") and for test hosts that implement
 // RedisHost; false for sluice.wasm, which therefore refuses Redis rules.
 func hasRedisCalls(h abi.Host) bool {
 	_, ok := h.(RedisHost)

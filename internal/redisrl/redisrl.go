@@ -120,11 +120,6 @@ func partLen(s string) int {
 	return hashedPart
 }
 
-// KeyLen returns the length of the key AppendKey builds.
-func KeyLen(k algorithms.Kind, rule, key string) int {
-	return len(keyPrefix) + partLen(rule) + 1 + partLen(key) + 2 + 2
-}
-
 // AppendKey appends the Redis key of a (rule, key) pair for algorithm k.
 func AppendKey(dst []byte, k algorithms.Kind, rule, key string) []byte {
 	dst = append(dst, keyPrefix...)

@@ -195,3 +195,8 @@ func FuzzParseReply(f *testing.F) {
 		}
 	})
 }
+
+// KeyLen returns the length of the key AppendKey builds (the tests hold AppendKey to it).
+func KeyLen(k algorithms.Kind, rule, key string) int {
+	return len(keyPrefix) + partLen(rule) + 1 + partLen(key) + 2 + 2
+}
