@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-
-	"github.com/tetratelabs/wazero/api"
 )
 
 // Steps of a stream, run in this order by worker.advance.
@@ -103,182 +101,6 @@ func (s *stream) run(ctx context.Context, steps uint8) error {
 	case <-s.h.closed:
 		return ErrClosed
 	}
-}
-
-// abort ends a stream whose caller went away: log/done/delete, no signal needed.
-func (w *worker) abort(s *stream) {
-	s.aborted = true
-	s.steps = 0
-	s.paused = false
-	s.waiting.Store(false)
-	w.finish(s)
-}
-
-// advance runs the stream's remaining steps until it pauses or they are done.
-func (w *worker) advance(s *stream) {
-	for s.steps != 0 && !s.paused {
-		if s.failed || s.aborted {
-			s.steps = 0
-			break
-		}
-		step := s.steps & -s.steps
-		s.steps &^= step
-		if step == stepFinish {
-			w.finish(s)
-			continue
-		}
-		if step == stepUpstream {
-			s.callUpstream()
-			continue
-		}
-		v := w.vmFor(s, step)
-		if v == nil {
-			continue // s.failed is set
-		}
-		v.cur, v.curID, v.curRoot = s, s.id, s.root
-		switch step {
-		case stepReqHeaders:
-			w.requests.Add(1)
-			r, err := v.call(v.onRequestHeaders, uint64(s.id), uint64(len(s.reqHeaders.kv)), b2u(s.reqHeadersEOS))
-			if err != nil {
-				w.trap(v, "proxy_on_request_headers", err)
-				s.failed = true
-				continue
-			}
-			if (r == actionPause || v.lastStopped) && s.local == nil {
-				// Pause, or StopAllIterationAndWatermark because a local reply for another
-				// stream raised cpp-host's VM-wide flag during this callback: either way the
-				// stream waits for proxy_continue_stream.
-				s.paused, s.pauseOn = true, streamHTTPRequest
-			}
-		case stepReqBody:
-			s.bodyAction = actionContinue
-			if v.onRequestBody != nil {
-				r, err := v.call(v.onRequestBody, uint64(s.id), uint64(len(s.reqBody)), b2u(s.reqBodyEOS))
-				if err != nil {
-					w.trap(v, "proxy_on_request_body", err)
-					s.failed = true
-					continue
-				}
-				s.bodyAction = r
-				if v.lastStopped {
-					s.bodyAction = actionPause
-				}
-			}
-		case stepRespHeaders:
-			s.respPhase = true
-			if v.onResponseHeaders != nil {
-				r, err := v.call(v.onResponseHeaders, uint64(s.id), uint64(len(s.respHeaders.kv)), b2u(s.respHeadersEOS))
-				if err != nil {
-					w.trap(v, "proxy_on_response_headers", err)
-					s.failed = true
-					continue
-				}
-				if (r == actionPause || v.lastStopped) && s.local == nil {
-					s.paused, s.pauseOn = true, streamHTTPResponse
-				}
-			}
-		case stepRespBody:
-			s.bodyAction = actionContinue
-			if v.onRespBody != nil {
-				r, err := v.call(v.onRespBody, uint64(s.id), uint64(len(s.respBody)), b2u(s.respBodyEOS))
-				if err != nil {
-					w.trap(v, "proxy_on_response_body", err)
-					s.failed = true
-					continue
-				}
-				s.bodyAction = r
-				if v.lastStopped {
-					s.bodyAction = actionPause
-				}
-			}
-		}
-		if s.local != nil {
-			// A local response ends the phase it was sent in.
-			if step&requestSteps != 0 {
-				s.steps &^= requestSteps
-			} else {
-				s.steps &^= stepRespBody
-			}
-		}
-	}
-	if !s.paused {
-		s.signal()
-	}
-}
-
-// vmFor returns the VM the stream lives on, creating the stream's context on the first step.
-// It returns nil (and marks the stream failed) when that VM is gone.
-func (w *worker) vmFor(s *stream, step uint8) *vm {
-	if !s.created {
-		v := w.current()
-		if v == nil {
-			s.failed = true
-			return nil
-		}
-		s.vm = v
-		s.id = v.newContextID()
-		r := v.active[s.plugin]
-		s.root = r
-		r.streams++
-		v.streams[s.id] = s
-		s.created = true
-		v.cur, v.curID, v.curRoot = s, s.id, r
-		if _, err := v.call(v.onContextCreate, uint64(s.id), uint64(r.id)); err != nil {
-			w.trap(v, "proxy_on_context_create", err)
-			s.failed = true
-			return nil
-		}
-		return v
-	}
-	if s.vm == nil || s.vm.dead || s.vm != w.vm {
-		s.failed = true
-		return nil
-	}
-	return s.vm
-}
-
-// finish runs proxy_on_log, proxy_on_done and proxy_on_delete once.
-func (w *worker) finish(s *stream) {
-	if s.ended || !s.created {
-		s.ended = true
-		return
-	}
-	s.ended = true
-	v := s.vm
-	if v == nil || v.dead || v != w.vm {
-		return
-	}
-	v.cur, v.curID, v.curRoot = s, s.id, s.root
-	if err := v.callOpt(v.onLog, s.id); err != nil {
-		w.trap(v, "proxy_on_log", err)
-		return
-	}
-	if err := v.callOpt(v.onDone, s.id); err != nil {
-		w.trap(v, "proxy_on_done", err)
-		return
-	}
-	if err := v.callOpt(v.onDelete, s.id); err != nil {
-		w.trap(v, "proxy_on_delete", err)
-		return
-	}
-	delete(v.streams, s.id)
-	r := s.root
-	r.streams--
-	if v.cur == s {
-		v.setRoot(r)
-	}
-	if r.draining && r.streams == 0 {
-		w.retire(v, r)
-	}
-}
-
-func (v *vm) callOpt(f api.Function, id uint32) error {
-	if f == nil {
-		return nil
-	}
-	_, err := v.call(f, uint64(id))
-	return err
 }
 
 func b2u(b bool) uint64 {
@@ -489,4 +311,12 @@ func (s *stream) callUpstream() {
 
 func failedResponse() *Response {
 	return &Response{Status: 500, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("filter failed\n"), Local: true, Failed: true, Details: "wasm_fail"}
+}
+
+// signal wakes the goroutine waiting on s, if any.
+func (s *stream) signal() {
+	if s.waiting.Load() {
+		s.waiting.Store(false)
+		s.done <- struct{}{}
+	}
 }

@@ -416,3 +416,11 @@ func (v *vm) close() {
 		v.mod.Close(context.Background())
 	}
 }
+
+func (v *vm) callOpt(f api.Function, id uint32) error {
+	if f == nil {
+		return nil
+	}
+	_, err := v.call(f, uint64(id))
+	return err
+}
