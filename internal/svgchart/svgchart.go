@@ -108,7 +108,31 @@ func (c *Chart) SVG() (string, error) {
 
 // Render writes the chart as one <svg> element to w.
 func (c *Chart) Render(w io.Writer) error {
-	width, height := c.Width, c.Height
+	width, height, err := c.size()
+	if err != nil {
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	f := c.layout(width, height)
+	e := &errWriter{w: w}
+	c.writeHeader(e, f)
+	c.writeYAxis(e, f)
+	c.writeXAxis(e, f)
+	if err := c.writeSeries(e, f); err != nil {
+		return err
+	}
+	c.writeRules(e, f)
+	c.writeLegend(e, f)
+	e.printf("</svg>\n")
+	return e.err
+}
+
+// size returns the image size, defaults applied, or an error when the plot
+// would have no room.
+func (c *Chart) size() (width, height int, err error) {
+	width, height = c.Width, c.Height
 	if width == 0 {
 		width = 640
 	}
@@ -116,8 +140,14 @@ func (c *Chart) Render(w io.Writer) error {
 		height = 240
 	}
 	if width < marginLeft+marginRight+10 || height < marginTop+marginBottom+10 {
-		return fmt.Errorf("%w: size %dx%d is too small", ErrInvalid, width, height)
+		return 0, 0, fmt.Errorf("%w: size %dx%d is too small", ErrInvalid, width, height)
 	}
+	return width, height, nil
+}
+
+// validate refuses points, rules and domains that cannot be placed: non-finite
+// values (a NaN Y is a gap, allowed) and X going backwards within a series.
+func (c *Chart) validate() error {
 	for i, s := range c.Series {
 		prev := math.Inf(-1)
 		for j, p := range s.Points {
@@ -138,101 +168,118 @@ func (c *Chart) Render(w io.Writer) error {
 	if !finite(c.XMin) || !finite(c.XMax) || !finite(c.YMin) || !finite(c.YMax) {
 		return fmt.Errorf("%w: domain is not finite", ErrInvalid)
 	}
+	return nil
+}
 
-	x0, x1 := c.xDomain()
-	y0, y1, yTicks := c.yDomain()
-	xTicks := c.XTicks
-	if xTicks == nil {
-		xTicks = NiceTicks(x0, x1, 6)
-	}
-	xf, yf := c.XFormat, c.YFormat
-	if xf == nil {
-		xf = FormatNumber
-	}
-	if yf == nil {
-		yf = FormatNumber
-	}
+// frame is the geometry of one rendering: the image size, the plot area in
+// pixels, the data domain it shows, the ticks and how their labels print.
+type frame struct {
+	width, height            int
+	left, right, top, bottom float64 // the plot area
+	x0, x1, y0, y1           float64 // the data domain
+	xTicks, yTicks           []float64
+	xFormat, yFormat         func(float64) string
+}
 
-	pl, pr := float64(marginLeft), float64(width-marginRight)
-	pt, pb := float64(marginTop), float64(height-marginBottom)
-	sx := func(x float64) float64 { return pl + (x-x0)/(x1-x0)*(pr-pl) }
-	sy := func(y float64) float64 {
-		// Clamp so a value outside a fixed domain stays inside the plot.
-		y = math.Max(y0, math.Min(y1, y))
-		return pb - (y-y0)/(y1-y0)*(pb-pt)
+// layout computes the geometry for an image of the given size.
+func (c *Chart) layout(width, height int) *frame {
+	f := &frame{
+		width: width, height: height,
+		left: marginLeft, right: float64(width - marginRight),
+		top: marginTop, bottom: float64(height - marginBottom),
+		xTicks: c.XTicks, xFormat: c.XFormat, yFormat: c.YFormat,
 	}
+	f.x0, f.x1 = c.xDomain()
+	f.y0, f.y1, f.yTicks = c.yDomain()
+	if f.xTicks == nil {
+		f.xTicks = NiceTicks(f.x0, f.x1, 6)
+	}
+	if f.xFormat == nil {
+		f.xFormat = FormatNumber
+	}
+	if f.yFormat == nil {
+		f.yFormat = FormatNumber
+	}
+	return f
+}
 
-	e := &errWriter{w: w}
+// sx maps a data X to a pixel column.
+func (f *frame) sx(x float64) float64 {
+	return f.left + (x-f.x0)/(f.x1-f.x0)*(f.right-f.left)
+}
+
+// sy maps a data Y to a pixel row.
+func (f *frame) sy(y float64) float64 {
+	// Clamp so a value outside a fixed domain stays inside the plot.
+	y = math.Max(f.y0, math.Min(f.y1, y))
+	return f.bottom - (y-f.y0)/(f.y1-f.y0)*(f.bottom-f.top)
+}
+
+// writeHeader opens the <svg> element and draws the title and the plot frame.
+func (c *Chart) writeHeader(e *errWriter, f *frame) {
 	e.printf(`<svg xmlns="http://www.w3.org/2000/svg" class="svgchart"`)
 	if c.ID != "" {
 		e.printf(` id="%s"`, esc(c.ID))
 	}
-	e.printf(` width="%d" height="%d" viewBox="0 0 %d %d" role="img"`, width, height, width, height)
+	e.printf(` width="%d" height="%d" viewBox="0 0 %d %d" role="img"`, f.width, f.height, f.width, f.height)
 	if c.Title != "" {
 		e.printf(` aria-label="%s"`, esc(c.Title))
 	}
 	e.printf(">\n")
 	if c.Title != "" {
 		e.printf("<title>%s</title>\n", esc(c.Title))
-		e.printf(`<text class="title" x="%s" y="16" font-size="13" font-weight="bold">%s</text>`+"\n", num(pl), esc(c.Title))
+		e.printf(`<text class="title" x="%s" y="16" font-size="13" font-weight="bold">%s</text>`+"\n", num(f.left), esc(c.Title))
 	}
 	e.printf(`<rect class="plot" x="%s" y="%s" width="%s" height="%s" fill="none" stroke="#ccc"/>`+"\n",
-		num(pl), num(pt), num(pr-pl), num(pb-pt))
+		num(f.left), num(f.top), num(f.right-f.left), num(f.bottom-f.top))
+}
 
-	// Y axis: grid lines and labels.
+// writeYAxis draws the Y grid lines, their labels and the axis label.
+func (c *Chart) writeYAxis(e *errWriter, f *frame) {
 	e.printf(`<g class="axis y-axis" font-size="10" text-anchor="end">` + "\n")
-	for _, v := range yTicks {
-		y := sy(v)
+	for _, v := range f.yTicks {
+		y := f.sy(v)
 		e.printf(`<g class="tick" data-value="%s"><line x1="%s" x2="%s" y1="%s" y2="%s" stroke="#eee"/><text x="%s" y="%s">%s</text></g>`+"\n",
-			num(v), num(pl), num(pr), num(y), num(y), num(pl-4), num(y+3), esc(yf(v)))
+			num(v), num(f.left), num(f.right), num(y), num(y), num(f.left-4), num(y+3), esc(f.yFormat(v)))
 	}
 	if c.YLabel != "" {
-		e.printf(`<text class="label" transform="translate(12 %s) rotate(-90)" text-anchor="middle">%s</text>`+"\n", num((pt+pb)/2), esc(c.YLabel))
+		e.printf(`<text class="label" transform="translate(12 %s) rotate(-90)" text-anchor="middle">%s</text>`+"\n", num((f.top+f.bottom)/2), esc(c.YLabel))
 	}
 	e.printf("</g>\n")
+}
 
-	// X axis.
+// writeXAxis draws the X tick marks inside the domain, their labels and the
+// axis label.
+func (c *Chart) writeXAxis(e *errWriter, f *frame) {
 	e.printf(`<g class="axis x-axis" font-size="10" text-anchor="middle">` + "\n")
-	for _, v := range xTicks {
-		if v < x0 || v > x1 || !finite(v) {
+	for _, v := range f.xTicks {
+		if v < f.x0 || v > f.x1 || !finite(v) {
 			continue
 		}
-		x := sx(v)
+		x := f.sx(v)
 		e.printf(`<g class="tick" data-value="%s"><line x1="%s" x2="%s" y1="%s" y2="%s" stroke="#999"/><text x="%s" y="%s">%s</text></g>`+"\n",
-			num(v), num(x), num(x), num(pb), num(pb+4), num(x), num(pb+15), esc(xf(v)))
+			num(v), num(x), num(x), num(f.bottom), num(f.bottom+4), num(x), num(f.bottom+15), esc(f.xFormat(v)))
 	}
 	if c.XLabel != "" {
-		e.printf(`<text class="label" x="%s" y="%s">%s</text>`+"\n", num((pl+pr)/2), num(float64(height)-6), esc(c.XLabel))
+		e.printf(`<text class="label" x="%s" y="%s">%s</text>`+"\n", num((f.left+f.right)/2), num(float64(f.height)-6), esc(c.XLabel))
 	}
 	e.printf("</g>\n")
+}
 
-	// Series, clipped to the plot.
+// writeSeries draws each series as a group with one shape per run of points
+// between gaps: a polyline, or for StepArea a polygon closed along the X axis.
+func (c *Chart) writeSeries(e *errWriter, f *frame) error {
 	for i, s := range c.Series {
-		color := s.Color
-		if color == "" {
-			color = Palette[i%len(Palette)]
-		}
-		class := "series"
-		if cl := sanitizeClass(s.Class); cl != "" {
-			class += " " + cl
-		}
-		e.printf(`<g class="%s" data-name="%s">`+"\n", class, esc(s.Name))
+		color := seriesColor(s, i)
+		e.printf(`<g class="%s" data-name="%s">`+"\n", classAttr("series", s.Class), esc(s.Name))
 		for _, rg := range runs(s.Points) {
-			pts := make([]string, 0, 2*(rg[1]-rg[0])+2)
-			for k := rg[0]; k < rg[1]; k++ {
-				p := s.Points[k]
-				switch s.Kind {
-				case Line:
-					pts = append(pts, num(sx(p.X))+","+num(sy(p.Y)))
-				case Step, StepArea:
-					pts = append(pts, num(sx(p.X))+","+num(sy(p.Y)), num(sx(stepEnd(s.Points, k)))+","+num(sy(p.Y)))
-				default:
-					return fmt.Errorf("%w: series %d has unknown kind %d", ErrInvalid, i, s.Kind)
-				}
+			pts, ok := f.points(s, rg)
+			if !ok {
+				return fmt.Errorf("%w: series %d has unknown kind %d", ErrInvalid, i, s.Kind)
 			}
 			if s.Kind == StepArea {
-				base := num(sy(math.Max(y0, 0)))
-				pts = append(pts, num(sx(stepEnd(s.Points, rg[1]-1)))+","+base, num(sx(s.Points[rg[0]].X))+","+base)
+				base := num(f.sy(math.Max(f.y0, 0)))
+				pts = append(pts, num(f.sx(stepEnd(s.Points, rg[1]-1)))+","+base, num(f.sx(s.Points[rg[0]].X))+","+base)
 				e.printf(`<polygon points="%s" fill="%s" fill-opacity="0.55" stroke="%s" stroke-width="1"/>`+"\n", strings.Join(pts, " "), esc(color), esc(color))
 			} else {
 				e.printf(`<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.Join(pts, " "), esc(color))
@@ -240,41 +287,75 @@ func (c *Chart) Render(w io.Writer) error {
 		}
 		e.printf("</g>\n")
 	}
+	return nil
+}
 
-	for _, r := range c.Rules {
-		class := "rule"
-		if cl := sanitizeClass(r.Class); cl != "" {
-			class += " " + cl
+// points returns the pixel coordinates ("x,y") tracing s.Points[rg[0]:rg[1]]:
+// each point for a Line, each point and the end of its step for the Step
+// kinds. ok is false for an unknown kind.
+func (f *frame) points(s Series, rg [2]int) (pts []string, ok bool) {
+	pts = make([]string, 0, 2*(rg[1]-rg[0])+2)
+	for k := rg[0]; k < rg[1]; k++ {
+		p := s.Points[k]
+		switch s.Kind {
+		case Line:
+			pts = append(pts, num(f.sx(p.X))+","+num(f.sy(p.Y)))
+		case Step, StepArea:
+			pts = append(pts, num(f.sx(p.X))+","+num(f.sy(p.Y)), num(f.sx(stepEnd(s.Points, k)))+","+num(f.sy(p.Y)))
+		default:
+			return nil, false
 		}
-		y := sy(r.Y)
+	}
+	return pts, true
+}
+
+// writeRules draws the horizontal reference lines and their labels.
+func (c *Chart) writeRules(e *errWriter, f *frame) {
+	for _, r := range c.Rules {
+		y := f.sy(r.Y)
 		e.printf(`<g class="%s" data-value="%s"><line x1="%s" x2="%s" y1="%s" y2="%s" stroke="#d62728" stroke-dasharray="4 3"/>`,
-			class, num(r.Y), num(pl), num(pr), num(y), num(y))
+			classAttr("rule", r.Class), num(r.Y), num(f.left), num(f.right), num(y), num(y))
 		if r.Label != "" {
 			// Inside the plot at the left, below the line, clear of the legend.
-			e.printf(`<text x="%s" y="%s" font-size="10" fill="#d62728">%s</text>`, num(pl+3), num(y+11), esc(r.Label))
+			e.printf(`<text x="%s" y="%s" font-size="10" fill="#d62728">%s</text>`, num(f.left+3), num(y+11), esc(r.Label))
 		}
 		e.printf("</g>\n")
 	}
+}
 
-	// Legend, one row at the top right.
-	if len(c.Series) > 0 {
-		e.printf(`<g class="legend" font-size="10">` + "\n")
-		x := pr
-		for i := len(c.Series) - 1; i >= 0; i-- {
-			s := c.Series[i]
-			color := s.Color
-			if color == "" {
-				color = Palette[i%len(Palette)]
-			}
-			w := float64(6*len([]rune(s.Name)) + 16)
-			x -= w
-			e.printf(`<g class="entry"><rect x="%s" y="8" width="10" height="10" fill="%s"/><text x="%s" y="17">%s</text></g>`+"\n",
-				num(x), esc(color), num(x+13), esc(s.Name))
-		}
-		e.printf("</g>\n")
+// writeLegend draws one row of series names at the top right, laid out from
+// the right edge leftwards.
+func (c *Chart) writeLegend(e *errWriter, f *frame) {
+	if len(c.Series) == 0 {
+		return
 	}
-	e.printf("</svg>\n")
-	return e.err
+	e.printf(`<g class="legend" font-size="10">` + "\n")
+	x := f.right
+	for i := len(c.Series) - 1; i >= 0; i-- {
+		s := c.Series[i]
+		w := float64(6*len([]rune(s.Name)) + 16)
+		x -= w
+		e.printf(`<g class="entry"><rect x="%s" y="8" width="10" height="10" fill="%s"/><text x="%s" y="17">%s</text></g>`+"\n",
+			num(x), esc(seriesColor(s, i)), num(x+13), esc(s.Name))
+	}
+	e.printf("</g>\n")
+}
+
+// seriesColor is the colour of the i-th series: its own, or a palette entry.
+func seriesColor(s Series, i int) string {
+	if s.Color != "" {
+		return s.Color
+	}
+	return Palette[i%len(Palette)]
+}
+
+// classAttr is the class attribute of an element: base, plus the caller's
+// class when anything of it survives sanitizeClass.
+func classAttr(base, extra string) string {
+	if cl := sanitizeClass(extra); cl != "" {
+		return base + " " + cl
+	}
+	return base
 }
 
 // xDomain returns the X range: the fixed one, or the span of the points.
