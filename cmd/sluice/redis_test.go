@@ -76,8 +76,8 @@ func TestRedisClusterFlag(t *testing.T) {
 		}
 	}
 	var out, errOut bytes.Buffer
-	if code := dispatch([]string{"run", "-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "-redis-cluster") {
-		t.Errorf("usage does not list --redis-cluster:\n%s", errOut.String())
+	if code := dispatch([]string{"run", "-h"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "-redis-cluster") {
+		t.Errorf("usage does not list --redis-cluster:\n%s", out.String())
 	}
 }
 
