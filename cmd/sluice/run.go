@@ -178,52 +178,106 @@ func parseLevel(s string) (slog.Level, error) {
 // startRun loads the module and configuration, starts the host and the listeners, and
 // returns once they accept connections. Everything stops when ctx ends.
 func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*runServer, error) {
+	in, err := readRunInputs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: in.level}))
+	opts := runHostOptions(cfg, in, logger)
+	rs := &runServer{errc: make(chan error, 2), done: make(chan struct{}), shutdownGracePeriod: 10 * time.Second}
+	fail := func(err error) (*runServer, error) {
+		for _, c := range rs.cleanups {
+			c()
+		}
+		return nil, err
+	}
+	if err := rs.applyRunHooks(&opts); err != nil {
+		return fail(err)
+	}
+	h, err := host.New(ctx, opts)
+	if err != nil {
+		return fail(hostStartError(cfg, in, err))
+	}
+	rs.host = h
+	rs.cleanups = append(rs.cleanups, func() { h.Close(context.Background()) })
+	ln, adminLn, err := rs.listen(cfg, in.upstream, logger)
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "sluice: filter %s (Proxy-Wasm %s), %d workers, vm_id %q, host profile %s, config: %s\n", cfg.wasm, h.ABIVersion(), cfg.workers, cfg.vmID, h.Profile().Name, in.configName)
+	fmt.Fprintf(stdout, "sluice: listening on http://%s -> %s\n", rs.listenAddr, in.upstreamName)
+	if adminLn != nil {
+		fmt.Fprintf(stdout, "sluice: admin on http://%s (/dashboard/ /metrics /status /healthz)\n", rs.adminAddr)
+	}
+	rs.serve(ctx, ln, adminLn)
+	return rs, nil
+}
+
+// runInputs is what `sluice run` reads before it starts anything: the log level, the
+// module, the plugin configuration and the upstream, with the names the startup line
+// prints for the last two.
+type runInputs struct {
+	level        slog.Level
+	wasm         []byte
+	pluginConfig []byte
+	configName   string
+	upstream     http.Handler
+	upstreamName string
+}
+
+// readRunInputs checks the numeric flags and reads the module, the configuration and the
+// upstream that cfg names.
+func readRunInputs(cfg runConfig) (runInputs, error) {
+	var in runInputs
 	level, err := parseLevel(cfg.logLevel)
 	if err != nil {
-		return nil, fmt.Errorf("--log-level: %v", err)
+		return in, fmt.Errorf("--log-level: %v", err)
 	}
+	in.level = level
 	if cfg.workers < 1 {
-		return nil, fmt.Errorf("--workers must be at least 1, got %d", cfg.workers)
+		return in, fmt.Errorf("--workers must be at least 1, got %d", cfg.workers)
 	}
 	if cfg.memoryMB < 1 || cfg.memoryMB > 4096 {
-		return nil, fmt.Errorf("--memory-limit-mb must be in 1..4096, got %d", cfg.memoryMB)
+		return in, fmt.Errorf("--memory-limit-mb must be in 1..4096, got %d", cfg.memoryMB)
 	}
-	wasm, err := os.ReadFile(cfg.wasm)
-	if err != nil {
+	if in.wasm, err = os.ReadFile(cfg.wasm); err != nil {
 		hint := ""
 		if errors.Is(err, os.ErrNotExist) && cfg.wasm == "dist/sluice.wasm" {
 			hint = " (build it with `make wasm`, or pass --wasm)"
 		}
-		return nil, fmt.Errorf("reading --wasm: %v%s", err, hint)
+		return in, fmt.Errorf("reading --wasm: %v%s", err, hint)
 	}
-	pluginConfig, configName := defaultConfig, "embedded default (5 requests per 10s per client IP)"
+	in.pluginConfig, in.configName = defaultConfig, "embedded default (5 requests per 10s per client IP)"
 	if cfg.configPath != "" {
-		if pluginConfig, err = os.ReadFile(cfg.configPath); err != nil {
-			return nil, fmt.Errorf("reading --config: %v", err)
+		if in.pluginConfig, err = os.ReadFile(cfg.configPath); err != nil {
+			return in, fmt.Errorf("reading --config: %v", err)
 		}
-		configName = cfg.configPath
+		in.configName = cfg.configPath
 	}
-	var upstream http.Handler = echoHandler()
-	upstreamName := "built-in echo"
+	in.upstream, in.upstreamName = echoHandler(), "built-in echo"
 	if cfg.upstream != "" {
 		u, err := url.Parse(cfg.upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("--upstream: want an http:// or https:// URL, got %q", cfg.upstream)
+			return in, fmt.Errorf("--upstream: want an http:// or https:// URL, got %q", cfg.upstream)
 		}
-		upstream = reverseProxy(u)
-		upstreamName = u.String()
+		in.upstream, in.upstreamName = reverseProxy(u), u.String()
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return in, nil
+}
+
+// runHostOptions builds the host's options from the flags and what was read; without a
+// usable --cache-dir it warns and compiles every time.
+func runHostOptions(cfg runConfig, in runInputs, logger *slog.Logger) host.Options {
 	opts := host.Options{
-		Wasm:             wasm,
-		PluginConfig:     pluginConfig,
+		Wasm:             in.wasm,
+		PluginConfig:     in.pluginConfig,
 		VMID:             cfg.vmID,
 		PluginName:       "sluice",
 		Workers:          cfg.workers,
 		FailOpen:         cfg.failOpen,
 		MemoryLimitPages: uint32(cfg.memoryMB) * 16,
 		Logger:           logger,
-		LogLevel:         level,
+		LogLevel:         in.level,
 		Clusters:         cfg.clusters,
 		CallTimeout:      cfg.callTimeout,
 		Profile:          cfg.profile,
@@ -236,81 +290,89 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 			opts.CompilationCache = cache
 		}
 	}
-	rs := &runServer{errc: make(chan error, 2), done: make(chan struct{}), shutdownGracePeriod: 10 * time.Second}
-	fail := func(err error) (*runServer, error) {
-		for _, c := range rs.cleanups {
-			c()
-		}
-		return nil, err
-	}
+	return opts
+}
+
+// applyRunHooks lets the other files' hooks amend opts, keeping their cleanups in rs
+// (the caller runs them if starting fails).
+func (rs *runServer) applyRunHooks(opts *host.Options) error {
 	for _, hk := range runHooks {
 		if hk.apply == nil {
 			continue
 		}
-		cleanup, err := hk.apply(&opts)
+		cleanup, err := hk.apply(opts)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		if cleanup != nil {
 			rs.cleanups = append(rs.cleanups, cleanup)
 		}
 	}
-	h, err := host.New(ctx, opts)
-	if err != nil {
-		// A sluice module that refuses its configuration: say why as `sluice check` does,
-		// one error per line with the file name (the module's own log line has them too,
-		// escaped onto one line).
-		build := config.BuildLocal
-		if wasmpatch.ImportsFunction(wasm, "env", "proxy_redis_call") {
-			build = config.BuildRedis
-		}
-		if _, perr := config.ParseFor(pluginConfig, build); perr != nil && strings.Contains(err.Error(), "proxy_on_configure returned false") {
-			lines, _ := configErrorLines(printable(configName), pluginConfig, perr)
-			return fail(fmt.Errorf("the filter %s refused the configuration (proxy_on_configure returned false; as `sluice check` finds it for %s):\n%s", cfg.wasm, build, strings.Join(lines, "\n")))
-		}
-		return fail(fmt.Errorf("starting the filter %s: %v", cfg.wasm, err))
-	}
-	rs.host = h
-	rs.cleanups = append(rs.cleanups, func() { h.Close(context.Background()) })
+	return nil
+}
 
-	ln, err := net.Listen("tcp", cfg.listen)
+// hostStartError says why host.New failed. For a sluice module that refuses its
+// configuration it says why as `sluice check` does, one error per line with the file name
+// (the module's own log line has them too, escaped onto one line).
+func hostStartError(cfg runConfig, in runInputs, err error) error {
+	build := config.BuildLocal
+	if wasmpatch.ImportsFunction(in.wasm, "env", "proxy_redis_call") {
+		build = config.BuildRedis
+	}
+	if _, perr := config.ParseFor(in.pluginConfig, build); perr != nil && strings.Contains(err.Error(), "proxy_on_configure returned false") {
+		lines, _ := configErrorLines(printable(in.configName), in.pluginConfig, perr)
+		return fmt.Errorf("the filter %s refused the configuration (proxy_on_configure returned false; as `sluice check` finds it for %s):\n%s", cfg.wasm, build, strings.Join(lines, "\n"))
+	}
+	return fmt.Errorf("starting the filter %s: %v", cfg.wasm, err)
+}
+
+// listen binds --listen and, when given, --admin, and sets up their servers in rs (the
+// main one first). adminLn is nil without --admin.
+func (rs *runServer) listen(cfg runConfig, upstream http.Handler, logger *slog.Logger) (ln, adminLn net.Listener, err error) {
+	ln, err = net.Listen("tcp", cfg.listen)
 	if err != nil {
-		return fail(fmt.Errorf("--listen: %v", err))
+		return nil, nil, fmt.Errorf("--listen: %v", err)
 	}
 	rs.listenAddr = ln.Addr().String()
-	main := &http.Server{Handler: h.Handler(upstream), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	rs.servers = append(rs.servers, main)
-	var adminLn net.Listener
-	if cfg.admin != "" {
-		if adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
-			ln.Close()
-			return fail(fmt.Errorf("--admin: %v", err))
-		}
-		rs.adminAddr = adminLn.Addr().String()
-		mux := http.NewServeMux()
-		admin := h.AdminHandler()
-		for _, p := range []string{"/metrics", "/status", "/healthz"} {
-			mux.Handle(p, admin)
-		}
-		for _, add := range adminRoutes {
-			add(mux, h)
-		}
-		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-			if len(adminRoutes) > 0 { // the dashboard is mounted: the admin root is its front page
-				http.Redirect(w, r, "/dashboard/", http.StatusFound)
-				return
-			}
-			w.Header().Set("Content-Type", "text/plain")
-			io.WriteString(w, "sluice admin: /metrics /status /healthz\n")
-		})
-		rs.servers = append(rs.servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	rs.servers = append(rs.servers, &http.Server{Handler: rs.host.Handler(upstream), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)})
+	if cfg.admin == "" {
+		return ln, nil, nil
 	}
-	fmt.Fprintf(stdout, "sluice: filter %s (Proxy-Wasm %s), %d workers, vm_id %q, host profile %s, config: %s\n", cfg.wasm, h.ABIVersion(), cfg.workers, cfg.vmID, h.Profile().Name, configName)
-	fmt.Fprintf(stdout, "sluice: listening on http://%s -> %s\n", rs.listenAddr, upstreamName)
-	if adminLn != nil {
-		fmt.Fprintf(stdout, "sluice: admin on http://%s (/dashboard/ /metrics /status /healthz)\n", rs.adminAddr)
+	if adminLn, err = net.Listen("tcp", cfg.admin); err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("--admin: %v", err)
 	}
-	go func() { rs.errc <- serveOrClosed(main, ln) }()
+	rs.adminAddr = adminLn.Addr().String()
+	rs.servers = append(rs.servers, &http.Server{Handler: adminMux(rs.host), ReadHeaderTimeout: 10 * time.Second})
+	return ln, adminLn, nil
+}
+
+// adminMux serves the host's /metrics, /status and /healthz, the routes other files add
+// (the dashboard), and a front page at the root.
+func adminMux(h *host.Host) *http.ServeMux {
+	mux := http.NewServeMux()
+	admin := h.AdminHandler()
+	for _, p := range []string{"/metrics", "/status", "/healthz"} {
+		mux.Handle(p, admin)
+	}
+	for _, add := range adminRoutes {
+		add(mux, h)
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if len(adminRoutes) > 0 { // the dashboard is mounted: the admin root is its front page
+			http.Redirect(w, r, "/dashboard/", http.StatusFound)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "sluice admin: /metrics /status /healthz\n")
+	})
+	return mux
+}
+
+// serve starts serving on the listeners from listen, and shuts everything down when ctx
+// ends.
+func (rs *runServer) serve(ctx context.Context, ln, adminLn net.Listener) {
+	go func() { rs.errc <- serveOrClosed(rs.servers[0], ln) }()
 	if adminLn != nil {
 		go func() { rs.errc <- serveOrClosed(rs.servers[1], adminLn) }()
 	}
@@ -318,7 +380,6 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 		<-ctx.Done()
 		rs.shutdown()
 	}()
-	return rs, nil
 }
 
 func serveOrClosed(s *http.Server, ln net.Listener) error {
