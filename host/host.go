@@ -126,8 +126,40 @@ var ErrClosed = errors.New("host: closed")
 // error when the module is not a Proxy-Wasm 0.2.x module, fails to instantiate, or when
 // proxy_on_vm_start or proxy_on_configure returns false.
 func New(ctx context.Context, opts Options) (*Host, error) {
+	opts, profile, err := prepareOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	h := bareHost(opts, profile)
+	if err := h.addExtensions(opts.Extensions); err != nil {
+		return nil, err
+	}
+	rc := wazero.NewRuntimeConfig().
+		WithMemoryLimitPages(opts.MemoryLimitPages).
+		WithCompilationCache(opts.CompilationCache)
+	if opts.CallTimeout > 0 {
+		rc = rc.WithCloseOnContextDone(true)
+	}
+	h.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	if err := h.compileAndLink(ctx); err != nil {
+		h.rt.Close(ctx)
+		return nil, err
+	}
+	if err := h.startWorkers(ctx); err != nil {
+		h.rt.Close(ctx)
+		return nil, err
+	}
+	if opts.CallTimeout > 0 {
+		go h.watchdog(opts.CallTimeout)
+	}
+	return h, nil
+}
+
+// prepareOptions checks opts and fills in what was left zero; it returns the options as the
+// host keeps them and the profile they name.
+func prepareOptions(opts Options) (Options, Profile, error) {
 	if len(opts.Wasm) == 0 {
-		return nil, errors.New("host: Options.Wasm is empty")
+		return opts, Profile{}, errors.New("host: Options.Wasm is empty")
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.NumCPU()
@@ -136,7 +168,7 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		opts.MemoryLimitPages = 4096
 	}
 	if opts.MemoryLimitPages > 65536 {
-		return nil, fmt.Errorf("host: MemoryLimitPages %d exceeds 65536 (4 GiB)", opts.MemoryLimitPages)
+		return opts, Profile{}, fmt.Errorf("host: MemoryLimitPages %d exceeds 65536 (4 GiB)", opts.MemoryLimitPages)
 	}
 	if opts.PluginName == "" {
 		opts.PluginName = "sluice"
@@ -149,12 +181,17 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	}
 	profile, err := LookupProfile(opts.Profile)
 	if err != nil {
-		return nil, err
+		return opts, Profile{}, err
 	}
 	opts.Profile = profile.Name
 	if err := checkRoutes(opts.Routes); err != nil {
-		return nil, err
+		return opts, Profile{}, err
 	}
+	return opts, profile, nil
+}
+
+// bareHost is the Host before it has a runtime, a module or workers.
+func bareHost(opts Options, profile Profile) *Host {
 	h := &Host{
 		opts:       opts,
 		log:        opts.Logger,
@@ -172,31 +209,33 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	if h.client == nil {
 		h.client = &http.Client{}
 	}
-	for _, e := range opts.Extensions {
+	return h
+}
+
+// addExtensions registers the extensions' host calls; a name may be defined once and may
+// not shadow a built-in call.
+func (h *Host) addExtensions(exts []Extension) error {
+	for _, e := range exts {
 		for _, f := range e.Funcs {
 			if _, dup := h.extFuncs[f.Name]; dup {
-				return nil, fmt.Errorf("host: extension %q: host call %s defined twice", e.Name, f.Name)
+				return fmt.Errorf("host: extension %q: host call %s defined twice", e.Name, f.Name)
 			}
 			if _, builtin := builtinHostCalls[f.Name]; builtin {
-				return nil, fmt.Errorf("host: extension %q: host call %s is built in", e.Name, f.Name)
+				return fmt.Errorf("host: extension %q: host call %s is built in", e.Name, f.Name)
 			}
 			h.extFuncs[f.Name] = f
 		}
 	}
-	rc := wazero.NewRuntimeConfig().
-		WithMemoryLimitPages(opts.MemoryLimitPages).
-		WithCompilationCache(opts.CompilationCache)
-	if opts.CallTimeout > 0 {
-		rc = rc.WithCloseOnContextDone(true)
-	}
-	h.rt = wazero.NewRuntimeWithConfig(ctx, rc)
-	fail := func(err error) (*Host, error) {
-		h.rt.Close(ctx)
-		return nil, err
-	}
-	compiled, err := h.rt.CompileModule(ctx, opts.Wasm)
+	return nil
+}
+
+// compileAndLink compiles the module on h.rt, checks that it is a Proxy-Wasm 0.2.x module
+// whose imports the profile provides, and instantiates the WASI and env host modules it
+// links against.
+func (h *Host) compileAndLink(ctx context.Context) error {
+	compiled, err := h.rt.CompileModule(ctx, h.opts.Wasm)
 	if err != nil {
-		return fail(fmt.Errorf("host: compiling module: %w", err))
+		return fmt.Errorf("host: compiling module: %w", err)
 	}
 	h.compiled = compiled
 	for name := range compiled.ExportedFunctions() {
@@ -208,24 +247,28 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	case h.exports["proxy_abi_version_0_2_0"]:
 		h.abi = "0.2.0"
 	default:
-		return fail(errors.New("host: module exports neither proxy_abi_version_0_2_1 nor proxy_abi_version_0_2_0: not a Proxy-Wasm 0.2.x module"))
+		return errors.New("host: module exports neither proxy_abi_version_0_2_1 nor proxy_abi_version_0_2_0: not a Proxy-Wasm 0.2.x module")
 	}
 	for _, need := range []string{"proxy_on_memory_allocate", "proxy_on_context_create"} {
 		if !h.exports[need] {
-			return fail(fmt.Errorf("host: module does not export %s", need))
+			return fmt.Errorf("host: module does not export %s", need)
 		}
 	}
 	if missing := h.missingImports(compiled); len(missing) > 0 {
-		return fail(fmt.Errorf("%w (profile %s): %s", errMissingImport, profile.Name, strings.Join(missing, ", ")))
+		return fmt.Errorf("%w (profile %s): %s", errMissingImport, h.profile.Name, strings.Join(missing, ", "))
 	}
 	if err := h.instantiateWASI(ctx); err != nil {
-		return fail(fmt.Errorf("host: WASI: %w", err))
+		return fmt.Errorf("host: WASI: %w", err)
 	}
-	if err := h.instantiateEnv(ctx); err != nil {
-		return fail(err)
-	}
-	configs := append([][]byte{opts.PluginConfig}, opts.MorePlugins...)
-	h.workers = make([]*worker, opts.Workers)
+	return h.instantiateEnv(ctx)
+}
+
+// startWorkers creates the workers, each with its own VM started and configured with every
+// plugin's configuration, and starts their loops. If one fails, those already started are
+// stopped.
+func (h *Host) startWorkers(ctx context.Context) error {
+	configs := append([][]byte{h.opts.PluginConfig}, h.opts.MorePlugins...)
+	h.workers = make([]*worker, h.opts.Workers)
 	for i := range h.workers {
 		w := newWorker(h, i)
 		w.configs = append([][]byte(nil), configs...)
@@ -234,17 +277,14 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 			for _, w := range h.workers[:i] {
 				w.stop()
 			}
-			return fail(err)
+			return err
 		}
 		w.vm = v
 		w.updateMemory()
 		h.workers[i] = w
 		go w.loop()
 	}
-	if opts.CallTimeout > 0 {
-		go h.watchdog(opts.CallTimeout)
-	}
-	return h, nil
+	return nil
 }
 
 // instantiateEnv builds the "env" host module: the built-in Proxy-Wasm calls, the
