@@ -128,7 +128,7 @@ func newSection(n int, res *Result) (sectionData, error) {
 		}
 	}
 	ticks := svgchart.DurationTicks(0, xMax, 6)
-	bw := fmtDuration(time.Duration(res.BucketWidth))
+	bw := fmtBucketWidth(res.BucketWidth)
 	traffic := &svgchart.Chart{
 		ID:    fmt.Sprintf("chart-%d-traffic", n),
 		Title: "Offered vs admitted requests", Width: 560, Height: 220,
@@ -165,6 +165,15 @@ func newSection(n int, res *Result) (sectionData, error) {
 }
 
 // fmtDuration prints d without Go's trailing zero units ("1m" not "1m0s").
+// fmtBucketWidth labels a bucket width (BucketWidth: a round duration) as
+// written: "500µs", "250ms", "5s", "2m".
+func fmtBucketWidth(w int64) string {
+	if w < int64(time.Millisecond) {
+		return time.Duration(w).String()
+	}
+	return fmtDuration(time.Duration(w))
+}
+
 func fmtDuration(d time.Duration) string {
 	return svgchart.FormatDuration(d.Seconds())
 }

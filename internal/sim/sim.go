@@ -12,8 +12,11 @@ const DefaultBuckets = 120
 
 // Options tune a run.
 type Options struct {
-	// Buckets is the number of time buckets the span is divided into for
-	// the charts; 0 means DefaultBuckets.
+	// Buckets is the most time buckets the span is divided into for the
+	// charts; 0 means DefaultBuckets. The bucket width is the shortest
+	// round duration (see BucketWidth) that covers the span in that many
+	// buckets, so a chart's "requests per 5s" is exact; the run may use
+	// fewer buckets.
 	Buckets int
 }
 
@@ -99,6 +102,47 @@ func (w *window) push(at, cost, width int64) int64 {
 	return w.sum
 }
 
+// roundWidths are the bucket widths from one second up to one day, in
+// nanoseconds: the steps of a clock (and of svgchart.DurationTicks).
+var roundWidths = []int64{
+	1e9, 2e9, 5e9, 10e9, 15e9, 30e9,
+	60e9, 2 * 60e9, 5 * 60e9, 10 * 60e9, 15 * 60e9, 30 * 60e9,
+	3600e9, 2 * 3600e9, 3 * 3600e9, 6 * 3600e9, 12 * 3600e9, 86400e9,
+}
+
+// BucketWidth returns the shortest round duration w, in nanoseconds, with
+// n·w >= span (span, n >= 1): 1, 2 or 5 times a power of ten below one
+// second (1ns … 500ms), 1s 2s 5s 10s 15s 30s, 1m 2m 5m 10m 15m 30m, 1h 2h
+// 3h 6h 12h, then 1, 2 or 5 times a power of ten days. Printed with
+// svgchart.FormatDuration, it reads as written ("500ms", "5s", "2m"),
+// never as a remainder of a division ("500.833ms").
+func BucketWidth(span int64, n int) int64 {
+	need := span / int64(n) // the exact width, rounded up to 1ns
+	if span%int64(n) != 0 || need < 1 {
+		need++
+	}
+	for base := int64(1); base < 1e9; base *= 10 { // below one second
+		for _, m := range []int64{1, 2, 5} {
+			if w := m * base; w >= need {
+				return w
+			}
+		}
+	}
+	for _, w := range roundWidths {
+		if w >= need {
+			return w
+		}
+	}
+	for base := int64(86400e9); base <= (1<<63-1)/5; base *= 10 { // 2d, 5d, 10d, … up to 5·10^4 days
+		for _, m := range []int64{1, 2, 5} {
+			if w := m * base; w >= need {
+				return w
+			}
+		}
+	}
+	return need // a span of more than 137 years: the exact width
+}
+
 // Run feeds every request of tr, in order, through lim, keeping each key's
 // encoded state between requests as the filter does, and returns the
 // totals and the bucketed series. name labels the result.
@@ -121,10 +165,12 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 		return nil, errors.New("sim: traffic span is empty")
 	}
 	p := lim.Params()
+	bw := BucketWidth(span, nb)
+	nb = int((span + bw - 1) / bw)
 	res := &Result{
 		Name: name, Kind: lim.Kind(), Params: p,
 		Keys: len(tr.Keys), MaxStateSize: lim.MaxStateSize(),
-		Start: tr.Start, BucketWidth: (span + int64(nb) - 1) / int64(nb),
+		Start: tr.Start, BucketWidth: bw,
 		Buckets: make([]Bucket, nb),
 	}
 	for i := range res.Buckets {
@@ -200,7 +246,7 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 			res.MaxInWindowFrom, res.MaxInWindowTo = w.at[w.head], rq.At
 		}
 	}
-	if err := probe(nb); err != nil {
+	if err := probe(len(res.Buckets)); err != nil {
 		return nil, err
 	}
 	for _, s := range states {

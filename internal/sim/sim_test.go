@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -456,4 +457,88 @@ func Example() {
 	// fixed_window   admitted 1000 of 1800, at most 200 in any minute
 	// sliding_log    admitted 900 of 1800, at most 100 in any minute
 	// sliding_window admitted 897 of 1800, at most 104 in any minute
+}
+
+func TestBucketWidth(t *testing.T) {
+	const s, m, h, d = int64(time.Second), int64(time.Minute), int64(time.Hour), int64(24 * time.Hour)
+	for _, c := range []struct {
+		span int64
+		n    int
+		want int64
+	}{
+		{1, 120, 1},                      // shorter than a nanosecond per bucket
+		{120, 120, 1},                    // exactly 1ns
+		{121, 120, 2},                    // just over
+		{250_000, 120, 5_000},            // 2.08µs -> 5µs
+		{60*s + 500*1e6 + 1, 120, 1 * s}, // example.csv: 504.17ms -> 1s, not "504.167ms"
+		{60*s + 100*1e6, 120, 1 * s},     // 500.833ms -> 1s
+		{60 * s, 120, 500 * 1e6},         // exactly 500ms
+		{10 * m, 120, 5 * s},             // the boundary-burst default: exactly 5s
+		{10*m + 1, 120, 10 * s},          // a nanosecond more: the next round width
+		{13 * m, 120, 10 * s},            // 6.5s -> 10s
+		{25 * m, 120, 15 * s},            // 12.5s -> 15s
+		{3 * h, 120, 2 * m},              // 90s -> 2m
+		{10*d + 1, 120, 3 * h},           // just over 2h -> 3h
+		{100 * d, 120, d},                // 20h -> 1d
+		{400 * d, 120, 5 * d},            // 3.33d -> 5d
+		{1000 * d, 120, 10 * d},          // 8.3d -> 10d
+		{1<<63 - 1, 1, 1<<63 - 1},        // 292 years in one bucket: the exact width
+		{1<<63 - 1, 120, 1000 * d},       // 889d -> 1000d
+	} {
+		got := BucketWidth(c.span, c.n)
+		if got != c.want {
+			t.Errorf("BucketWidth(%v, %d) = %v, want %v", time.Duration(c.span), c.n, time.Duration(got), time.Duration(c.want))
+		}
+		if nb := c.span/got + min(c.span%got, 1); nb > int64(c.n) {
+			t.Errorf("BucketWidth(%v, %d) = %v needs more than %d buckets", time.Duration(c.span), c.n, time.Duration(got), c.n)
+		}
+	}
+}
+
+// The axis of a CSV report names a round bucket width that is the real
+// one: example.csv spans 60.5s, which 120 buckets would cut into
+// 504.167ms; the run uses 61 buckets of 1s.
+func TestReportBucketLabel(t *testing.T) {
+	f, err := os.Open("testdata/example.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr, err := ReadCSV(f, "testdata/example.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(tr, "example", mustLimiter(t, algorithms.FixedWindow, 5, time.Minute), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BucketWidth != int64(time.Second) || len(r.Buckets) != 61 {
+		t.Fatalf("bucket width %v, %d buckets; want 1s, 61", time.Duration(r.BucketWidth), len(r.Buckets))
+	}
+	var offered int64
+	for _, b := range r.Buckets {
+		offered += b.Offered
+	}
+	if offered != 8 || r.Buckets[60].Offered != 3 || r.Buckets[59].Offered != 1 {
+		t.Errorf("buckets hold %d requests (59: %d, 60: %d), want 8 (1, 3)", offered, r.Buckets[59].Offered, r.Buckets[60].Offered)
+	}
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, &Report{Command: "sluice simulate --csv example.csv", Traffic: tr, Results: []*Result{r}}); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	if !strings.Contains(page, ">requests per 1s<") || !strings.Contains(page, "lowest remaining in 1s") {
+		t.Error(`report lacks "requests per 1s" and "lowest remaining in 1s"`)
+	}
+	if strings.Contains(page, "504.") {
+		t.Error("report shows an unrounded bucket width")
+	}
+}
+
+func TestFmtBucketWidth(t *testing.T) {
+	for w, want := range map[int64]string{1: "1ns", 5_000: "5µs", 200_000: "200µs", 1e6: "1ms", 5e8: "500ms", 5e9: "5s", 15e9: "15s", 120e9: "2m", 3 * 3600e9: "3h", 5 * 86400e9: "5d"} {
+		if got := fmtBucketWidth(w); got != want {
+			t.Errorf("fmtBucketWidth(%v) = %q, want %q", time.Duration(w), got, want)
+		}
+	}
 }
