@@ -342,34 +342,7 @@ func (iw *interceptor) process(eos, finish bool) {
 		return // the stream was given up (client gone): the worker owns it now
 	}
 	s := iw.s
-	var steps uint8
-	if !iw.headersDone && !s.failed {
-		hdr := iw.rw.Header()
-		kv := make([][2]string, 0, len(hdr)+1+addedHeadersRoom)
-		kv = append(kv, [2]string{":status", strconv.Itoa(iw.code)})
-		for k, vs := range hdr {
-			lk := lower(k)
-			for _, v := range vs {
-				kv = append(kv, [2]string{lk, v})
-			}
-		}
-		s.respHeaders.kv = kv
-		iw.respBase = len(kv)
-		s.respHeadersEOS = eos && len(iw.held) == 0
-		iw.bodyFilter = s.vm != nil && s.vm.onRespBody != nil
-		steps |= stepRespHeaders
-	}
-	bodyStep := false
-	if !s.failed && !iw.discard && iw.bodyFilter && (len(iw.held) > 0 || (eos && !(steps != 0 && s.respHeadersEOS))) {
-		s.respBody = append(s.respBody, iw.held...)
-		iw.held = iw.held[:0]
-		s.respBodyEOS = eos
-		steps |= stepRespBody
-		bodyStep = true
-	}
-	if finish && !s.failed {
-		steps |= stepFinish
-	}
+	steps, bodyStep := iw.pendingSteps(eos, finish)
 	failedBefore := s.failed
 	if steps != 0 {
 		if err := s.run(iw.ctx.Context(), steps); err != nil {
@@ -381,53 +354,113 @@ func (iw *interceptor) process(eos, finish bool) {
 	if s.failed && !failedBefore {
 		s.w.failed.Add(1)
 	}
-	if !iw.headersDone {
-		iw.headersDone = true
-		hdr := iw.rw.Header()
-		switch {
-		case s.failed && !iw.h.opts.FailOpen && !failedBefore:
-			iw.discard = true
-			clear(hdr)
-			writeFailed(iw.rw)
-			return
-		case s.failed:
-			// Fail-open (or a trap in the request phase with FailOpen): pass through unfiltered.
-			iw.direct = true
-			iw.rw.WriteHeader(iw.code)
-		case s.local != nil:
-			iw.discard = true
-			clear(hdr)
-			iw.writeLocalHeaders(s.local)
-			iw.rw.Write(s.local.body)
-			return
-		case onlyAdded(&s.respHeaders, iw.respBase):
-			// The filter only added regular headers (or none): write back the additions.
-			for _, p := range s.respHeaders.kv[iw.respBase:] {
-				k := iw.h.canonicalKey(p[0])
-				hdr[k] = append(hdr[k], p[1])
-			}
-			iw.direct = !iw.bodyFilter
-			iw.rw.WriteHeader(iw.code)
-		default:
-			clear(hdr)
-			status := iw.code
-			for _, p := range s.respHeaders.kv {
-				if p[0] == ":status" {
-					if n, err := strconv.Atoi(p[1]); err == nil {
-						status = n
-					}
-					continue
-				}
-				if strings.HasPrefix(p[0], ":") {
-					continue
-				}
-				k := iw.h.canonicalKey(p[0])
-				hdr[k] = append(hdr[k], p[1])
-			}
-			iw.direct = !iw.bodyFilter
-			iw.rw.WriteHeader(status)
+	if !iw.headersDone && iw.writeHeaders(failedBefore) {
+		return
+	}
+	iw.writeBody(bodyStep, failedBefore)
+}
+
+// pendingSteps hands the stream what the filter has not seen yet — the response headers
+// (once), the held body bytes (eos marks the end of the body) — and returns the steps to
+// run: those, and with finish proxy_on_log/done/delete. bodyStep tells whether the body
+// step is among them.
+func (iw *interceptor) pendingSteps(eos, finish bool) (steps uint8, bodyStep bool) {
+	s := iw.s
+	if !iw.headersDone && !s.failed {
+		iw.takeHeaders(eos)
+		steps |= stepRespHeaders
+	}
+	if !s.failed && !iw.discard && iw.bodyFilter && (len(iw.held) > 0 || (eos && !(steps != 0 && s.respHeadersEOS))) {
+		s.respBody = append(s.respBody, iw.held...)
+		iw.held = iw.held[:0]
+		s.respBodyEOS = eos
+		steps |= stepRespBody
+		bodyStep = true
+	}
+	if finish && !s.failed {
+		steps |= stepFinish
+	}
+	return steps, bodyStep
+}
+
+// takeHeaders gives the stream the upstream's status and headers (names in lower case) as
+// the response header map.
+func (iw *interceptor) takeHeaders(eos bool) {
+	s := iw.s
+	hdr := iw.rw.Header()
+	kv := make([][2]string, 0, len(hdr)+1+addedHeadersRoom)
+	kv = append(kv, [2]string{":status", strconv.Itoa(iw.code)})
+	for k, vs := range hdr {
+		lk := lower(k)
+		for _, v := range vs {
+			kv = append(kv, [2]string{lk, v})
 		}
 	}
+	s.respHeaders.kv = kv
+	iw.respBase = len(kv)
+	s.respHeadersEOS = eos && len(iw.held) == 0
+	iw.bodyFilter = s.vm != nil && s.vm.onRespBody != nil
+}
+
+// writeHeaders writes the status and headers the response phase left (or a 500 when the
+// filter failed closed, or the filter's local response) and decides whether the body
+// still passes through the filter. done is true when the response is complete.
+func (iw *interceptor) writeHeaders(failedBefore bool) (done bool) {
+	s := iw.s
+	iw.headersDone = true
+	hdr := iw.rw.Header()
+	switch {
+	case s.failed && !iw.h.opts.FailOpen && !failedBefore:
+		iw.discard = true
+		clear(hdr)
+		writeFailed(iw.rw)
+		return true
+	case s.failed:
+		// Fail-open (or a trap in the request phase with FailOpen): pass through unfiltered.
+		iw.direct = true
+		iw.rw.WriteHeader(iw.code)
+	case s.local != nil:
+		iw.discard = true
+		clear(hdr)
+		iw.writeLocalHeaders(s.local)
+		iw.rw.Write(s.local.body)
+		return true
+	case onlyAdded(&s.respHeaders, iw.respBase):
+		// The filter only added regular headers (or none): write back the additions.
+		for _, p := range s.respHeaders.kv[iw.respBase:] {
+			k := iw.h.canonicalKey(p[0])
+			hdr[k] = append(hdr[k], p[1])
+		}
+		iw.direct = !iw.bodyFilter
+		iw.rw.WriteHeader(iw.code)
+	default:
+		// The filter changed or removed headers: the map becomes the response's headers.
+		clear(hdr)
+		status := iw.code
+		for _, p := range s.respHeaders.kv {
+			if p[0] == ":status" {
+				if n, err := strconv.Atoi(p[1]); err == nil {
+					status = n
+				}
+				continue
+			}
+			if strings.HasPrefix(p[0], ":") {
+				continue
+			}
+			k := iw.h.canonicalKey(p[0])
+			hdr[k] = append(hdr[k], p[1])
+		}
+		iw.direct = !iw.bodyFilter
+		iw.rw.WriteHeader(status)
+	}
+	return false
+}
+
+// writeBody writes what the body step released (all of it once the filter continues or
+// the body ended), or what is held when the body bypasses the filter; after a failure
+// with the headers already out it cuts the body short.
+func (iw *interceptor) writeBody(bodyStep, failedBefore bool) {
+	s := iw.s
 	switch {
 	case iw.discard:
 		iw.held = iw.held[:0]
