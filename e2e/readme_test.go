@@ -1,0 +1,307 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readmeBlock is a command block of README.md marked to be checked:
+//
+//	<!-- check [server] [output] -->
+//	```sh
+//	commands
+//	```
+//
+// server: run while `make run` serves (on free ports, substituted for 127.0.0.1:8080 and
+// 127.0.0.1:9901 in the block). output: each command must print the "# " comment lines
+// below it (text after "<-" is a note).
+type readmeBlock struct {
+	line           int // of the opening fence, 1-based
+	server, output bool
+	body           string
+}
+
+// parseReadmeBlocks returns the marked blocks of a README, or an error for a marker that
+// is not followed by a fenced sh block or that has an unknown word.
+func parseReadmeBlocks(text string) ([]readmeBlock, error) {
+	lines := strings.Split(text, "\n")
+	var blocks []readmeBlock
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "<!-- check") {
+			continue
+		}
+		words := strings.Fields(strings.TrimSuffix(strings.TrimPrefix(l, "<!--"), "-->"))
+		if !strings.HasSuffix(l, "-->") || words[0] != "check" {
+			return nil, fmt.Errorf("README.md:%d: malformed marker %q", i+1, l)
+		}
+		b := readmeBlock{line: i + 2}
+		for _, w := range words[1:] {
+			switch w {
+			case "server":
+				b.server = true
+			case "output":
+				b.output = true
+			default:
+				return nil, fmt.Errorf("README.md:%d: unknown word %q in %q", i+1, w, l)
+			}
+		}
+		if i+1 >= len(lines) || (lines[i+1] != "```sh" && lines[i+1] != "```bash") {
+			return nil, fmt.Errorf("README.md:%d: %q is not followed by a ```sh block", i+1, l)
+		}
+		end := i + 2
+		for end < len(lines) && lines[end] != "```" {
+			end++
+		}
+		if end == len(lines) {
+			return nil, fmt.Errorf("README.md:%d: unterminated block", i+2)
+		}
+		b.body = strings.Join(lines[i+2:end], "\n") + "\n"
+		blocks = append(blocks, b)
+		i = end
+	}
+	return blocks, nil
+}
+
+// readmeStep is one command of an output block and the lines it must print.
+type readmeStep struct {
+	cmd  string
+	want []string
+}
+
+// readmeSteps splits an output block into commands (a line ending in \ continues) and the
+// "# " comment lines after each; comments before the first command are notes.
+func readmeSteps(body string) []readmeStep {
+	var steps []readmeStep
+	cont := false
+	for _, l := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
+		switch {
+		case cont:
+			steps[len(steps)-1].cmd += "\n" + l
+		case strings.TrimSpace(l) == "":
+			continue
+		case strings.HasPrefix(l, "#"):
+			if len(steps) == 0 {
+				continue
+			}
+			w := strings.TrimPrefix(strings.TrimPrefix(l, "#"), " ")
+			if i := strings.Index(w, "<-"); i >= 0 {
+				w = w[:i]
+			}
+			steps[len(steps)-1].want = append(steps[len(steps)-1].want, strings.TrimRight(w, " "))
+		default:
+			steps = append(steps, readmeStep{cmd: l})
+		}
+		cont = strings.HasSuffix(l, "\\")
+	}
+	return steps
+}
+
+func TestReadmeBlocksParse(t *testing.T) {
+	const doc = "text\n<!-- check server output -->\n```sh\n# a note\ncurl -s x \\\n  -o y\n# 200 OK      <- the status\n#\n# b\necho\n```\n<!-- check -->\n```sh\nmake build\n```\n```sh\nnot marked\n```\n"
+	blocks, err := parseReadmeBlocks(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 2 || !blocks[0].server || !blocks[0].output || blocks[1].server || blocks[1].output || blocks[1].body != "make build\n" || blocks[0].line != 3 {
+		t.Fatalf("blocks %+v", blocks)
+	}
+	steps := readmeSteps(blocks[0].body)
+	if len(steps) != 2 || steps[0].cmd != "curl -s x \\\n  -o y" || strings.Join(steps[0].want, "|") != "200 OK||b" || steps[1].cmd != "echo" || steps[1].want != nil {
+		t.Fatalf("steps %q", steps)
+	}
+	for _, bad := range []string{"<!-- check -->\ntext\n", "<!-- check -->\n```sh\nx\n", "<!-- check serve -->\n```sh\nx\n```\n", "<!-- checked -->\n```sh\nx\n```\n"} {
+		if _, err := parseReadmeBlocks(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestREADME runs the marked command blocks of README.md, in order, on a copy of the
+// repository's files (what a fresh clone holds), as a new user would copy them.
+func TestREADME(t *testing.T) {
+	root, err := moduleRoot("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := parseReadmeBlocks(string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) < 3 {
+		t.Fatalf("README.md has %d marked blocks; the quick start, build and simulate blocks should be marked", len(blocks))
+	}
+	dir := t.TempDir()
+	if err := copyRepo(root, dir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	for _, b := range blocks {
+		start := time.Now()
+		var stop func()
+		body := b.body
+		if b.server {
+			listen, admin := freeAddr(t), freeAddr(t)
+			body = strings.NewReplacer("127.0.0.1:8080", listen, "127.0.0.1:9901", admin).Replace(body)
+			stop = startMakeRun(ctx, t, dir, listen, admin)
+		}
+		if b.output {
+			for _, s := range readmeSteps(body) {
+				out, err := runShell(ctx, dir, s.cmd)
+				if err != nil {
+					t.Errorf("README.md:%d: %s: %v\n%s", b.line, s.cmd, err, out)
+					continue
+				}
+				if s.want == nil {
+					continue
+				}
+				var got []string
+				for _, l := range strings.Split(strings.TrimRight(out, "\r\n"), "\n") {
+					got = append(got, strings.TrimRight(l, " \r"))
+				}
+				if strings.Join(got, "\n") != strings.Join(s.want, "\n") {
+					t.Errorf("README.md:%d: %s printed\n%s\nREADME says\n%s", b.line, s.cmd, strings.Join(got, "\n"), strings.Join(s.want, "\n"))
+				}
+			}
+		} else if out, err := runShell(ctx, dir, "set -eu\n"+body); err != nil {
+			t.Errorf("README.md:%d: block failed: %v\n%s", b.line, err, out)
+		}
+		if stop != nil {
+			stop()
+		}
+		t.Logf("README.md:%d: %v", b.line, time.Since(start).Round(time.Millisecond))
+		if t.Failed() {
+			return // later blocks build on earlier ones
+		}
+	}
+}
+
+// runShell runs script with bash -o pipefail in dir and returns its stdout and stderr.
+func runShell(ctx context.Context, dir, script string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", script)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	err := cmd.Run()
+	if err != nil && stderr.Len() > 0 {
+		err = fmt.Errorf("%v; stderr:\n%s", err, stderr.String())
+	}
+	return stdout.String(), err
+}
+
+// startMakeRun starts `make run` in dir on the given addresses and waits until its admin
+// server reports healthy; the returned function stops it (SIGINT to its process group).
+func startMakeRun(ctx context.Context, t *testing.T, dir, listen, admin string) func() {
+	t.Helper()
+	cmd := exec.Command("make", "run", "LISTEN="+listen, "ADMIN="+admin)
+	cmd.Dir = dir
+	log := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	stop := func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("make run exited before serving: %v\n%s", err, log.String())
+		case <-ctx.Done():
+			stop()
+			t.Fatalf("make run did not serve before the deadline\n%s", log.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		// /healthz on the admin server: a request to the proxy would spend quota.
+		if resp, err := client.Get("http://" + admin + "/healthz"); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return stop
+			}
+		}
+	}
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// copyRepo copies the files git tracks under root (their working-tree contents) to dst:
+// what a fresh clone holds, with the edits not yet committed.
+func copyRepo(root, dst string) error {
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
+	if err != nil {
+		return fmt.Errorf("git ls-files: %v", err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		src := filepath.Join(root, name)
+		fi, err := os.Lstat(src)
+		if os.IsNotExist(err) {
+			continue // deleted in the working tree
+		}
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, name)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(src)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, to); err != nil {
+				return err
+			}
+			continue
+		}
+		if !fi.Mode().IsRegular() {
+			continue // a submodule
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(to, data, fi.Mode().Perm()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
