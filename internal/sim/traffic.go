@@ -156,57 +156,89 @@ var ErrPattern = errors.New("bad traffic pattern")
 
 // Generate produces the traffic of p, starting at Epoch.
 func Generate(p Pattern) (*Traffic, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w %s: %s", ErrPattern, p.Name, fmt.Sprintf(format, args...))
+	if err := p.check(); err != nil {
+		return nil, err
 	}
-	if !slices.Contains(PatternNames, p.Name) {
-		return nil, fmt.Errorf("%w: unknown pattern %q (want one of %s)", ErrPattern, p.Name, strings.Join(PatternNames, ", "))
-	}
-	if p.Duration <= 0 {
-		return nil, bad("duration %s must be positive", p.Duration)
-	}
-	if p.Keys < 1 || p.Keys > MaxKeys {
-		return nil, bad("keys %d must be between 1 and %d", p.Keys, MaxKeys)
-	}
-	if p.Cost < 1 {
-		return nil, bad("cost %d must be at least 1", p.Cost)
-	}
-	// Expected requests per key, to refuse a pattern too big to hold
-	// before allocating it.
-	var perKey float64
-	switch p.Name {
-	case Steady, Poisson:
-		if !(p.Rate > 0) || math.IsInf(p.Rate, 0) {
-			return nil, bad("rate %g must be a positive number of requests per second", p.Rate)
-		}
-		perKey = p.Rate * p.Duration.Seconds()
-	case BoundaryBurst, IdleBurst:
-		if p.Burst < 1 {
-			return nil, bad("burst %d must be at least 1", p.Burst)
-		}
-		if p.Spread <= 0 {
-			return nil, bad("spread %s must be positive", p.Spread)
-		}
-		if p.Name == BoundaryBurst {
-			if p.Window <= 0 {
-				return nil, bad("window %s must be positive", p.Window)
-			}
-			perKey = 2 * float64(p.Burst) * (float64(p.Duration)/float64(p.Window) + 1)
-		} else {
-			if p.Idle <= 0 {
-				return nil, bad("idle %s must be positive", p.Idle)
-			}
-			perKey = float64(p.Burst) * (float64(p.Duration)/float64(p.Idle+p.Spread) + 1)
-		}
-	}
-	if total := perKey * float64(p.Keys); total > MaxRequests*1.1 {
-		return nil, bad("would offer about %.0f requests; the simulator holds at most %d (lower the rate, duration or keys)", total, MaxRequests)
-	}
-
 	start := Epoch.UnixNano()
 	end := start + int64(p.Duration)
 	tr := &Traffic{Description: p.String(), Start: start, End: end}
-	var times []int64 // one key's arrival times
+	tr.Keys, tr.Requests = p.requests(p.arrivals(start, end), start, end)
+	if len(tr.Requests) > MaxRequests {
+		return nil, p.errorf("offers %d requests; the simulator holds at most %d", len(tr.Requests), MaxRequests)
+	}
+	if p.Keys > 1 {
+		slices.SortStableFunc(tr.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
+	}
+	if len(tr.Requests) == 0 {
+		return nil, p.errorf("offers no request in %s (is the duration shorter than one window or idle period?)", p.Duration)
+	}
+	return tr, nil
+}
+
+// errorf is an error about the parameters of p, wrapping ErrPattern.
+func (p Pattern) errorf(format string, args ...any) error {
+	return fmt.Errorf("%w %s: %s", ErrPattern, p.Name, fmt.Sprintf(format, args...))
+}
+
+// check refuses an unknown pattern, parameters out of range, and a pattern
+// too big to hold, before anything is allocated for it.
+func (p Pattern) check() error {
+	if !slices.Contains(PatternNames, p.Name) {
+		return fmt.Errorf("%w: unknown pattern %q (want one of %s)", ErrPattern, p.Name, strings.Join(PatternNames, ", "))
+	}
+	if p.Duration <= 0 {
+		return p.errorf("duration %s must be positive", p.Duration)
+	}
+	if p.Keys < 1 || p.Keys > MaxKeys {
+		return p.errorf("keys %d must be between 1 and %d", p.Keys, MaxKeys)
+	}
+	if p.Cost < 1 {
+		return p.errorf("cost %d must be at least 1", p.Cost)
+	}
+	perKey, err := p.perKey()
+	if err != nil {
+		return err
+	}
+	if total := perKey * float64(p.Keys); total > MaxRequests*1.1 {
+		return p.errorf("would offer about %.0f requests; the simulator holds at most %d (lower the rate, duration or keys)", total, MaxRequests)
+	}
+	return nil
+}
+
+// perKey checks the parameters the pattern's shape uses and returns about
+// how many requests it offers per key.
+func (p Pattern) perKey() (float64, error) {
+	switch p.Name {
+	case Steady, Poisson:
+		if !(p.Rate > 0) || math.IsInf(p.Rate, 0) {
+			return 0, p.errorf("rate %g must be a positive number of requests per second", p.Rate)
+		}
+		return p.Rate * p.Duration.Seconds(), nil
+	case BoundaryBurst, IdleBurst:
+		if p.Burst < 1 {
+			return 0, p.errorf("burst %d must be at least 1", p.Burst)
+		}
+		if p.Spread <= 0 {
+			return 0, p.errorf("spread %s must be positive", p.Spread)
+		}
+		if p.Name == BoundaryBurst {
+			if p.Window <= 0 {
+				return 0, p.errorf("window %s must be positive", p.Window)
+			}
+			return 2 * float64(p.Burst) * (float64(p.Duration)/float64(p.Window) + 1), nil
+		}
+		if p.Idle <= 0 {
+			return 0, p.errorf("idle %s must be positive", p.Idle)
+		}
+		return float64(p.Burst) * (float64(p.Duration)/float64(p.Idle+p.Spread) + 1), nil
+	}
+	return 0, nil
+}
+
+// arrivals returns one key's arrival times in [start, end) for the patterns
+// every key shares (nil for poisson, where each key draws its own).
+func (p Pattern) arrivals(start, end int64) []int64 {
+	var times []int64
 	switch p.Name {
 	case Steady:
 		gap := 1e9 / p.Rate
@@ -240,8 +272,14 @@ func Generate(p Pattern) (*Traffic, error) {
 			}
 		}
 	}
+	return times
+}
+
+// requests names the keys and gives each its requests, key after key: at
+// times, or for poisson at arrivals drawn from the key's own generator.
+func (p Pattern) requests(times []int64, start, end int64) (keys []string, reqs []Request) {
 	for k := range p.Keys {
-		tr.Keys = append(tr.Keys, fmt.Sprintf("client-%d", k+1))
+		keys = append(keys, fmt.Sprintf("client-%d", k+1))
 		if p.Name == Poisson {
 			rng := rand.New(rand.NewPCG(p.Seed, uint64(k)))
 			t := float64(start)
@@ -250,22 +288,13 @@ func Generate(p Pattern) (*Traffic, error) {
 				if t >= float64(end) {
 					break
 				}
-				tr.Requests = append(tr.Requests, Request{At: int64(t), Key: int32(k), Cost: p.Cost})
+				reqs = append(reqs, Request{At: int64(t), Key: int32(k), Cost: p.Cost})
 			}
 			continue
 		}
 		for _, t := range times {
-			tr.Requests = append(tr.Requests, Request{At: t, Key: int32(k), Cost: p.Cost})
+			reqs = append(reqs, Request{At: t, Key: int32(k), Cost: p.Cost})
 		}
 	}
-	if len(tr.Requests) > MaxRequests {
-		return nil, bad("offers %d requests; the simulator holds at most %d", len(tr.Requests), MaxRequests)
-	}
-	if p.Keys > 1 {
-		slices.SortStableFunc(tr.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
-	}
-	if len(tr.Requests) == 0 {
-		return nil, bad("offers no request in %s (is the duration shorter than one window or idle period?)", p.Duration)
-	}
-	return tr, nil
+	return keys, reqs
 }
