@@ -279,11 +279,21 @@ func newBrowser(t *testing.T, opts ...chromedp.ContextOption) context.Context {
 // the rendered page. With SLUICE_SCREENSHOT_DIR set it saves a screenshot
 // there (simulate-compare.png).
 func TestSimulateReportInBrowser(t *testing.T) {
+	// Run from the report's directory with the README's relative --out, so the command the
+	// report shows (and the screenshot of it in docs/) holds no temporary path.
+	sd := os.Getenv("SLUICE_SCREENSHOT_DIR")
+	if sd != "" {
+		var err error
+		if sd, err = filepath.Abs(sd); err != nil { // before the Chdir
+			t.Fatal(err)
+		}
+	}
 	dir := t.TempDir()
-	out := filepath.Join(dir, "report.html")
-	if _, stderr, code := runSim(t, "--compare", "--limit", "100", "--window", "1m", "--traffic", "boundary-burst", "--out", out); code != 0 {
+	t.Chdir(dir)
+	if _, stderr, code := runSim(t, "--compare", "--limit", "100", "--window", "1m", "--traffic", "boundary-burst", "--out", "report.html"); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
+	out := filepath.Join(dir, "report.html")
 	pageURL := (&url.URL{Scheme: "file", Path: out}).String()
 
 	var mu sync.Mutex
@@ -362,7 +372,7 @@ func TestSimulateReportInBrowser(t *testing.T) {
 		t.Errorf("sliding_log shows max-in-window %d, want 1..100", v)
 	}
 
-	if sd := os.Getenv("SLUICE_SCREENSHOT_DIR"); sd != "" {
+	if sd != "" {
 		png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)
