@@ -147,24 +147,68 @@ func BucketWidth(span int64, n int) int64 {
 // encoded state between requests as the filter does, and returns the
 // totals and the bucketed series. name labels the result.
 func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result, error) {
+	nb, err := checkRun(tr, lim, opt)
+	if err != nil {
+		return nil, err
+	}
+	r := newReplay(tr, name, lim, nb)
+	if err := r.pickProbeKey(); err != nil {
+		return nil, err
+	}
+	for i, rq := range tr.Requests {
+		if err := r.decide(i, rq); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.probe(len(r.res.Buckets)); err != nil {
+		return nil, err
+	}
+	for _, s := range r.states {
+		r.res.StateBytesEnd += len(s)
+	}
+	return r.res, nil
+}
+
+// checkRun refuses a Run without traffic, limiter or span, or with a bucket
+// count out of range; it returns the bucket count asked for, default applied.
+func checkRun(tr *Traffic, lim algorithms.Limiter, opt Options) (int, error) {
 	if tr == nil || len(tr.Requests) == 0 {
-		return nil, errors.New("sim: no traffic")
+		return 0, errors.New("sim: no traffic")
 	}
 	if lim == nil {
-		return nil, errors.New("sim: no limiter")
+		return 0, errors.New("sim: no limiter")
 	}
 	nb := opt.Buckets
 	if nb == 0 {
 		nb = DefaultBuckets
 	}
 	if nb < 1 || nb > 100_000 {
-		return nil, fmt.Errorf("sim: %d buckets, want 1..100000", nb)
+		return 0, fmt.Errorf("sim: %d buckets, want 1..100000", nb)
 	}
-	span := tr.End - tr.Start
-	if span <= 0 {
-		return nil, errors.New("sim: traffic span is empty")
+	if tr.End-tr.Start <= 0 {
+		return 0, errors.New("sim: traffic span is empty")
 	}
+	return nb, nil
+}
+
+// replay is a Run in progress: the result so far and every key's state.
+type replay struct {
+	tr        *Traffic
+	lim       algorithms.Limiter
+	res       *Result
+	width     int64    // the limiter's window, for MaxInWindow
+	states    [][]byte // each key's encoded state, as the filter would store it
+	wins      []window // each key's admitted requests within the last window
+	scratch   []byte   // room for one decision's state
+	probeKey  int      // index of Result.ProbeKey
+	nextProbe int      // the first bucket whose Available is not filled yet
+}
+
+// newReplay sets up a run of tr through lim over at most nb buckets of a
+// round width (see BucketWidth), every bucket still without a request.
+func newReplay(tr *Traffic, name string, lim algorithms.Limiter, nb int) *replay {
 	p := lim.Params()
+	span := tr.End - tr.Start
 	bw := BucketWidth(span, nb)
 	nb = int((span + bw - 1) / bw)
 	res := &Result{
@@ -176,81 +220,94 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 	for i := range res.Buckets {
 		res.Buckets[i].RemainingMin = -1
 	}
-	width := int64(p.Window)
-	states := make([][]byte, len(tr.Keys))
-	wins := make([]window, len(tr.Keys))
-	scratch := make([]byte, 0, lim.MaxStateSize())
+	return &replay{
+		tr: tr, lim: lim, res: res,
+		width:   int64(p.Window),
+		states:  make([][]byte, len(tr.Keys)),
+		wins:    make([]window, len(tr.Keys)),
+		scratch: make([]byte, 0, lim.MaxStateSize()),
+	}
+}
 
-	// The probe key: the busiest one.
+// pickProbeKey checks that every request lies inside the traffic's span and
+// keys, and makes the busiest key (the first such) the probe key.
+func (r *replay) pickProbeKey() error {
+	tr := r.tr
 	counts := make([]int, len(tr.Keys))
 	probeKey := 0
 	for i, rq := range tr.Requests {
 		if rq.At < tr.Start || rq.At >= tr.End || int(rq.Key) >= len(tr.Keys) || rq.Key < 0 {
-			return nil, fmt.Errorf("sim: request %d lies outside the traffic's span or keys", i)
+			return fmt.Errorf("sim: request %d lies outside the traffic's span or keys", i)
 		}
 		counts[rq.Key]++
 		if counts[rq.Key] > counts[probeKey] || counts[rq.Key] == counts[probeKey] && int(rq.Key) < probeKey {
 			probeKey = int(rq.Key)
 		}
 	}
-	res.ProbeKey = tr.Keys[probeKey]
-	nextProbe := 0
-	// probe fills Available for the buckets before upTo.
-	probe := func(upTo int) error {
-		for ; nextProbe < upTo; nextProbe++ {
-			at := tr.Start + int64(nextProbe+1)*res.BucketWidth - 1
-			_, d, err := lim.Decide(scratch[:0], states[probeKey], at, 1)
-			if err != nil {
-				return fmt.Errorf("sim: probing key %q: %w", res.ProbeKey, err)
-			}
-			if d.Allowed {
-				res.Buckets[nextProbe].Available = d.Remaining + 1
-			}
-		}
-		return nil
-	}
+	r.probeKey = probeKey
+	r.res.ProbeKey = tr.Keys[probeKey]
+	return nil
+}
 
-	for i, rq := range tr.Requests {
-		bi := int((rq.At - tr.Start) / res.BucketWidth)
-		if err := probe(bi); err != nil {
-			return nil, err
-		}
-		ns, d, err := lim.Decide(scratch[:0], states[rq.Key], rq.At, rq.Cost)
+// probe fills Available for the buckets before upTo.
+func (r *replay) probe(upTo int) error {
+	res := r.res
+	for ; r.nextProbe < upTo; r.nextProbe++ {
+		at := r.tr.Start + int64(r.nextProbe+1)*res.BucketWidth - 1
+		_, d, err := r.lim.Decide(r.scratch[:0], r.states[r.probeKey], at, 1)
 		if err != nil {
-			return nil, fmt.Errorf("sim: request %d (key %q, cost %d): %w", i, tr.Keys[rq.Key], rq.Cost, err)
+			return fmt.Errorf("sim: probing key %q: %w", res.ProbeKey, err)
 		}
-		if d.Allowed || len(ns) > 0 {
-			states[rq.Key] = append(states[rq.Key][:0], ns...)
+		if d.Allowed {
+			res.Buckets[r.nextProbe].Available = d.Remaining + 1
 		}
-		res.StateBytesMax = max(res.StateBytesMax, len(states[rq.Key]))
-		res.Limit = d.Limit
+	}
+	return nil
+}
 
-		b := &res.Buckets[bi]
-		b.Offered++
-		res.Offered++
-		res.OfferedCost += rq.Cost
-		if b.RemainingMin < 0 || d.Remaining < b.RemainingMin {
-			b.RemainingMin = d.Remaining
-		}
-		if !d.Allowed {
-			res.Denied++
-			continue
-		}
-		b.Admitted++
-		res.Admitted++
-		res.AdmittedCost += rq.Cost
-		w := &wins[rq.Key]
-		if sum := w.push(rq.At, rq.Cost, width); sum > res.MaxInWindow {
-			res.MaxInWindow = sum
-			res.MaxInWindowKey = tr.Keys[rq.Key]
-			res.MaxInWindowFrom, res.MaxInWindowTo = w.at[w.head], rq.At
-		}
+// decide runs request i (rq) through the limiter against its key's state,
+// after probing the buckets before its own, keeps the state as the filter
+// would, and counts the decision.
+func (r *replay) decide(i int, rq Request) error {
+	res := r.res
+	bi := int((rq.At - r.tr.Start) / res.BucketWidth)
+	if err := r.probe(bi); err != nil {
+		return err
 	}
-	if err := probe(len(res.Buckets)); err != nil {
-		return nil, err
+	ns, d, err := r.lim.Decide(r.scratch[:0], r.states[rq.Key], rq.At, rq.Cost)
+	if err != nil {
+		return fmt.Errorf("sim: request %d (key %q, cost %d): %w", i, r.tr.Keys[rq.Key], rq.Cost, err)
 	}
-	for _, s := range states {
-		res.StateBytesEnd += len(s)
+	if d.Allowed || len(ns) > 0 {
+		r.states[rq.Key] = append(r.states[rq.Key][:0], ns...)
 	}
-	return res, nil
+	res.StateBytesMax = max(res.StateBytesMax, len(r.states[rq.Key]))
+	res.Limit = d.Limit
+	r.count(&res.Buckets[bi], rq, d)
+	return nil
+}
+
+// count adds decision d on rq to its bucket b and the totals, and for an
+// admitted request to its key's window (MaxInWindow).
+func (r *replay) count(b *Bucket, rq Request, d algorithms.Decision) {
+	res := r.res
+	b.Offered++
+	res.Offered++
+	res.OfferedCost += rq.Cost
+	if b.RemainingMin < 0 || d.Remaining < b.RemainingMin {
+		b.RemainingMin = d.Remaining
+	}
+	if !d.Allowed {
+		res.Denied++
+		return
+	}
+	b.Admitted++
+	res.Admitted++
+	res.AdmittedCost += rq.Cost
+	w := &r.wins[rq.Key]
+	if sum := w.push(rq.At, rq.Cost, r.width); sum > res.MaxInWindow {
+		res.MaxInWindow = sum
+		res.MaxInWindowKey = r.tr.Keys[rq.Key]
+		res.MaxInWindowFrom, res.MaxInWindowTo = w.at[w.head], rq.At
+	}
 }
