@@ -185,7 +185,9 @@ func rulesFor(alg string, redis bool) string {
 	extra := ""
 	if redis {
 		backend = `"redis"`
-		extra = `,"redis":{"cluster":"` + survivalRedis + `","timeout_ms":1000}`
+		// 5 s: on a loaded 2-core machine a Redis call can take far longer than its usual
+		// fraction of a millisecond, and failure_mode closed would turn a timeout into a 503.
+		extra = `,"redis":{"cluster":"` + survivalRedis + `","timeout_ms":5000}`
 	}
 	return fmt.Sprintf(`{"rules":[
   {"name":"key-%[1]d","key":[{"header":"x-api-key"}],"algorithm":%[2]q,"limit":10000,"window":"1h","backend":%[3]s},
