@@ -219,7 +219,30 @@ func run(o options) (*report, error) {
 		DisableCompression:  true,
 	}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration)
+	defer cancel()
+	l := &loadRun{o: o, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, keys: keyValues(o), cancel: cancel}
+	// Without a warm-up every request counts, the first ones too.
+	l.measuring.Store(o.warmup == 0)
+	per := make([][]sample, o.concurrency)
+	perCap := int(min(o.requests/int64(o.concurrency)+1, 1<<20))
+	var wg sync.WaitGroup
+	for w := range o.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			per[w] = l.connection(ctx, make([]sample, 0, perCap))
+		}()
+	}
+	elapsed := l.measure(ctx)
+	wg.Wait()
+	return l.report(per, elapsed)
+}
+
+// keyValues are the -keys values of -key-header, each padded to -key-bytes.
+func keyValues(o options) []string {
 	keys := make([]string, o.keys)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
@@ -227,74 +250,79 @@ func run(o options) (*report, error) {
 			keys[i] += strings.Repeat("x", pad)
 		}
 	}
+	return keys
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration)
-	defer cancel()
-	var (
-		measuring atomic.Bool
-		measured  atomic.Int64
-		errs      atomic.Int64
-		firstErr  atomic.Value
-		seq       atomic.Uint64
-		wg        sync.WaitGroup
-	)
-	// Without a warm-up every request counts, the first ones too.
-	measuring.Store(o.warmup == 0)
-	per := make([][]sample, o.concurrency)
-	perCap := int(min(o.requests/int64(o.concurrency)+1, 1<<20))
-	for w := range o.concurrency {
-		per[w] = make([]sample, 0, perCap)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, o.url, nil)
-				for k, vs := range o.headers {
-					req.Header[k] = vs
-				}
-				if o.keys > 0 {
-					req.Header.Set(o.keyHeader, keys[seq.Add(1)%uint64(o.keys)])
-				}
-				m := measuring.Load()
-				t0 := time.Now()
-				resp, err := client.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				d := time.Since(t0)
-				if ctx.Err() != nil {
-					return // cut off by the end of the run: not a result
-				}
-				if !m {
-					continue
-				}
-				if err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				per[w] = append(per[w], sample{d, int16(resp.StatusCode)})
-				if measured.Add(1) >= o.requests {
-					cancel()
-				}
-			}
-		}()
+// loadRun is what the connections of one run share.
+type loadRun struct {
+	o         options
+	client    *http.Client
+	keys      []string
+	cancel    context.CancelFunc // ends the run once -n requests are measured
+	measuring atomic.Bool        // the warm-up is over
+	measured  atomic.Int64
+	errs      atomic.Int64
+	firstErr  atomic.Value // string
+	seq       atomic.Uint64
+}
+
+// connection sends requests back to back until ctx ends, and returns samples with the
+// measured ones appended.
+func (l *loadRun) connection(ctx context.Context, samples []sample) []sample {
+	o := l.o
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, o.url, nil)
+		for k, vs := range o.headers {
+			req.Header[k] = vs
+		}
+		if o.keys > 0 {
+			req.Header.Set(o.keyHeader, l.keys[l.seq.Add(1)%uint64(o.keys)])
+		}
+		m := l.measuring.Load()
+		t0 := time.Now()
+		resp, err := l.client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		d := time.Since(t0)
+		if ctx.Err() != nil {
+			return samples // cut off by the end of the run: not a result
+		}
+		if !m {
+			continue
+		}
+		if err != nil {
+			l.errs.Add(1)
+			l.firstErr.CompareAndSwap(nil, err.Error())
+			continue
+		}
+		samples = append(samples, sample{d, int16(resp.StatusCode)})
+		if l.measured.Add(1) >= o.requests {
+			l.cancel()
+		}
 	}
-	if o.warmup > 0 {
+	return samples
+}
+
+// measure waits out the warm-up, then measures until the run ends (its duration, -n
+// requests or an interrupt) and returns for how long it measured.
+func (l *loadRun) measure(ctx context.Context) time.Duration {
+	if l.o.warmup > 0 {
 		select {
-		case <-time.After(o.warmup):
+		case <-time.After(l.o.warmup):
 		case <-ctx.Done():
 		}
 	}
-	measuring.Store(true)
+	l.measuring.Store(true)
 	began := time.Now()
 	<-ctx.Done()
-	elapsed := time.Since(began)
-	wg.Wait()
+	return time.Since(began)
+}
 
+// report sums up the connections' samples: throughput over elapsed, latency percentiles
+// and status counts.
+func (l *loadRun) report(per [][]sample, elapsed time.Duration) (*report, error) {
 	var all []time.Duration
 	statuses := map[string]int{}
 	for _, s := range per {
@@ -304,7 +332,7 @@ func run(o options) (*report, error) {
 		}
 	}
 	if len(all) == 0 {
-		return nil, fmt.Errorf("no request completed (errors: %d, first: %v)", errs.Load(), firstErr.Load())
+		return nil, fmt.Errorf("no request completed (errors: %d, first: %v)", l.errs.Load(), l.firstErr.Load())
 	}
 	slices.Sort(all)
 	q := func(p float64) float64 {
@@ -312,12 +340,12 @@ func run(o options) (*report, error) {
 		return float64(all[i]) / float64(time.Millisecond)
 	}
 	rep := &report{
-		URL: o.url, Concurrency: o.concurrency, Seconds: elapsed.Seconds(),
-		Requests: len(all), Errors: errs.Load(), RPS: float64(len(all)) / elapsed.Seconds(),
+		URL: l.o.url, Concurrency: l.o.concurrency, Seconds: elapsed.Seconds(),
+		Requests: len(all), Errors: l.errs.Load(), RPS: float64(len(all)) / elapsed.Seconds(),
 		P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: q(1),
 		Statuses: statuses,
 	}
-	if e, ok := firstErr.Load().(string); ok {
+	if e, ok := l.firstErr.Load().(string); ok {
 		rep.FirstError = e
 	}
 	return rep, nil
