@@ -61,7 +61,7 @@ Pattern flags (defaults follow the rule's limit per window):
 
 Output:
   --out FILE     the HTML report ("-" for standard output; required)
-  --buckets N    time buckets per chart (120)
+  --buckets N    at most N time buckets per chart (120); each a round width
 
 Durations accept the configuration's units (500ms, 1m30s, 1h, 1d) and Go's
 (1.5s, 100us). Exit status: 0 done, 1 bad input, 2 usage error.
