@@ -42,6 +42,7 @@ func TestRunCountsAndBounds(t *testing.T) {
 	if !(rep.P50 > 0 && rep.P50 <= rep.P99 && rep.P99 <= rep.Max) {
 		t.Errorf("percentiles out of order: %+v", rep)
 	}
+	srv.Close() // no handler runs after this: seen can be closed
 	close(seen)
 	keys := map[string]bool{}
 	for k := range seen {
