@@ -14,7 +14,14 @@ import (
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
-func cmd(args ...string) []byte { return resp.AppendCommand(nil, args...) }
+// cmd encodes a command as the guest sends it: a RESP array of bulk strings.
+func cmd(args ...string) []byte {
+	b := resp.AppendArrayHeader(nil, len(args))
+	for _, a := range args {
+		b = resp.AppendBulkString(b, a)
+	}
+	return b
+}
 
 func newClusters(t *testing.T, timeout time.Duration) *Clusters {
 	t.Helper()

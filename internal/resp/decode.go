@@ -152,12 +152,6 @@ func (d *Decoder) Parse(b []byte) (Value, error) {
 	return v, nil
 }
 
-// Decode decodes the first reply in b with a fresh Decoder.
-func Decode(b []byte) (Value, int, error) {
-	var d Decoder
-	return d.Decode(b)
-}
-
 // Parse decodes b, which must hold exactly one reply, with a fresh Decoder.
 func Parse(b []byte) (Value, error) {
 	var d Decoder

@@ -50,24 +50,6 @@ func AppendBulkInt(dst []byte, n int64) []byte {
 	return AppendBulk(dst, d)
 }
 
-// AppendCommand appends a command: an array of bulk strings, one per argument.
-func AppendCommand(dst []byte, args ...string) []byte {
-	dst = AppendArrayHeader(dst, len(args))
-	for _, a := range args {
-		dst = AppendBulkString(dst, a)
-	}
-	return dst
-}
-
-// AppendCommandBytes is AppendCommand for byte-slice arguments.
-func AppendCommandBytes(dst []byte, args ...[]byte) []byte {
-	dst = AppendArrayHeader(dst, len(args))
-	for _, a := range args {
-		dst = AppendBulk(dst, a)
-	}
-	return dst
-}
-
 // AppendValue appends v in wire form. It is the inverse of Decode for every
 // value Decode returns. A Value of an unknown Type is encoded as a null bulk
 // string.

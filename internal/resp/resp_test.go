@@ -361,3 +361,30 @@ func BenchmarkDecodeBulk4K(b *testing.B) {
 		sink = v
 	}
 }
+
+// Helpers for the tests: the package itself encodes commands piece by piece (the guest
+// appends into reused buffers) and decodes with a Decoder it keeps.
+
+// Decode decodes the first reply in b with a fresh Decoder.
+func Decode(b []byte) (Value, int, error) {
+	var d Decoder
+	return d.Decode(b)
+}
+
+// AppendCommand appends a command: an array of bulk strings, one per argument.
+func AppendCommand(dst []byte, args ...string) []byte {
+	dst = AppendArrayHeader(dst, len(args))
+	for _, a := range args {
+		dst = AppendBulkString(dst, a)
+	}
+	return dst
+}
+
+// AppendCommandBytes is AppendCommand for byte-slice arguments.
+func AppendCommandBytes(dst []byte, args ...[]byte) []byte {
+	dst = AppendArrayHeader(dst, len(args))
+	for _, a := range args {
+		dst = AppendBulk(dst, a)
+	}
+	return dst
+}
