@@ -71,11 +71,13 @@ type rule struct {
 	policy   []byte // `"name";q=LIMIT;w=WINDOW`
 	limitVal int64  // the Limit formatted in limitStr
 	limitStr []byte
-	key      []byte // key scratch
+	key      []byte     // key scratch
+	redis    *redisRule // the Redis side (backend "redis"); nil for a local rule
 
 	// Per request.
 	applies bool
 	failed  bool
+	by      *slotStore // the shared data deciding r: store, a Redis rule's local fallback, or nil (Redis decides)
 	hash    uint64
 	e       entry
 	d       algorithms.Decision
@@ -230,19 +232,29 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// onRequest runs the rules for the request headers of s.
+// onRequest decides a request at its headers: the one orchestration for
+// local and Redis rules.
+//
+//  1. Each rule whose match holds gets its key (keyFor) and is decided: a
+//     local rule on its shared-data slot (evaluate, no write); a Redis rule's
+//     decision arrives later.
+//  2. A local denial (or a local store failure under failure_mode closed)
+//     answers at once: no rule is charged and no Redis call is made.
+//  3. With Redis rules applying, each gets one script call and the request
+//     pauses; resume carries on when every decision is in.
+//  4. charge: every admitting local rule is charged (compare-and-swap,
+//     re-deciding after a lost race) and the verdict is given; a denial
+//     refunds the Redis admissions, an admission remembers the most
+//     restrictive rule for the response headers.
 func (p *Plugin) onRequest(s *stream) abi.Action {
 	if p.cfg == nil || len(p.rules) == 0 {
 		return abi.ActionContinue
 	}
-	if p.redis != nil {
-		return p.redisRequest(s)
-	}
 	var now int64 // read once, when the first rule applies
 	p.req.reset(p.host)
-	applied := false
+	applied, later := false, false
 	for _, r := range p.rules {
-		r.applies, r.failed = false, false
+		r.applies, r.failed, r.by = false, false, nil
 		if !p.keyFor(r) {
 			continue
 		}
@@ -251,6 +263,12 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 		}
 		r.applies, applied = true, true
 		r.hash = hashKey(p.seed, r.key)
+		if r.redis != nil {
+			later = true
+			r.d = algorithms.Decision{Allowed: true} // undecided: not a denial yet
+			continue
+		}
+		r.by = r.store
 		if err := p.evaluate(r, now); err != nil {
 			p.storeFailed(r, err)
 		}
@@ -258,13 +276,60 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 	if !applied {
 		return abi.ActionContinue
 	}
-	// Phase 2: any enforcing rule denies → reject, charge nobody.
 	if act, done := p.verdict(s); done {
 		return act
 	}
-	// Phase 3: charge every admitting rule (CAS, re-deciding on a race).
+	if !later {
+		return p.charge(s, nil, now)
+	}
+	w := p.redis.dispatch(s, now)
+	if w.missing > 0 {
+		return abi.ActionPause // redisState.complete resumes it
+	}
+	act := p.resume(s, w, now) // every call failed at once: decide now
+	p.redis.release(w)
+	return act
+}
+
+// resume decides the request of w once its Redis decisions are in, with w's
+// stream as the effective context. Other requests used the rules' scratch
+// state meanwhile: it is restored from w and the local rules are decided
+// again; each Redis rule takes its reply, or what failure_mode says.
+func (p *Plugin) resume(s *stream, w *redisWait, now int64) abi.Action {
+	for i, r := range p.rules {
+		r.applies, r.failed, r.by = w.applies[i], false, nil
+		if !r.applies {
+			continue
+		}
+		r.hash = w.hashes[i]
+		r.by = r.store
+		if r.redis != nil {
+			var err error
+			if r.by, err = p.redis.take(r, &w.calls[i]); err != nil {
+				p.storeFailed(r, err)
+				r.failed = r.by == nil // failure_mode local decides it here
+			}
+			if r.by == nil {
+				continue
+			}
+		}
+		if err := p.evaluate(r, now); err != nil {
+			p.storeFailed(r, err)
+		}
+	}
+	if act, done := p.verdict(s); done {
+		p.redis.refundAdmitted(w, now)
+		return act
+	}
+	return p.charge(s, w, now)
+}
+
+// charge charges every admitting rule decided on shared data (a rule Redis
+// decided was charged there) and gives the verdict. A denial refunds the
+// Redis admissions of w (nil: no Redis rule applies).
+func (p *Plugin) charge(s *stream, w *redisWait, now int64) abi.Action {
 	for _, r := range p.rules {
-		if !r.applies || r.failed || !r.d.Allowed {
+		if !r.applies || r.failed || !r.d.Allowed || r.by == nil {
 			continue
 		}
 		if err := p.commit(r, now); err != nil {
@@ -275,6 +340,9 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 		}
 	}
 	if act, done := p.verdict(s); done {
+		if w != nil {
+			p.redis.refundAdmitted(w, now)
+		}
 		return act
 	}
 	return p.admitted(s)
@@ -372,17 +440,18 @@ func moreRestrictive(a, b *algorithms.Decision) bool {
 	return a.ResetAfter > b.ResetAfter
 }
 
-// evaluate loads r's slot and decides the request against it (no write).
+// evaluate loads r's slot in r.by and decides the request against it with
+// that store's limiter (no write).
 func (p *Plugin) evaluate(r *rule, now int64) error {
-	if err := r.store.load(r.hash, now, &r.e); err != nil {
+	if err := r.by.load(r.hash, now, &r.e); err != nil {
 		return err
 	}
-	st, d, err := r.cfg.Limiter.Decide(r.state[:0], r.e.state, now, 1)
+	st, d, err := r.by.lim.Decide(r.state[:0], r.e.state, now, 1)
 	if errors.Is(err, algorithms.ErrCorruptState) {
 		// A state this limiter cannot read (e.g. the rule changed
 		// algorithm under the same name): start the key afresh.
 		r.e.state = nil
-		st, d, err = r.cfg.Limiter.Decide(r.state[:0], nil, now, 1)
+		st, d, err = r.by.lim.Decide(r.state[:0], nil, now, 1)
 	}
 	if err != nil {
 		return err
@@ -391,11 +460,11 @@ func (p *Plugin) evaluate(r *rule, now int64) error {
 	return nil
 }
 
-// commit writes r's new state, re-deciding after each lost race. When a
-// re-decision denies, r.d says so and nothing is written.
+// commit writes r's new state to r.by, re-deciding after each lost race.
+// When a re-decision denies, r.d says so and nothing is written.
 func (p *Plugin) commit(r *rule, now int64) error {
 	for i := 0; i < MaxCASRetries; i++ {
-		ok, err := r.store.store(&r.e, r.state)
+		ok, err := r.by.store(&r.e, r.state)
 		if err != nil {
 			return err
 		}

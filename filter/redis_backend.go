@@ -13,7 +13,12 @@ import (
 
 // The Redis backend (sluice-redis.wasm; Higress's Redis host calls).
 //
-// A request that matches rules with backend "redis" is decided like this:
+// A request that matches rules with backend "redis" is decided by the same
+// orchestration as one without (Plugin.onRequest, resume, charge in
+// plugin.go); this file plugs in where Redis differs: dispatch sends the
+// calls, take hands each rule its reply (or its failure and failure_mode's
+// fallback store), refundAdmitted undoes the admissions of a denied request.
+// The steps:
 //
 //  1. Local rules that apply are decided first, without writing anything. If
 //     an enforcing local rule denies, the request is denied at once: no Redis
@@ -118,8 +123,7 @@ type redisState struct {
 	cfg      config.Redis
 	initOK   bool
 	lastInit int64
-	guard    int64 // ns a wait may last before the guard fails it
-	rules    []*redisRule
+	guard    int64                 // ns a wait may last before the guard fails it
 	calls    map[uint32]*redisCall // tokens in flight
 	waits    map[uint32]*redisWait // paused streams by context id
 	nextDue  int64                 // earliest guard deadline (0: none)
@@ -136,12 +140,11 @@ type redisState struct {
 	m          redisMetrics
 }
 
-// redisRule is the Redis side of one rule (nil entries for local rules).
+// redisRule is the Redis side of one rule (rule.redis).
 type redisRule struct {
 	kind     algorithms.Kind
 	params   algorithms.Params
-	fallback *slotStore         // failure_mode local: shared data, divided limit
-	fbLim    algorithms.Limiter // the divided limit
+	fallback *slotStore // failure_mode local: shared data, the limit divided by redis.instances
 }
 
 // redisWait is one paused request.
@@ -183,21 +186,19 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		rh:    rh,
 		cfg:   *cfg.Redis,
 		guard: int64(cfg.Redis.TimeoutMS)*1_000_000 + redisGuardMargin,
-		rules: make([]*redisRule, len(rules)),
 		calls: make(map[uint32]*redisCall),
 		waits: make(map[uint32]*redisWait),
 		cmd:   make([]byte, 0, 512),
 	}
-	for i, r := range rules {
+	for _, r := range rules {
 		if r.cfg.Backend != config.BackendRedis {
 			continue
 		}
 		// config.ParseFor (BuildRedis) checked the scripts' bounds
 		// (config.RedisParams) and built the local fallback.
 		lim := r.cfg.Limiter
-		rr := &redisRule{kind: lim.Kind(), params: lim.Params(), fbLim: r.cfg.Fallback}
-		rr.fallback = newSlotStore(p.host, rr.fbLim, "sluice:"+p.name+":"+r.id+":fallback:", r.cfg.MaxKeys)
-		rs.rules[i] = rr
+		r.redis = &redisRule{kind: lim.Kind(), params: lim.Params(),
+			fallback: newSlotStore(p.host, r.cfg.Fallback, "sluice:"+p.name+":"+r.id+":fallback:", r.cfg.MaxKeys)}
 	}
 	for _, m := range []struct {
 		id   *uint32
@@ -257,46 +258,18 @@ func (rs *redisState) init(now int64) bool {
 	return rs.initOK
 }
 
-// redisRequest decides a request of a configuration with Redis rules. It
-// answers no stream but s, so it never runs the guard: expire answers other
-// streams, which only root-context callbacks may do (see above).
-func (p *Plugin) redisRequest(s *stream) abi.Action {
-	rs := p.redis
-	now := p.host.Now()
-	p.req.reset(p.host)
-	applied, redis := false, false
-	for i, r := range p.rules {
-		r.applies, r.failed = false, false
-		if !p.keyFor(r) {
-			continue
-		}
-		r.applies, applied = true, true
-		r.hash = hashKey(p.seed, r.key)
-		if rs.rules[i] != nil {
-			redis = true
-			r.d = algorithms.Decision{Allowed: true} // undecided: not a denial yet
-			continue
-		}
-		if err := p.evaluate(r, now); err != nil {
-			p.storeFailed(r, err)
-		}
-	}
-	if !applied {
-		return abi.ActionContinue
-	}
-	// Step 1: a local denial (or a local store failure under "closed")
-	// answers now, before any Redis call.
-	if act, done := p.verdict(s); done {
-		return act
-	}
-	if !redis {
-		return p.redisFinish(s, nil, now)
-	}
+// dispatch sends one script call for each applying Redis rule of s's
+// request (Plugin.onRequest has keyed and hashed them) and returns the wait
+// that collects the replies, with the rules' per-request state. While calls
+// are missing the wait is registered for the replies and the guard;
+// a wait with none missing had every call fail at once. It answers no
+// stream, so it never runs the guard: expire answers other streams, which
+// only root-context callbacks may do (see above).
+func (rs *redisState) dispatch(s *stream, now int64) *redisWait {
 	w := rs.newWait(s)
-	for i, r := range p.rules {
-		w.applies[i] = r.applies
-		w.hashes[i] = r.hash
-		rr := rs.rules[i]
+	for i, r := range rs.p.rules {
+		w.applies[i], w.hashes[i] = r.applies, r.hash
+		rr := r.redis
 		if rr == nil || !r.applies {
 			continue
 		}
@@ -307,10 +280,8 @@ func (p *Plugin) redisRequest(s *stream) abi.Action {
 		w.missing++
 		rs.send(c, now)
 	}
-	if w.missing == 0 { // every call failed at once: decide now
-		act := p.redisFinish(s, w, now)
-		rs.release(w)
-		return act
+	if w.missing == 0 {
+		return w
 	}
 	w.deadline = now + rs.guard
 	if rs.nextDue == 0 || w.deadline < rs.nextDue {
@@ -318,7 +289,7 @@ func (p *Plugin) redisRequest(s *stream) abi.Action {
 	}
 	rs.waits[w.id] = w
 	s.rwait = w
-	return abi.ActionPause
+	return w
 }
 
 // send sends c (EVALSHA, or EVAL once NOSCRIPT was seen). A refused call
@@ -470,87 +441,36 @@ func (rs *redisState) complete(w *redisWait, now int64) {
 		return
 	}
 	s.rwait = nil
-	if rs.p.redisFinish(s, w, now) == abi.ActionContinue {
+	if rs.p.resume(s, w, now) == abi.ActionContinue {
 		rs.rh.ContinueStream()
 	}
 	rs.release(w)
 }
 
-// redisFinish gives the verdict once the Redis decisions of w are in (w nil:
-// local rules only), with w's stream as the effective context.
-func (p *Plugin) redisFinish(s *stream, w *redisWait, now int64) abi.Action {
-	rs := p.redis
-	if w != nil {
-		// Other requests used the rules' scratch state while this one waited.
-		for i, r := range p.rules {
-			r.applies, r.failed = w.applies[i], false
-			if !r.applies {
-				continue
-			}
-			r.hash = w.hashes[i]
-			rr := rs.rules[i]
-			if rr == nil {
-				if err := p.evaluate(r, now); err != nil {
-					p.storeFailed(r, err)
-				}
-				continue
-			}
-			c := &w.calls[i]
-			if !c.failed {
-				r.d = c.res.Decision
-				continue
-			}
-			p.storeFailed(r, errors.New("redis: "+c.why))
-			switch p.cfg.FailureMode {
-			case config.FailOpen:
-				p.host.IncrementMetric(rs.m.failOpen, 1)
-			case config.FailClosed:
-				p.host.IncrementMetric(rs.m.failClosed, 1)
-			case config.FailLocal:
-				p.host.IncrementMetric(rs.m.failLocal, 1)
-				r.failed = false
-				if err := evaluateWith(r, rr.fallback, rr.fbLim, now); err != nil {
-					p.storeFailed(r, err)
-				}
-			}
-		}
+// take gives Redis rule r the outcome of its call c: Redis's decision in
+// r.d, or the failure (counted by failure_mode) and the store that decides r
+// on this proxy instead: the fallback under failure_mode local, else nil.
+func (rs *redisState) take(r *rule, c *redisCall) (*slotStore, error) {
+	if !c.failed {
+		r.d = c.res.Decision
+		return nil, nil
 	}
-	if act, done := p.verdict(s); done {
-		rs.refundAdmitted(w, now)
-		return act
+	var by *slotStore
+	switch rs.p.cfg.FailureMode {
+	case config.FailOpen:
+		rs.p.host.IncrementMetric(rs.m.failOpen, 1)
+	case config.FailClosed:
+		rs.p.host.IncrementMetric(rs.m.failClosed, 1)
+	case config.FailLocal:
+		rs.p.host.IncrementMetric(rs.m.failLocal, 1)
+		by = r.redis.fallback
 	}
-	// Charge the rules decided here: local rules and local fallbacks.
-	for i, r := range p.rules {
-		if !r.applies || r.failed || !r.d.Allowed {
-			continue
-		}
-		store, lim := r.store, r.cfg.Limiter
-		if rr := rs.rules[i]; rr != nil {
-			if w == nil || !w.calls[i].failed {
-				continue // charged in Redis already
-			}
-			store, lim = rr.fallback, rr.fbLim
-		}
-		if err := commitWith(r, store, lim, now); err != nil {
-			p.storeFailed(r, err)
-		}
-		if r.e.shared && !r.failed {
-			p.host.IncrementMetric(r.metrics.slotShared, 1)
-		}
-	}
-	if act, done := p.verdict(s); done {
-		rs.refundAdmitted(w, now)
-		return act
-	}
-	return p.admitted(s)
+	return by, errors.New("redis: " + c.why)
 }
 
 // refundAdmitted sends a refund for every Redis admission of w (fire and
 // forget).
 func (rs *redisState) refundAdmitted(w *redisWait, now int64) {
-	if w == nil {
-		return
-	}
 	for i := range w.calls {
 		c := &w.calls[i]
 		if c.w != w || !c.done || c.failed || !c.res.Allowed {
@@ -602,43 +522,6 @@ func (rs *redisState) tick() {
 	if rs.nextDue != 0 && now >= rs.nextDue {
 		rs.expire(now)
 	}
-}
-
-// evaluateWith is Plugin.evaluate on another store and limiter.
-func evaluateWith(r *rule, store *slotStore, lim algorithms.Limiter, now int64) error {
-	if err := store.load(r.hash, now, &r.e); err != nil {
-		return err
-	}
-	st, d, err := lim.Decide(r.state[:0], r.e.state, now, 1)
-	if errors.Is(err, algorithms.ErrCorruptState) {
-		r.e.state = nil
-		st, d, err = lim.Decide(r.state[:0], nil, now, 1)
-	}
-	if err != nil {
-		return err
-	}
-	r.state, r.d = st, d
-	return nil
-}
-
-// commitWith is Plugin.commit on another store and limiter.
-func commitWith(r *rule, store *slotStore, lim algorithms.Limiter, now int64) error {
-	for i := 0; i < MaxCASRetries; i++ {
-		ok, err := store.store(&r.e, r.state)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if err := evaluateWith(r, store, lim, now); err != nil {
-			return err
-		}
-		if !r.d.Allowed {
-			return nil
-		}
-	}
-	return errCASExhausted
 }
 
 // OnRedisCallResponse receives proxy_on_redis_call_response (the redis
