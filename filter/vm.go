@@ -7,22 +7,24 @@
 // compiled module (cmd/sluice-wasm) through the proxytest emulator and the
 // embedded host.
 //
-// A request is decided in three phases inside proxy_on_request_headers
-// (Plugin.onRequest): evaluate every applicable rule (load + decide, no
-// write); if an enforcing rule denies, reject and charge nobody; otherwise
-// charge every admitting rule (compare-and-swap, deciding again after a
-// lost race). The per-rule scratch state lives in Plugin and is reused by
-// the next request, which is correct because the local backend finishes
-// within the callback.
+// One orchestration decides every request, in proxy_on_request_headers
+// (Plugin.onRequest): select the configuration scope ("_rules_", scope.go),
+// match the rules and build their keys (keyFor), decide each applying rule
+// without writing — a local rule on its shared-data slot; a Redis rule's
+// decision arrives later — and, once every decision is in (Plugin.resume),
+// give the verdict: if an enforcing rule denies, reject, refund the Redis
+// admissions and charge no local rule; otherwise charge the admitting local
+// rules (Plugin.charge: compare-and-swap, deciding again after a lost race)
+// and set the response headers from the most restrictive rule. The per-rule
+// scratch state lives in Plugin and is reused by the next request; a request
+// that waits for Redis keeps a copy of it in its stream.
 //
-// Pausing and resuming (the seam for a remote backend such as Redis, issue
-// 5): a rule whose decision arrives later must copy its per-request state
-// into the stream (streams are found by context id with VM.streams.get), dispatch
-// its call and return ActionPause; the host's completion callback then runs
-// the same verdict / charge / remember-headers steps for that stream and
-// either sends the local response or resumes the request
-// (proxy_continue_stream). Streams are released on proxy_on_log or
-// proxy_on_delete, so a paused stream that is abandoned is freed too.
+// The Redis backend (redis_backend.go) plugs in at four points: dispatch the
+// calls and pause; take each reply (or the failure_mode outcome); refund;
+// release. Replies and the guard arrive on root-context callbacks, which
+// answer or resume the waiting stream (proxy_continue_stream). Streams are
+// released on proxy_on_log or proxy_on_delete, so a paused stream that is
+// abandoned is freed too.
 package filter
 
 import (
