@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,6 +91,21 @@ func (v *vm) setWord(ptr, val uint32) uint32 {
 		return errnoFault
 	}
 	return errnoSuccess
+}
+
+// wasiFunctions is every function cpp-host registers, in its latest version; each flavour
+// takes its subset (wasiFor).
+var wasiFunctions = wasiFuncs()
+
+// wasiFor returns the WASI functions cpp-host registers in that flavour.
+func wasiFor(flavor wasiFlavor) []wasiFunc {
+	var fs []wasiFunc
+	for _, f := range wasiFunctions {
+		if !f.since533 || flavor != wasiCppHost427 {
+			fs = append(fs, f)
+		}
+	}
+	return fs
 }
 
 func wasiFuncs() []wasiFunc {
@@ -222,11 +238,12 @@ func wasiFuncs() []wasiFunc {
 func wasiFdWrite(v *vm, s []uint64) uint32 {
 	fd, iovs, n, nwritten := u32(s[0]), u32(s[1]), u32(s[2]), u32(s[3])
 	var lvl slog.Level
+	var stream string
 	switch fd {
 	case 1:
-		lvl = slog.LevelInfo
+		lvl, stream = slog.LevelInfo, "guest stdout"
 	case 2:
-		lvl = slog.LevelError
+		lvl, stream = slog.LevelError, "guest stderr"
 	default:
 		return errnoBadf
 	}
@@ -236,8 +253,7 @@ func wasiFdWrite(v *vm, s []uint64) uint32 {
 		if !ok {
 			return errnoFault
 		}
-		ptr := uint32(vec[0]) | uint32(vec[1])<<8 | uint32(vec[2])<<16 | uint32(vec[3])<<24
-		size := uint32(vec[4]) | uint32(vec[5])<<8 | uint32(vec[6])<<16 | uint32(vec[7])<<24
+		ptr, size := binary.LittleEndian.Uint32(vec), binary.LittleEndian.Uint32(vec[4:])
 		if size == 0 {
 			continue
 		}
@@ -254,7 +270,7 @@ func wasiFdWrite(v *vm, s []uint64) uint32 {
 			line = line[:len(line)-1]
 		}
 		if lvl >= v.h.opts.LogLevel {
-			v.log.Log(context.Background(), lvl, "guest "+map[uint32]string{1: "stdout", 2: "stderr"}[fd], "line", string(line), "context", v.curID)
+			v.log.Log(context.Background(), lvl, stream, "line", string(line), "context", v.curID)
 		}
 	}
 	return v.setWord(nwritten, uint32(written))
@@ -329,10 +345,7 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 	}
 	for _, modName := range []string{wasiPreview1, wasiUnstable} {
 		b := h.rt.NewHostModuleBuilder(modName)
-		for _, f := range wasiFuncs() {
-			if f.since533 && h.profile.WASI == wasiCppHost427 {
-				continue
-			}
+		for _, f := range wasiFor(h.profile.WASI) {
 			f := f
 			qualified := modName + "." + f.name
 			b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
@@ -358,10 +371,8 @@ func (h *Host) missingImports(compiled wazero.CompiledModule) []string {
 		return nil
 	}
 	have := map[string]bool{}
-	for _, f := range wasiFuncs() {
-		if !f.since533 || h.profile.WASI != wasiCppHost427 {
-			have[f.name] = true
-		}
+	for _, f := range wasiFor(h.profile.WASI) {
+		have[f.name] = true
 	}
 	var missing []string
 	for _, imp := range compiled.ImportedFunctions() {
