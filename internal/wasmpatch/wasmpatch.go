@@ -201,66 +201,84 @@ func appendVecEntry(b, entry []byte) []byte {
 	return append(out, entry...)
 }
 
-// findImport returns the function index and type of wasi_snapshot_preview1.poll_oneoff and
-// the number of imported functions.
-func findImport(b []byte) (idx, typ, nFuncs uint32, err error) {
+// funcImport is one imported function; its index is its position among them.
+type funcImport struct {
+	module, name string
+	typ          uint32
+}
+
+// funcImports lists the functions an import section imports, in index order.
+func funcImports(b []byte) ([]funcImport, error) {
 	n, k, err := readULEB(b)
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, err
 	}
 	b = b[k:]
-	found := false
+	var fns []funcImport
 	for i := uint64(0); i < n; i++ {
 		var mod, name string
 		if mod, b, err = readName(b); err != nil {
-			return
+			return nil, err
 		}
 		if name, b, err = readName(b); err != nil {
-			return
+			return nil, err
 		}
 		if len(b) == 0 {
-			return 0, 0, 0, errors.New("wasmpatch: truncated import")
+			return nil, errors.New("wasmpatch: truncated import")
 		}
 		kind := b[0]
 		b = b[1:]
 		switch kind {
 		case 0x00: // function
-			t, k, e := readULEB(b)
-			if e != nil {
-				return 0, 0, 0, e
+			t, k, err := readULEB(b)
+			if err != nil {
+				return nil, err
 			}
 			b = b[k:]
-			if (mod == "wasi_snapshot_preview1" || mod == "wasi_unstable") && name == "poll_oneoff" {
-				if found {
-					return 0, 0, 0, errors.New("wasmpatch: poll_oneoff imported twice")
-				}
-				idx, typ, found = nFuncs, uint32(t), true
-			}
-			nFuncs++
+			fns = append(fns, funcImport{mod, name, uint32(t)})
 		case 0x01: // table: reftype, limits
 			if len(b) < 1 {
-				return 0, 0, 0, errors.New("wasmpatch: truncated table import")
+				return nil, errors.New("wasmpatch: truncated table import")
 			}
 			if b, err = skipLimits(b[1:]); err != nil {
-				return
+				return nil, err
 			}
 		case 0x02: // memory: limits
 			if b, err = skipLimits(b); err != nil {
-				return
+				return nil, err
 			}
 		case 0x03: // global: valtype, mut
 			if len(b) < 2 {
-				return 0, 0, 0, errors.New("wasmpatch: truncated global import")
+				return nil, errors.New("wasmpatch: truncated global import")
 			}
 			b = b[2:]
 		default:
-			return 0, 0, 0, fmt.Errorf("wasmpatch: unknown import kind %#x", kind)
+			return nil, fmt.Errorf("wasmpatch: unknown import kind %#x", kind)
+		}
+	}
+	return fns, nil
+}
+
+// findImport returns the function index and type of wasi_snapshot_preview1.poll_oneoff and
+// the number of imported functions.
+func findImport(b []byte) (idx, typ, nFuncs uint32, err error) {
+	fns, err := funcImports(b)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	found := false
+	for i, f := range fns {
+		if (f.module == "wasi_snapshot_preview1" || f.module == "wasi_unstable") && f.name == "poll_oneoff" {
+			if found {
+				return 0, 0, 0, errors.New("wasmpatch: poll_oneoff imported twice")
+			}
+			idx, typ, found = uint32(i), f.typ, true
 		}
 	}
 	if !found {
 		return 0, 0, 0, errors.New("wasmpatch: the module does not import poll_oneoff")
 	}
-	return idx, typ, nFuncs, nil
+	return idx, typ, uint32(len(fns)), nil
 }
 
 func skipLimits(b []byte) ([]byte, error) {
@@ -443,50 +461,13 @@ func ImportsFunction(mod []byte, module, name string) bool {
 		if s.id != secImport {
 			continue
 		}
-		b := s.body
-		n, k, err := readULEB(b)
+		fns, err := funcImports(s.body)
 		if err != nil {
 			return false
 		}
-		b = b[k:]
-		for i := uint64(0); i < n; i++ {
-			var m, f string
-			if m, b, err = readName(b); err != nil {
-				return false
-			}
-			if f, b, err = readName(b); err != nil || len(b) == 0 {
-				return false
-			}
-			kind := b[0]
-			b = b[1:]
-			switch kind {
-			case 0x00:
-				_, k, err := readULEB(b)
-				if err != nil {
-					return false
-				}
-				b = b[k:]
-				if m == module && f == name {
-					return true
-				}
-			case 0x01:
-				if len(b) < 1 {
-					return false
-				}
-				if b, err = skipLimits(b[1:]); err != nil {
-					return false
-				}
-			case 0x02:
-				if b, err = skipLimits(b); err != nil {
-					return false
-				}
-			case 0x03:
-				if len(b) < 2 {
-					return false
-				}
-				b = b[2:]
-			default:
-				return false
+		for _, f := range fns {
+			if f.module == module && f.name == name {
+				return true
 			}
 		}
 	}
