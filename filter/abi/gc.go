@@ -27,6 +27,7 @@ var (
 	gcCycles       uint64 // collections run by collectIfDue
 	gcChecks       uint32
 	gcBigSince     uint64 // bytes of overflow buffers since the last check
+	gcHeap         uint64 // heap object bytes at the last check or collection
 )
 
 // collectIfDue runs at the start of every top-level callback (never inside
@@ -38,6 +39,7 @@ func collectIfDue() {
 	}
 	gcBigSince = 0
 	metrics.Read(gcSamples)
+	gcHeap = gcSamples[2].Value.Uint64()
 	allocs := gcSamples[0].Value.Uint64()
 	if allocs-gcAllocsAtLast < max(gcMinBudget, gcLive) {
 		return
@@ -52,14 +54,13 @@ func Collect() {
 	metrics.Read(gcSamples)
 	gcAllocsAtLast = gcSamples[0].Value.Uint64()
 	gcLive = gcSamples[1].Value.Uint64()
+	gcHeap = gcSamples[2].Value.Uint64()
 	gcCycles++
 }
 
 // GCCycles reports the collections Collect has run.
 func GCCycles() uint64 { return gcCycles }
 
-// HeapBytes reports the bytes of heap objects now (live and not yet swept).
-func HeapBytes() uint64 {
-	metrics.Read(gcSamples)
-	return gcSamples[2].Value.Uint64()
-}
+// HeapBytes reports the bytes of heap objects (live and not yet swept) as of the last heap
+// check or collection — a few requests old at most, and read without measuring again.
+func HeapBytes() uint64 { return gcHeap }
