@@ -454,17 +454,27 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 	}
 }
 
-func (p *parser) key(path string, v gjson.Result) []KeyPart {
+// boundedArray is array for a list that must hold 1..max items (noun names them in the
+// error: "parts", "values"); empty says what is wrong with an empty one.
+func (p *parser) boundedArray(path string, v gjson.Result, max int, noun, empty string) ([]gjson.Result, bool) {
 	items, ok := p.array(path, v)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	if len(items) == 0 {
-		p.fail(v, path, "must not be empty")
-		return nil
+		p.fail(v, path, empty)
+		return nil, false
 	}
-	if len(items) > MaxKeyParts {
-		p.fail(v, path, "has "+strconv.Itoa(len(items))+" parts, more than the limit of "+strconv.Itoa(MaxKeyParts))
+	if len(items) > max {
+		p.fail(v, path, "has "+strconv.Itoa(len(items))+" "+noun+", more than the limit of "+strconv.Itoa(max))
+		return nil, false
+	}
+	return items, true
+}
+
+func (p *parser) key(path string, v gjson.Result) []KeyPart {
+	items, ok := p.boundedArray(path, v, MaxKeyParts, "parts", "must not be empty")
+	if !ok {
 		return nil
 	}
 	parts := make([]KeyPart, 0, len(items))

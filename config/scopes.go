@@ -378,16 +378,8 @@ func (p *parser) scoped(data []byte, root gjson.Result) *Config {
 	if c == nil {
 		c = &Config{Response: Response{Status: DefaultStatus, Body: DefaultBody, Headers: HeadersBoth}}
 	}
-	items, ok := p.array(RulesKey, list)
+	items, ok := p.boundedArray(RulesKey, list, MaxScopes, "entries", "must contain at least one entry (omit it when nothing is scoped)")
 	if !ok {
-		return c
-	}
-	if len(items) == 0 {
-		p.fail(list, RulesKey, "must contain at least one entry (omit it when nothing is scoped)")
-		return c
-	}
-	if len(items) > MaxScopes {
-		p.fail(list, RulesKey, "has "+strconv.Itoa(len(items))+" entries, more than the limit of "+strconv.Itoa(MaxScopes))
 		return c
 	}
 	names := map[string]int{}
@@ -603,16 +595,8 @@ func (s *Scope) conditionKey() string {
 // checked by check (which returns "" or what is wrong). Items that fail are
 // reported and left out.
 func (p *parser) stringList(path string, v gjson.Result, what string, check func(string) string) []string {
-	items, ok := p.array(path, v)
+	items, ok := p.boundedArray(path, v, MaxScopeValues, "values", "must not be empty")
 	if !ok {
-		return nil
-	}
-	if len(items) == 0 {
-		p.fail(v, path, "must not be empty")
-		return nil
-	}
-	if len(items) > MaxScopeValues {
-		p.fail(v, path, "has "+strconv.Itoa(len(items))+" values, more than the limit of "+strconv.Itoa(MaxScopeValues))
 		return nil
 	}
 	out := make([]string, 0, len(items))
