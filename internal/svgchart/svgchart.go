@@ -452,6 +452,11 @@ func NiceTicks(lo, hi float64, n int) []float64 {
 		return nil
 	}
 	step := niceStep(lo, hi, n)
+	return ticksEvery(lo, hi, step)
+}
+
+// ticksEvery lists the multiples of step in [lo, hi] (at most 1000).
+func ticksEvery(lo, hi, step float64) []float64 {
 	var out []float64
 	first := math.Ceil(lo/step-1e-9) * step
 	for i := 0; i < 1000; i++ {
@@ -503,16 +508,7 @@ func DurationTicks(lo, hi float64, n int) []float64 {
 			break
 		}
 	}
-	var out []float64
-	first := math.Ceil(lo/step-1e-9) * step
-	for i := 0; i < 1000; i++ {
-		v := first + float64(i)*step
-		if v > hi+step*1e-9 {
-			break
-		}
-		out = append(out, clean(v))
-	}
-	return out
+	return ticksEvery(lo, hi, step)
 }
 
 // FormatDuration prints a number of seconds compactly: "0", "500ms",
