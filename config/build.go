@@ -96,11 +96,12 @@ func FallbackParams(p algorithms.Params, instances int) algorithms.Params {
 	return fb
 }
 
-// redisRule applies the sluice-redis.wasm bounds to the rule r at path
-// (the rule object v) of a configuration whose "redis" object is red: the
-// scripts' bounds (RedisParams) and a valid local fallback, which it sets.
-func (p *parser) redisRule(path string, v gjson.Result, r *Rule, red *Redis) {
-	if r.Limiter == nil || red == nil {
+// redisRule applies the bounds of the Redis scripts to the remote rule r
+// at path (the rule object v) — a Redis rule, or an RLS rule, which the
+// service decides with the same scripts: RedisParams and a valid local
+// fallback for instances (named by field), which it sets.
+func (p *parser) redisRule(path string, v gjson.Result, r *Rule, instances int, field string) {
+	if r.Limiter == nil {
 		return // reported already
 	}
 	par := r.Limiter.Params()
@@ -108,11 +109,11 @@ func (p *parser) redisRule(path string, v gjson.Result, r *Rule, red *Redis) {
 		p.paramError(path, v, err, "")
 		return
 	}
-	fb := FallbackParams(par, red.Instances)
+	fb := FallbackParams(par, instances)
 	l, err := algorithms.New(r.Algorithm, fb)
 	if err != nil {
 		p.paramError(path, v, err, " in the local fallback (limit "+strconv.FormatInt(fb.Limit, 10)+
-			" and burst "+strconv.FormatInt(fb.Burst, 10)+": divided by redis.instances "+strconv.Itoa(red.Instances)+")")
+			" and burst "+strconv.FormatInt(fb.Burst, 10)+": divided by "+field+" "+strconv.Itoa(instances)+")")
 		return
 	}
 	r.Fallback = l

@@ -130,7 +130,7 @@ func TestParseForLocal(t *testing.T) {
 		{doc(`"failure_mode":"local",`+redisObj, rule("name", `"a"`), rule("name", `"b"`, "backend", `"redis"`, "limit", "0")),
 			"rules[1].limit: 0 is out of range 1..1000000000\nrules[1].backend: " + why},
 		{doc(redisObj, rule("backend", `"local"`)), ""},
-		{doc(`"failure_mode":"local",`+redisObj, rule()), `failure_mode: "local" needs at least one rule with backend "redis"`},
+		{doc(`"failure_mode":"local",`+redisObj, rule()), `failure_mode: "local" needs at least one rule with backend "redis" or "rls"`},
 	} {
 		c, err := ParseFor([]byte(tc.json), BuildLocal)
 		got := ""

@@ -20,6 +20,7 @@ type Config struct {
 	FailureMode FailureMode
 	ClientIP    ClientIP
 	Redis       *Redis // nil when absent
+	RLS         *RLS   // nil when absent
 	// Scopes are the entries of "_rules_" (Higress's matchRules), in order:
 	// each selects requests (Config.Select) and has its own configuration,
 	// which applies to them instead of this one (scopes.go).
@@ -43,9 +44,10 @@ type Rule struct {
 	MaxKeys int
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter
-	// Fallback is a Redis rule's local limiter, used while Redis cannot
-	// decide under failure_mode "local": FallbackParams of Limiter's
-	// parameters and redis.instances. Nil for local rules.
+	// Fallback is a remote rule's local limiter, used while Redis (or the
+	// rate-limit service) cannot decide under failure_mode "local":
+	// FallbackParams of Limiter's parameters and redis.instances (or
+	// rls.instances). Nil for local rules.
 	Fallback algorithms.Limiter
 }
 
@@ -58,6 +60,7 @@ type Backend uint8
 const (
 	BackendLocal Backend = iota // Proxy-Wasm shared data (one Envoy process)
 	BackendRedis                // Redis Cluster through Higress's host calls
+	BackendRLS                  // a rate-limit service (sluice serve) through proxy_grpc_call
 )
 
 // Mode is enforce or shadow.
@@ -92,6 +95,13 @@ type Response struct {
 	Status  int    // default 429
 	Body    string // default "rate limited\n"
 	Headers HeaderStyle
+	// GRPCStatus is the gRPC status of a rejection of a gRPC request
+	// (content-type application/grpc or application/grpc+…), 1..16,
+	// default DefaultGRPCStatus (RESOURCE_EXHAUSTED). It is passed as
+	// proxy_send_local_response's grpc_status; the proxy turns the reply
+	// into a trailers-only gRPC response (HTTP 200, grpc-status, and Body
+	// as grpc-message).
+	GRPCStatus int
 }
 
 // ClientIP says how the client address is derived.
@@ -134,6 +144,24 @@ type Redis struct {
 	// (extension; both optional).
 	Username string
 	Password string
+}
+
+// RLS is the optional rate-limit service configuration (backend "rls"):
+// sluice.wasm calls envoy.service.ratelimit.v3.RateLimitService/
+// ShouldRateLimit with proxy_grpc_call (the wire contract is in README).
+type RLS struct {
+	// Cluster is the host's name of the service: an Envoy cluster (HTTP/2),
+	// or a `sluice run --cluster NAME=URL` name (required).
+	Cluster string
+	// Domain is the request's domain; the service must enable inline
+	// limits for it (sluice serve --inline-domains) (required).
+	Domain string
+	// TimeoutMS bounds one call; default DefaultRLSTimeoutMS.
+	TimeoutMS int
+	// Instances is the number of proxy instances sharing the limits
+	// (extension, default 1): with failure_mode "local" each enforces
+	// Limit/Instances (at least 1) while the service cannot decide.
+	Instances int
 }
 
 // KeyPart is one element of a rule's key. Exactly one of the fields selects

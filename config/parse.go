@@ -29,8 +29,14 @@ const (
 	DefaultRedisTimeoutMS = 50
 	MaxRedisTimeoutMS     = 60_000
 	MaxRedisInstances     = 10_000
+	DefaultRLSTimeoutMS   = 100
+	MaxRLSTimeoutMS       = 60_000
+	MaxRLSDomainLen       = 256
 	DefaultStatus         = 429
 	DefaultBody           = "rate limited\n"
+	DefaultGRPCStatus     = 8 // RESOURCE_EXHAUSTED
+	minGRPCStatus         = 1 // 0 (OK) would tell a gRPC client the call succeeded
+	maxGRPCStatus         = 16
 	minStatus, maxStatus  = 200, 599
 	defaultRedisInstances = 1
 )
@@ -48,8 +54,8 @@ const (
 // rate limiter with none is a mistake); "algorithm", "limit", "window",
 // "name" and "key" are required in every rule; "burst" is accepted only for
 // token_bucket and leaky_bucket (1..MaxLimit, default limit); failure_mode
-// "local" requires at least one rule with backend "redis"; a "redis" object
-// without Redis rules is accepted and unused. Errors are reported in
+// "local" requires at least one rule with backend "redis" or "rls"; a
+// "redis" (or "rls") object without such rules is accepted and unused. Errors are reported in
 // document order.
 //
 // Parse validates for sluice-redis.wasm, the build with both backends;
@@ -148,13 +154,16 @@ func (p *parser) parse(data []byte) *Config {
 		return nil
 	}
 	c := &Config{
-		Response: Response{Status: DefaultStatus, Body: DefaultBody, Headers: HeadersBoth},
+		Response: Response{Status: DefaultStatus, Body: DefaultBody, Headers: HeadersBoth, GRPCStatus: DefaultGRPCStatus},
 	}
 
 	// Top-level objects first: rules refer to "redis".
-	redisOK := true
+	redisOK, rlsOK := true, true
 	if v, ok := fields["redis"]; ok {
 		c.Redis, redisOK = p.redis("redis", v)
+	}
+	if v, ok := fields["rls"]; ok {
+		c.RLS, rlsOK = p.rls("rls", v)
 	}
 	if v, ok := fields["response"]; ok {
 		p.response("response", v, &c.Response)
@@ -206,14 +215,22 @@ func (p *parser) parse(data []byte) *Config {
 				p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+" has only the local backend")
 			case c.Redis == nil && redisOK:
 				p.fail(item.Get("backend"), path+".backend", `"redis" needs a top-level "redis" object`)
-			default:
-				p.redisRule(path, item, r, c.Redis)
+			case c.Redis != nil:
+				p.redisRule(path, item, r, c.Redis.Instances, "redis.instances")
+			}
+		}
+		if r.Backend == BackendRLS {
+			switch {
+			case c.RLS == nil && rlsOK:
+				p.fail(item.Get("backend"), path+".backend", `"rls" needs a top-level "rls" object`)
+			case c.RLS != nil:
+				p.redisRule(path, item, r, c.RLS.Instances, "rls.instances")
 			}
 		}
 		c.Rules = append(c.Rules, r)
 	}
-	if failureLocal && !c.HasRedisRules() && len(c.Rules) == len(items) {
-		p.fail(fields["failure_mode"], "failure_mode", `"local" needs at least one rule with backend "redis"`)
+	if failureLocal && !c.HasRedisRules() && !c.HasRLSRules() && len(c.Rules) == len(items) {
+		p.fail(fields["failure_mode"], "failure_mode", `"local" needs at least one rule with backend "redis" or "rls"`)
 	}
 	return c
 }
@@ -228,18 +245,29 @@ func (c *Config) HasRedisRules() bool {
 	return false
 }
 
+// HasRLSRules reports whether any rule uses the rate-limit service.
+func (c *Config) HasRLSRules() bool {
+	for _, r := range c.Rules {
+		if r.Backend == BackendRLS {
+			return true
+		}
+	}
+	return false
+}
+
 var (
-	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis"}
+	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls"}
 	ruleFields     = []string{"name", "match", "key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
 	headerFields   = []string{"name", "exact"}
 	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
 	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method"}
-	responseFields = []string{"status", "body", "headers"}
+	responseFields = []string{"status", "body", "headers", "grpc_status"}
 	clientIPFields = []string{"xff_trusted_hops", "proxy_appends_xff"}
 	redisFields    = []string{"cluster", "timeout_ms", "instances", "username", "password"}
+	rlsFields      = []string{"cluster", "domain", "timeout_ms", "instances"}
 
-	backendNames     = [...]string{BackendLocal: "local", BackendRedis: "redis"}
+	backendNames     = [...]string{BackendLocal: "local", BackendRedis: "redis", BackendRLS: "rls"}
 	modeNames        = [...]string{ModeEnforce: "enforce", ModeShadow: "shadow"}
 	failureModeNames = [...]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local"}
 	headerStyleNames = [...]string{HeadersBoth: "both", HeadersDraft: "draft", HeadersLegacy: "legacy", HeadersNone: "none"}
@@ -585,6 +613,11 @@ func (p *parser) response(path string, v gjson.Result, r *Response) {
 			r.Headers = HeaderStyle(i)
 		}
 	}
+	if x, ok := f["grpc_status"]; ok {
+		if n, ok := p.integer(path+".grpc_status", x, minGRPCStatus, maxGRPCStatus); ok {
+			r.GRPCStatus = int(n)
+		}
+	}
 }
 
 func (p *parser) clientIP(path string, v gjson.Result, c *ClientIP) {
@@ -640,6 +673,51 @@ func (p *parser) redis(path string, v gjson.Result) (*Redis, bool) {
 	}
 	if x, ok := f["password"]; ok {
 		r.Password, _ = p.str(path+".password", x)
+	}
+	return r, true
+}
+
+// rls parses the "rls" object. ok is false when the object was given but
+// is not an object (so rules are not also blamed for its absence).
+func (p *parser) rls(path string, v gjson.Result) (*RLS, bool) {
+	f, ok := p.object(path, v, rlsFields)
+	if !ok {
+		return nil, false
+	}
+	r := &RLS{TimeoutMS: DefaultRLSTimeoutMS, Instances: defaultRedisInstances}
+	for _, name := range []string{"cluster", "domain"} {
+		x, ok := f[name]
+		if !ok {
+			p.failEnd(v, path+"."+name, "is required")
+			continue
+		}
+		s, ok := p.str(path+"."+name, x)
+		if !ok {
+			continue
+		}
+		switch {
+		case s == "":
+			p.fail(x, path+"."+name, "must not be empty")
+		case name == "domain" && len(s) > MaxRLSDomainLen:
+			p.fail(x, path+".domain", "is longer than "+strconv.Itoa(MaxRLSDomainLen)+" bytes")
+		case name == "domain" && !utf8.ValidString(s):
+			p.fail(x, path+".domain", "is not valid UTF-8 (a protobuf string)")
+		}
+		if name == "cluster" {
+			r.Cluster = s
+		} else {
+			r.Domain = s
+		}
+	}
+	if x, ok := f["timeout_ms"]; ok {
+		if n, ok := p.integer(path+".timeout_ms", x, 1, MaxRLSTimeoutMS); ok {
+			r.TimeoutMS = int(n)
+		}
+	}
+	if x, ok := f["instances"]; ok {
+		if n, ok := p.integer(path+".instances", x, 1, MaxRedisInstances); ok {
+			r.Instances = int(n)
+		}
 	}
 	return r, true
 }

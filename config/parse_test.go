@@ -60,6 +60,8 @@ func doc(top string, rules ...string) string {
 
 const redisObj = `"redis":{"cluster":"redis"}`
 
+const rlsObj = `"rls":{"cluster":"rls","domain":"edge"}`
+
 // errorCases pins every error message Parse can produce.
 var errorCases = []struct {
 	name, json, want string
@@ -157,7 +159,7 @@ var errorCases = []struct {
 	{"redis fallback refill too slow", doc(`"redis":{"cluster":"r","instances":2}`, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "limit", `3`, "window", `"1d"`, "burst", `73202`)), `rules[0].burst: is too large for this limit and window: refilling it would take more than 100 years in the local fallback (limit 1 and burst 36601: divided by redis.instances 2)`},
 
 	// backend, mode, max_keys
-	{"backend unknown", doc("", rule("backend", `"memcached"`)), `rules[0].backend: "memcached" is not one of local, redis`},
+	{"backend unknown", doc("", rule("backend", `"memcached"`)), `rules[0].backend: "memcached" is not one of local, redis, rls`},
 	{"backend redis without redis", doc("", rule("backend", `"redis"`)), `rules[0].backend: "redis" needs a top-level "redis" object`},
 	{"mode unknown", doc("", rule("mode", `"dry_run"`)), `rules[0].mode: "dry_run" is not one of enforce, shadow`},
 	{"mode not a string", doc("", rule("mode", `false`)), `rules[0].mode: false is not a string`},
@@ -201,7 +203,7 @@ var errorCases = []struct {
 
 	// failure_mode, client_ip
 	{"failure_mode unknown", doc(`"failure_mode":"fail_open"`, rule()), `failure_mode: "fail_open" is not one of open, closed, local`},
-	{"failure_mode local without redis rules", doc(`"failure_mode":"local",`+redisObj, rule()), `failure_mode: "local" needs at least one rule with backend "redis"`},
+	{"failure_mode local without redis rules", doc(`"failure_mode":"local",`+redisObj, rule()), `failure_mode: "local" needs at least one rule with backend "redis" or "rls"`},
 	{"client_ip not an object", doc(`"client_ip":1`, rule()), `client_ip: 1 is not an object`},
 	{"xff_trusted_hops negative", doc(`"client_ip":{"xff_trusted_hops":-1}`, rule()), `client_ip.xff_trusted_hops: -1 is out of range 0..64`},
 	{"proxy_appends_xff without hops", doc(`"client_ip":{"proxy_appends_xff":true}`, rule()), `client_ip.proxy_appends_xff: true has no effect without xff_trusted_hops >= 1 (the client is then source.address, which X-Forwarded-For does not change)`},
@@ -220,6 +222,18 @@ var errorCases = []struct {
 	{"redis password not a string", doc(`"redis":{"cluster":"r","password":123}`, rule()), `redis.password: 123 is not a string`},
 	{"redis username not a string", doc(`"redis":{"cluster":"r","username":null}`, rule()), `redis.username: null is not a string`},
 	{"redis unknown field", doc(`"redis":{"cluster":"r","timeout":50}`, rule()), `redis.timeout: unknown field (did you mean "timeout_ms"?)`},
+	// rls
+	{"backend rls without rls", doc("", rule("backend", `"rls"`)), `rules[0].backend: "rls" needs a top-level "rls" object`},
+	{"rls not an object", doc(`"rls":"rls"`, rule("backend", `"rls"`)), `rls: "rls" is not an object`},
+	{"rls cluster and domain missing", doc(`"rls":{}`, rule()), "rls.cluster: is required\nrls.domain: is required"},
+	{"rls domain empty", doc(`"rls":{"cluster":"rls","domain":""}`, rule()), `rls.domain: must not be empty`},
+	{"rls domain not a string", doc(`"rls":{"cluster":"rls","domain":7}`, rule()), `rls.domain: 7 is not a string`},
+	{"rls domain too long", doc(`"rls":{"cluster":"rls","domain":"`+strings.Repeat("d", 257)+`"}`, rule()), `rls.domain: is longer than 256 bytes`},
+	{"rls timeout zero", doc(`"rls":{"cluster":"rls","domain":"d","timeout_ms":0}`, rule()), `rls.timeout_ms: 0 is out of range 1..60000`},
+	{"rls instances zero", doc(`"rls":{"cluster":"rls","domain":"d","instances":0}`, rule()), `rls.instances: 0 is out of range 1..10000`},
+	{"rls unknown field", doc(`"rls":{"cluster":"rls","domain":"d","domian":"e"}`, rule()), `rls.domian: unknown field (did you mean "domain"?)`},
+	{"rls window too long for the limit", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"sliding_window"`, "limit", `104250`, "window", `"1d"`)), `rules[0].window: is too long for this limit/burst on the redis backend (limit × window in µs must stay below 2^53)`},
+	{"rls fallback refill too slow", doc(`"rls":{"cluster":"r","domain":"d","instances":2}`, rule("backend", `"rls"`, "algorithm", `"token_bucket"`, "limit", `3`, "window", `"1d"`, "burst", `73202`)), `rules[0].burst: is too large for this limit and window: refilling it would take more than 100 years in the local fallback (limit 1 and burst 36601: divided by rls.instances 2)`},
 
 	// Input is echoed quoted and escaped: a field name that is not plain is
 	// written in brackets (`path["name"]`), values as Go-quoted strings or
@@ -360,6 +374,20 @@ func TestDefaults(t *testing.T) {
 	}
 	if *c.Redis != (Redis{Cluster: "redis", TimeoutMS: 50, Instances: 1}) {
 		t.Errorf("redis %+v", *c.Redis)
+	}
+	// An RLS rule: in both builds (sluice.wasm has the rls backend), with
+	// the Redis scripts' bounds and a local fallback; rls defaults.
+	for _, b := range []Build{BuildLocal, BuildRedis} {
+		c, err = ParseFor([]byte(doc(`"failure_mode":"local",`+rlsObj, rule("backend", `"rls"`))), b)
+		if err != nil {
+			t.Fatalf("%v: %v", b, err)
+		}
+		if !c.HasRLSRules() || c.HasRedisRules() || c.Rules[0].Backend != BackendRLS || c.Rules[0].Fallback == nil {
+			t.Errorf("%v: rls rules %v, rule %+v", b, c.HasRLSRules(), c.Rules[0])
+		}
+		if *c.RLS != (RLS{Cluster: "rls", Domain: "edge", TimeoutMS: 100, Instances: 1}) {
+			t.Errorf("rls %+v", *c.RLS)
+		}
 	}
 }
 
