@@ -137,6 +137,14 @@ type Limiter interface {
 	// could be dropped without changing any future decision). A corrupt
 	// state, or one recorded after now, is not idle.
 	Idle(state []byte, now int64) bool
+	// Used is how far state is from fresh at now, in cost units: the
+	// capacity (Decision.Limit) minus the Remaining a cost-1 request would
+	// see — so 0 for a fresh or idle key, and exactly the extra cost-1
+	// requests the key would be admitted right now if its state were
+	// forgotten. It is what a slot table weighs when it must evict a key
+	// (the least-used goes). A corrupt state counts as 0: a caller that
+	// cannot decode a state decides the key as fresh.
+	Used(state []byte, now int64) int64
 	// MaxStateSize is the largest encoded state this limiter produces.
 	MaxStateSize() int
 }

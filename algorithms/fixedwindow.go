@@ -80,3 +80,11 @@ func (l *fixedWindow) Idle(state []byte, now int64) bool {
 	_, _, count, err := l.load(state, now)
 	return err == nil && count == 0
 }
+
+func (l *fixedWindow) Used(state []byte, now int64) int64 {
+	_, _, count, err := l.load(state, now)
+	if err != nil {
+		return 0
+	}
+	return int64(count)
+}

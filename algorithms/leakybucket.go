@@ -112,3 +112,11 @@ func (l *leakyBucket) Idle(state []byte, now int64) bool {
 	_, _, eff, level, err := l.load(state, now)
 	return err == nil && level.isZero() && eff == clampNow(now)
 }
+
+func (l *leakyBucket) Used(state []byte, now int64) int64 {
+	_, _, _, level, err := l.load(state, now)
+	if err != nil {
+		return 0
+	}
+	return int64(l.burst) - l.remaining(level)
+}

@@ -228,3 +228,11 @@ func (l *slidingLog) Idle(state []byte, now int64) bool {
 	s, err := l.load(state, now)
 	return err == nil && s.used == 0 && s.eff == clampNow(now)
 }
+
+func (l *slidingLog) Used(state []byte, now int64) int64 {
+	s, err := l.load(state, now)
+	if err != nil {
+		return 0
+	}
+	return int64(s.used)
+}

@@ -135,3 +135,11 @@ func (l *slidingWindow) Idle(state []byte, now int64) bool {
 	_, _, prev, cur, err := l.load(state, now)
 	return err == nil && prev == 0 && cur == 0
 }
+
+func (l *slidingWindow) Used(state []byte, now int64) int64 {
+	eff, start, prev, cur, err := l.load(state, now)
+	if err != nil {
+		return 0
+	}
+	return int64(l.limit) - l.remaining(prev, cur, uint64(eff-start))
+}

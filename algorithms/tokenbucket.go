@@ -97,3 +97,11 @@ func (l *tokenBucket) Idle(state []byte, now int64) bool {
 	n, _, eff, err := l.load(state, now)
 	return err == nil && n == l.burst && eff == clampNow(now)
 }
+
+func (l *tokenBucket) Used(state []byte, now int64) int64 {
+	n, _, _, err := l.load(state, now)
+	if err != nil {
+		return 0
+	}
+	return int64(l.burst - n)
+}
