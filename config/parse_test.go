@@ -198,6 +198,9 @@ var errorCases = []struct {
 	{"status not an integer", doc(`"response":{"status":"429"}`, rule()), `response.status: "429" is not an integer`},
 	{"body not a string", doc(`"response":{"body":{"error":"x"}}`, rule()), `response.body: {"error":"x"} is not a string`},
 	{"body too long", doc(`"response":{"body":"`+strings.Repeat("b", 65537)+`"}`, rule()), `response.body: is 65537 bytes, more than the limit of 65536`},
+	{"grpc_status OK", doc(`"response":{"grpc_status":0}`, rule()), `response.grpc_status: 0 is out of range 1..16`},
+	{"grpc_status unknown", doc(`"response":{"grpc_status":17}`, rule()), `response.grpc_status: 17 is out of range 1..16`},
+	{"grpc_status name", doc(`"response":{"grpc_status":"RESOURCE_EXHAUSTED"}`, rule()), `response.grpc_status: "RESOURCE_EXHAUSTED" is not an integer`},
 	{"headers style unknown", doc(`"response":{"headers":"all"}`, rule()), `response.headers: "all" is not one of both, draft, legacy, none`},
 	{"response unknown field", doc(`"response":{"code":429}`, rule()), `response.code: unknown field`},
 
@@ -345,7 +348,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Response != (Response{Status: 429, Body: "rate limited\n", Headers: HeadersBoth}) {
+	if c.Response != (Response{Status: 429, Body: "rate limited\n", Headers: HeadersBoth, GRPCStatus: 8}) {
 		t.Errorf("response %+v", c.Response)
 	}
 	if c.FailureMode != FailOpen || c.ClientIP.XFFTrustedHops != 0 || c.Redis != nil || c.HasRedisRules() {
@@ -424,7 +427,7 @@ func TestParseDesignExample(t *testing.T) {
 			Limit:     100, Window: time.Minute, Burst: 20,
 			MaxKeys: DefaultMaxKeys,
 		}},
-		Response: Response{Status: 429, Body: "rate limited\n"},
+		Response: Response{Status: 429, Body: "rate limited\n", GRPCStatus: 8},
 		Redis:    &Redis{Cluster: "outbound|6379||redis.default.svc.cluster.local", TimeoutMS: 50, Instances: 1},
 	}
 	got := *c
@@ -471,7 +474,7 @@ func rulesEqual(a, b *Rule) bool {
 }
 
 func TestParseEveryFeature(t *testing.T) {
-	data := doc(`"failure_mode":"local","response":{"status":503,"body":"","headers":"none"},"client_ip":{"xff_trusted_hops":2,"proxy_appends_xff":true},`+
+	data := doc(`"failure_mode":"local","response":{"status":503,"body":"","headers":"none","grpc_status":14},"client_ip":{"xff_trusted_hops":2,"proxy_appends_xff":true},`+
 		`"redis":{"cluster":"redis","timeout_ms":20,"instances":3,"username":"u","password":"p"}`,
 		rule("name", `"ip"`, "key", `[{"remote_ip":true,"ipv6_prefix":64},{"method":true},{"path":true}]`,
 			"algorithm", `"leaky_bucket"`, "burst", `5`, "window", `"1m30s"`, "mode", `"shadow"`, "max_keys", `500`),
@@ -484,7 +487,7 @@ func TestParseEveryFeature(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.FailureMode != FailLocal || c.ClientIP != (ClientIP{XFFTrustedHops: 2, ProxyAppendsXFF: true}) || c.ClientIP.XFFPosition() != 3 ||
-		c.Response != (Response{Status: 503, Body: "", Headers: HeadersNone}) ||
+		c.Response != (Response{Status: 503, Body: "", Headers: HeadersNone, GRPCStatus: 14}) ||
 		*c.Redis != (Redis{Cluster: "redis", TimeoutMS: 20, Instances: 3, Username: "u", Password: "p"}) {
 		t.Errorf("top level %+v %+v", c, *c.Redis)
 	}

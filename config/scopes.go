@@ -376,7 +376,7 @@ func (p *parser) scoped(data []byte, root gjson.Result) *Config {
 		p.errs = append(p.errs, g.errs...)
 	}
 	if c == nil {
-		c = &Config{Response: Response{Status: DefaultStatus, Body: DefaultBody, Headers: HeadersBoth}}
+		c = &Config{Response: Response{Status: DefaultStatus, Body: DefaultBody, Headers: HeadersBoth, GRPCStatus: DefaultGRPCStatus}}
 	}
 	items, ok := p.boundedArray(RulesKey, list, MaxScopes, "entries", "must contain at least one entry (omit it when nothing is scoped)")
 	if !ok {
