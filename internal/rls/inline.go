@@ -1,0 +1,158 @@
+package rls
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
+)
+
+// The entry keys of an inline descriptor, in the order the wire contract
+// fixes (docs: README "Mesh-wide limits"; /work/notes/rls-contract.md).
+const (
+	EntryRule      = "sluice.rule"
+	EntryAlgorithm = "sluice.algorithm"
+	EntryLimit     = "sluice.limit"
+	EntryWindowUS  = "sluice.window_us"
+	EntryBurst     = "sluice.burst"
+	EntryKey       = "sluice.key"
+	EntryRefund    = "sluice.refund"
+
+	// RefundHeader is the response header that carries a refund token
+	// "<i>:<stamp>:<ref>" for inline descriptor i.
+	RefundHeader = "x-sluice-refund"
+)
+
+var inlineOrder = [...]string{EntryRule, EntryAlgorithm, EntryLimit, EntryWindowUS, EntryBurst, EntryKey, EntryRefund}
+
+// IsInline reports whether d is an inline (sluice) descriptor: its first
+// entry's key is sluice.rule.
+func IsInline(d *ratelimitv3.RateLimitDescriptor) bool {
+	e := d.GetEntries()
+	return len(e) > 0 && e[0].GetKey() == EntryRule
+}
+
+// inline is a parsed inline descriptor.
+type inline struct {
+	rule   string
+	kind   algorithms.Kind
+	params algorithms.Params // normalised by algorithms.New
+	key    string            // the filter's (escaped) key, opaque
+	refund bool
+	stamp  int64
+	ref    int64
+}
+
+// inlineError is a malformed inline descriptor: gRPC INVALID_ARGUMENT.
+type inlineError struct {
+	desc, entry int
+	name, msg   string
+}
+
+func (e *inlineError) Error() string {
+	if e.entry < 0 {
+		return fmt.Sprintf("descriptor %d: %s", e.desc, e.msg)
+	}
+	return fmt.Sprintf("descriptor %d: entry %d (%s): %s", e.desc, e.entry, e.name, e.msg)
+}
+
+// parseInline parses descriptor i, whose first entry is sluice.rule. It
+// re-validates the parameters as the filter did: algorithms.New's bounds
+// and config.RedisParams (the scripts' exactness bounds).
+func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
+	es := d.GetEntries()
+	if n := len(es); n != 6 && n != 7 {
+		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor has 6 entries (7 for a refund), not " + strconv.Itoa(n) +
+			"; the order is " + strings.Join(inlineOrder[:], ", ")}
+	}
+	if d.GetLimit() != nil {
+		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor carries its limit in its entries; a limit override is not allowed"}
+	}
+	for j, e := range es {
+		if e.GetKey() != inlineOrder[j] {
+			return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(e.GetKey()), msg: "expected " + inlineOrder[j] + " here"}
+		}
+	}
+	bad := func(j int, msg string) error {
+		return &inlineError{desc: i, entry: j, name: inlineOrder[j], msg: msg}
+	}
+	in := &inline{rule: es[0].GetValue(), key: es[5].GetValue()}
+	if msg := checkRuleName(in.rule); msg != "" {
+		return nil, bad(0, "rule name "+msg)
+	}
+	k, ok := algorithms.ParseKind(es[1].GetValue())
+	if !ok {
+		return nil, bad(1, "unknown algorithm "+strconv.Quote(es[1].GetValue()))
+	}
+	in.kind = k
+	num := func(j int, min int64) (int64, error) {
+		s := es[j].GetValue()
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < min || (len(s) > 1 && s[0] == '0') || s[0] == '+' {
+			return 0, bad(j, "must be a decimal integer >= "+strconv.FormatInt(min, 10)+", not "+strconv.Quote(s))
+		}
+		return n, nil
+	}
+	limit, err := num(2, 1)
+	if err != nil {
+		return nil, err
+	}
+	wus, err := num(3, 1)
+	if err != nil {
+		return nil, err
+	}
+	if wus > int64(algorithms.MaxWindow/time.Microsecond) {
+		return nil, bad(3, "window longer than "+algorithms.MaxWindow.String())
+	}
+	burst, err := num(4, 0)
+	if err != nil {
+		return nil, err
+	}
+	if burst != 0 && k != algorithms.TokenBucket && k != algorithms.LeakyBucket {
+		return nil, bad(4, "must be 0 for "+k.String()+" (only token_bucket and leaky_bucket have a burst)")
+	}
+	lim, err := algorithms.New(k, algorithms.Params{Limit: limit, Window: time.Duration(wus) * time.Microsecond, Burst: burst})
+	if err != nil {
+		return nil, &inlineError{desc: i, entry: -1, msg: err.Error()}
+	}
+	in.params = lim.Params()
+	if err := config.RedisParams(k, in.params); err != nil {
+		return nil, &inlineError{desc: i, entry: -1, msg: err.Error()}
+	}
+	if len(es) == 7 {
+		s := es[6].GetValue()
+		a, b, ok := strings.Cut(s, ":")
+		st, err1 := strconv.ParseInt(a, 10, 64)
+		rf, err2 := strconv.ParseInt(b, 10, 64)
+		if !ok || err1 != nil || err2 != nil || st < 0 || rf < 0 {
+			return nil, bad(6, "must be <stamp>:<ref> (two non-negative decimal integers), not "+strconv.Quote(s))
+		}
+		in.refund, in.stamp, in.ref = true, st, rf
+	}
+	return in, nil
+}
+
+// checkRuleName applies the sluice configuration's rule-name rule
+// (letters, digits, '-', '_', '.'; 1..config.MaxRuleNameLen bytes). Redis
+// keys rely on it: a rule name never contains '/', so an inline key
+// "<domain>/<rule>" never equals a configured descriptor's "<domain>/".
+func checkRuleName(s string) string {
+	if s == "" {
+		return "is empty"
+	}
+	if len(s) > config.MaxRuleNameLen {
+		return "is longer than " + strconv.Itoa(config.MaxRuleNameLen) + " bytes"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return "may contain only letters, digits, '-', '_' and '.'"
+		}
+	}
+	return ""
+}

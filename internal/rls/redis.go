@@ -1,0 +1,88 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/resp"
+)
+
+// Backend runs one RESP command on the Redis Cluster and returns the raw
+// RESP2 reply. An error means no reply arrived (connection failure,
+// timeout): the service answers UNAVAILABLE.
+type Backend interface {
+	Do(ctx context.Context, cmd []byte) ([]byte, error)
+}
+
+// clusterName is the one cluster the service's redis.Clusters knows.
+const clusterName = "rls"
+
+// ClusterBackend is a Backend on a Redis Cluster through host/redis's
+// Clusters (go-redis ClusterClient: slot routing, MOVED/ASK, pooling; no
+// retries of a script, which could charge twice).
+type ClusterBackend struct{ c *redis.Clusters }
+
+// NewClusterBackend connects lazily to the cluster given by the seed
+// addresses; every call is bounded by timeout.
+func NewClusterBackend(addrs []string, username, password string, opts redis.Options, timeout time.Duration) (*ClusterBackend, error) {
+	c := redis.New(map[string][]string{clusterName: addrs}, opts)
+	if err := c.Init(clusterName, username, password, timeout); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &ClusterBackend{c}, nil
+}
+
+// Do implements Backend.
+func (b *ClusterBackend) Do(ctx context.Context, cmd []byte) ([]byte, error) {
+	st, reply, err := b.c.Do(ctx, clusterName, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if st != redis.StatusOK {
+		return nil, errors.New("redis: " + st.String())
+	}
+	return reply, nil
+}
+
+// Close closes the cluster's connections.
+func (b *ClusterBackend) Close() error { return b.c.Close() }
+
+// errRedis is a failure to get a decision from Redis (→ UNAVAILABLE).
+type errRedis struct{ err error }
+
+func (e *errRedis) Error() string { return e.err.Error() }
+func (e *errRedis) Unwrap() error { return e.err }
+
+// run sends r's script (EVALSHA; EVAL after NOSCRIPT) and parses the
+// reply. noscript counts the fallbacks.
+func run(ctx context.Context, b Backend, r *redisrl.Request, noscript func()) (redisrl.Result, error) {
+	cmd := r.AppendEvalSHA(make([]byte, 0, 256))
+	res, err := once(ctx, b, cmd)
+	if err != nil && redisrl.IsNoScript(err) {
+		if noscript != nil {
+			noscript()
+		}
+		res, err = once(ctx, b, r.AppendEval(nil))
+	}
+	if err != nil {
+		return redisrl.Result{}, &errRedis{err}
+	}
+	return res, nil
+}
+
+func once(ctx context.Context, b Backend, cmd []byte) (redisrl.Result, error) {
+	reply, err := b.Do(ctx, cmd)
+	if err != nil {
+		return redisrl.Result{}, err
+	}
+	v, err := resp.Parse(reply)
+	if err != nil {
+		return redisrl.Result{}, fmt.Errorf("redis reply: %w", err)
+	}
+	return redisrl.ParseReply(v)
+}

@@ -1,0 +1,442 @@
+// Package rls is `sluice serve`: a rate-limit service speaking Envoy's
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit that decides
+// on a Redis Cluster with the Redis backend's scripts (internal/redisrl:
+// one round trip per descriptor, Redis TIME, hash tags, EVALSHA with EVAL
+// after NOSCRIPT). It keeps no state of its own, so any number of replicas
+// share one cluster and stay exact.
+//
+// A request's descriptors are of two kinds. An inline descriptor (first
+// entry sluice.rule) carries a sluice rule's algorithm, limit, window,
+// burst and key, as sluice.wasm's backend "rls" sends it; the service
+// accepts them only for the domains it is told to (Options.InlineDomains).
+// Any other descriptor is looked up in an envoyproxy/ratelimit
+// configuration (Config), so the service is a drop-in for that one.
+//
+// All descriptors of a call are decided in parallel. If any of them (not in
+// shadow mode) is over its limit, every descriptor that admitted the
+// request is refunded (redisrl's refund) before the answer: a denied
+// request is charged to no descriptor. The filter can also refund an
+// admission later with the token the service returns for each admitted
+// inline descriptor (response header x-sluice-refund "<i>:<stamp>:<ref>").
+package rls
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/internal/redisrl"
+)
+
+// HeaderNames are the response headers envoyproxy/ratelimit adds when
+// LIMIT_RESPONSE_HEADERS_ENABLED is set (its defaults: RateLimit-Limit,
+// RateLimit-Remaining, RateLimit-Reset), describing the descriptor closest
+// to its limit.
+type HeaderNames struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultHeaderNames are envoyproxy/ratelimit's default header names.
+var DefaultHeaderNames = HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+
+// Options configure a Server.
+type Options struct {
+	// Backend runs the scripts (a ClusterBackend in production).
+	Backend Backend
+	// InlineDomains are the domains whose inline descriptors are accepted;
+	// "*" accepts any domain. Inline descriptors of other domains are
+	// PERMISSION_DENIED.
+	InlineDomains []string
+	// Config is the envoyproxy/ratelimit configuration (nil: none, every
+	// configured-style descriptor is OK without a limit).
+	Config *Config
+	// Headers, when set, adds the limit/remaining/reset headers of the
+	// descriptor closest to its limit to every response.
+	Headers *HeaderNames
+	// RefundTimeout bounds the refunds the service sends after a denial
+	// (they outlive the caller's deadline). 0 means one second.
+	RefundTimeout time.Duration
+	// Now, when set, pins the scripts' time (Unix µs) instead of Redis
+	// TIME: tests only.
+	Now func() int64
+	// Logger receives refund failures and reloads (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Server implements RateLimitServiceServer. It is safe for concurrent use.
+type Server struct {
+	pb.UnimplementedRateLimitServiceServer
+	opts    Options
+	inline  map[string]bool
+	anyDom  bool
+	cfg     atomic.Pointer[Config]
+	Metrics *Metrics
+}
+
+// New returns a Server.
+func New(opts Options) *Server {
+	s := &Server{opts: opts, inline: map[string]bool{}}
+	for _, d := range opts.InlineDomains {
+		if d == "*" {
+			s.anyDom = true
+		}
+		s.inline[d] = true
+	}
+	if s.opts.RefundTimeout <= 0 {
+		s.opts.RefundTimeout = time.Second
+	}
+	if s.opts.Logger == nil {
+		s.opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s.cfg.Store(opts.Config)
+	s.Metrics = newMetrics(s.knownDomain)
+	return s
+}
+
+// SetConfig replaces the configuration (a reload); calls in flight finish
+// with the one they started with.
+func (s *Server) SetConfig(c *Config) { s.cfg.Store(c) }
+
+// Config returns the current configuration (nil if none).
+func (s *Server) Config() *Config { return s.cfg.Load() }
+
+func (s *Server) inlineAllowed(domain string) bool { return s.anyDom || s.inline[domain] }
+
+// knownDomain reports whether a domain may be a metric label value: one
+// configured or listed for inline descriptors (others are "other", so
+// callers cannot grow the metrics without bound).
+func (s *Server) knownDomain(d string) bool {
+	if s.inline[d] && d != "*" {
+		return true
+	}
+	c := s.cfg.Load()
+	return c != nil && c.domains[d] != nil
+}
+
+// item is one descriptor's part of a call.
+type item struct {
+	in        *inline // inline descriptor
+	m         *match  // configured limit (nil: none)
+	unlimited bool
+	cost      int64
+	call      bool // a script runs for it
+	req       redisrl.Request
+	res       redisrl.Result
+	err       error
+	denied    bool // the limit denied the request (before shadow mode)
+	refunded  bool
+}
+
+func (it *item) limit() *Limit {
+	if it.m == nil {
+		return nil
+	}
+	return it.m.limit
+}
+
+// ShouldRateLimit implements the RateLimitService.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.shouldRateLimit(ctx, req)
+	s.Metrics.call(req.GetDomain(), resp, err, time.Since(start))
+	return resp, err
+}
+
+func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	domain := req.GetDomain()
+	if domain == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	ds := req.GetDescriptors()
+	if len(ds) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	cfg := s.cfg.Load()
+	items := make([]item, len(ds))
+	replacing := map[string]bool{}
+	for i, d := range ds {
+		it := &items[i]
+		if d.GetIsNegativeHits() {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported", i)
+		}
+		it.cost = hitsAddend(req, d)
+		if IsInline(d) {
+			if !s.inlineAllowed(domain) {
+				return nil, status.Errorf(codes.PermissionDenied, "descriptor %d: inline descriptors are not enabled for domain %q (sluice serve --inline-domains)", i, domain)
+			}
+			in, err := parseInline(i, d)
+			if err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			it.in = in
+			it.req = redisrl.Request{Kind: in.kind, Params: in.params,
+				Key: redisrl.AppendKey(nil, in.kind, domain+"/"+in.rule, in.key)}
+			if in.refund {
+				it.req.Refund = &redisrl.Result{Stamp: in.stamp, Ref: in.ref}
+			}
+			continue
+		}
+		m, err := cfg.lookup(domain, d)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+		if m == nil {
+			continue
+		}
+		for _, r := range m.limit.Replaces {
+			replacing[r] = true
+		}
+		if m.limit.Unlimited {
+			it.unlimited = true
+			continue
+		}
+		it.m = m
+		l := m.limit
+		it.req = redisrl.Request{Kind: l.Kind, Params: l.Params,
+			Key: redisrl.AppendKey(nil, l.Kind, domain+"/", redisKeyPart(d.GetEntries(), m.shared))}
+	}
+	for i := range items {
+		if l := items[i].limit(); l != nil && l.Name != "" && replacing[l.Name] {
+			items[i].m = nil
+		}
+	}
+	var now int64
+	if s.opts.Now != nil {
+		now = s.opts.Now()
+	}
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.in == nil && it.m == nil:
+		case it.cost == 0:
+			// hits_addend 0 charges nothing: OK without a call.
+		case it.in == nil && it.m.limit.Params.Limit == 0:
+			it.denied = true // requests_per_unit 0
+		default:
+			it.call = true
+			it.req.Now = now
+			it.req.Cost = clampCost(it.cost, it.req.Params)
+		}
+	}
+	// The calls run detached from the caller's cancellation, bounded by the
+	// backend's timeout: the service must learn what it charged to be able
+	// to undo it.
+	dctx := context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range items {
+		if it := &items[i]; it.call {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				it.res, it.err = run(dctx, s.opts.Backend, &it.req, s.Metrics.noscript)
+				if it.err == nil && it.req.Refund == nil {
+					it.denied = !it.res.Allowed
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var failed error
+	over, quotaTotal, quotaOver := false, 0, 0
+	for i := range items {
+		it := &items[i]
+		if it.err != nil {
+			s.Metrics.redisError()
+			if failed == nil {
+				failed = it.err
+			}
+		}
+		l := it.limit()
+		switch {
+		case l != nil && l.Quota:
+			quotaTotal++
+			if it.denied {
+				quotaOver++
+			}
+		case it.denied && (l == nil || !l.Shadow):
+			over = true
+		}
+	}
+	if quotaTotal > 0 && quotaOver == quotaTotal {
+		over = true
+	}
+	if failed != nil || over || ctx.Err() != nil {
+		s.refundAdmitted(dctx, domain, items)
+	}
+	if failed != nil {
+		return nil, status.Errorf(codes.Unavailable, "redis: %v", failed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	return s.response(domain, items, over), nil
+}
+
+// hitsAddend is the cost of descriptor d: its own hits_addend when set
+// (0 allowed), else the request's, at least 1 (envoyproxy/ratelimit's
+// GetHitsAddends).
+func hitsAddend(req *pb.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
+	h := uint64(max(1, req.GetHitsAddend()))
+	if w := d.GetHitsAddend(); w != nil {
+		h = w.GetValue()
+	}
+	return int64(min(h, math.MaxInt64))
+}
+
+// clampCost bounds a cost to the capacity + 1: every cost above the
+// capacity is denied alike (RetryAfter = the window), and the scripts'
+// arithmetic stays exact.
+func clampCost(c int64, p algorithms.Params) int64 {
+	capacity := max(p.Limit, p.Burst)
+	return min(c, capacity+1)
+}
+
+// refundAdmitted undoes every admission of the call, in parallel, and waits.
+func (s *Server) refundAdmitted(ctx context.Context, domain string, items []item) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.RefundTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range items {
+		it := &items[i]
+		if !it.call || it.err != nil || it.req.Refund != nil || !it.res.Allowed {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := it.req
+			res := it.res
+			r.Refund = &res
+			if _, err := run(ctx, s.opts.Backend, &r, s.Metrics.noscript); err != nil {
+				s.Metrics.refund(false)
+				s.opts.Logger.Warn("refund failed: the admission stays charged until its window passes",
+					"domain", domain, "key", string(r.Key), "err", err)
+				return
+			}
+			s.Metrics.refund(true)
+			it.refunded = true
+		}()
+	}
+	wg.Wait()
+}
+
+func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitResponse {
+	out := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(items))}
+	if over {
+		out.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
+	for i := range items {
+		it := &items[i]
+		st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		out.Statuses[i] = st
+		outcome := outcomeNoLimit
+		switch {
+		case it.unlimited:
+			st.LimitRemaining = math.MaxUint32
+			outcome = outcomeUnlimited
+		case it.in != nil:
+			st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: clampU32(it.in.params.Limit),
+				Unit: unitOf(it.in.params.Window), Name: it.in.rule}
+			if it.in.refund {
+				outcome = outcomeRefund
+				break
+			}
+			outcome = s.fill(st, it, false)
+			if !over && it.call && it.res.Allowed {
+				out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: RefundHeader,
+					Value: strconv.Itoa(i) + ":" + strconv.FormatInt(it.res.Stamp, 10) + ":" + strconv.FormatInt(it.res.Ref, 10)})
+			}
+		case it.m != nil:
+			l := it.m.limit
+			st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
+			outcome = s.fill(st, it, l.Shadow)
+		}
+		s.Metrics.descriptor(domain, outcome)
+	}
+	if h := s.opts.Headers; h != nil {
+		if st := closest(out.Statuses, items); st != nil {
+			reset := st.GetDurationUntilReset().AsDuration()
+			secs := int64((reset + time.Second - 1) / time.Second)
+			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
+				&corev3.HeaderValue{Key: h.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.GetRequestsPerUnit()), 10)},
+				&corev3.HeaderValue{Key: h.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+				&corev3.HeaderValue{Key: h.Reset, Value: strconv.FormatInt(secs, 10)})
+		}
+	}
+	return out
+}
+
+// fill sets a decided descriptor's code, remaining and reset.
+func (s *Server) fill(st *pb.RateLimitResponse_DescriptorStatus, it *item, shadow bool) string {
+	switch {
+	case !it.call && !it.denied: // hits_addend 0
+		return outcomeOK
+	case !it.call: // requests_per_unit 0: the window's end, on this clock
+		w := it.req.Params.Window
+		now := time.Now().UnixMicro()
+		if s.opts.Now != nil {
+			now = s.opts.Now()
+		}
+		wus := int64(w / time.Microsecond)
+		st.DurationUntilReset = durationpb.New(time.Duration(wus-now%wus) * time.Microsecond)
+	case it.res.Allowed:
+		st.LimitRemaining = clampU32(it.res.Remaining)
+		st.DurationUntilReset = durationpb.New(it.res.ResetAfter)
+		return outcomeOK
+	default:
+		st.LimitRemaining = clampU32(it.res.Remaining)
+		st.DurationUntilReset = durationpb.New(it.res.RetryAfter)
+	}
+	if shadow {
+		return outcomeShadow
+	}
+	st.Code = pb.RateLimitResponse_OVER_LIMIT
+	return outcomeOver
+}
+
+// closest picks the status the rate-limit headers describe, as
+// envoyproxy/ratelimit does: the one with a limit and the fewest remaining
+// (the first of equals), unless a descriptor is over its limit (not in
+// quota mode), then the last such.
+func closest(sts []*pb.RateLimitResponse_DescriptorStatus, items []item) *pb.RateLimitResponse_DescriptorStatus {
+	var best *pb.RateLimitResponse_DescriptorStatus
+	minRem := uint32(math.MaxUint32)
+	for i, st := range sts {
+		if items[i].unlimited || (items[i].in != nil && items[i].in.refund) {
+			continue
+		}
+		if st.CurrentLimit != nil && st.LimitRemaining < minRem {
+			best, minRem = st, st.LimitRemaining
+		}
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT && (items[i].limit() == nil || !items[i].limit().Quota) {
+			best, minRem = st, 0
+		}
+	}
+	return best
+}
+
+func clampU32(n int64) uint32 {
+	if n > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	if n < 0 {
+		return 0
+	}
+	return uint32(n)
+}
+
+// IsUnavailable reports whether err is the service's answer to a Redis
+// failure.
+func IsUnavailable(err error) bool { return status.Code(err) == codes.Unavailable }
