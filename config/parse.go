@@ -211,6 +211,8 @@ func (p *parser) parse(data []byte) *Config {
 		}
 		if r.Backend == BackendRedis {
 			switch {
+			case c.HasRLSRules():
+				p.fail(item.Get("backend"), path+".backend", `"redis" and "rls" rules cannot be mixed in one configuration (one remote backend per configuration)`)
 			case p.build != BuildRedis:
 				p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+" has only the local backend")
 			case c.Redis == nil && redisOK:
@@ -221,6 +223,8 @@ func (p *parser) parse(data []byte) *Config {
 		}
 		if r.Backend == BackendRLS {
 			switch {
+			case c.HasRedisRules():
+				p.fail(item.Get("backend"), path+".backend", `"rls" and "redis" rules cannot be mixed in one configuration (one remote backend per configuration)`)
 			case c.RLS == nil && rlsOK:
 				p.fail(item.Get("backend"), path+".backend", `"rls" needs a top-level "rls" object`)
 			case c.RLS != nil:

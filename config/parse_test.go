@@ -236,6 +236,7 @@ var errorCases = []struct {
 	{"rls instances zero", doc(`"rls":{"cluster":"rls","domain":"d","instances":0}`, rule()), `rls.instances: 0 is out of range 1..10000`},
 	{"rls unknown field", doc(`"rls":{"cluster":"rls","domain":"d","domian":"e"}`, rule()), `rls.domian: unknown field (did you mean "domain"?)`},
 	{"rls window too long for the limit", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"sliding_window"`, "limit", `104250`, "window", `"1d"`)), `rules[0].window: is too long for this limit/burst on the redis backend (limit × window in µs must stay below 2^53)`},
+	{"rls and redis rules mixed", doc(rlsObj+","+redisObj, rule("backend", `"redis"`)+`,{"name":"s","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":10,"window":"1s","backend":"rls"}`), `rules[1].backend: "rls" and "redis" rules cannot be mixed in one configuration (one remote backend per configuration)`},
 	{"rls fallback refill too slow", doc(`"rls":{"cluster":"r","domain":"d","instances":2}`, rule("backend", `"rls"`, "algorithm", `"token_bucket"`, "limit", `3`, "window", `"1d"`, "burst", `73202`)), `rules[0].burst: is too large for this limit and window: refilling it would take more than 100 years in the local fallback (limit 1 and burst 36601: divided by rls.instances 2)`},
 
 	// Input is echoed quoted and escaped: a field name that is not plain is
