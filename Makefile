@@ -7,7 +7,7 @@ BIN       := $(DIST)/sluice
 LISTEN    ?= 127.0.0.1:8080
 ADMIN     ?= 127.0.0.1:9901
 
-.PHONY: all build wasm test bench check run e2e-envoy fuzz clean
+.PHONY: all build wasm test bench bench-rls check run e2e-envoy fuzz clean
 
 all: build
 
@@ -31,6 +31,12 @@ test:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# envoyproxy/ratelimit and `sluice serve` side by side on one Redis Cluster
+# (bench/rls, a separate module: the product's go.mod never depends on the peer).
+RLSBENCH_FLAGS ?=
+bench-rls:
+	cd bench/rls && $(GO) run ./cmd/rlsbench $(RLSBENCH_FLAGS)
 
 # Short fuzzing pass over every fuzz target (FUZZTIME per target).
 FUZZTIME ?= 10s

@@ -1,0 +1,344 @@
+// Command rlsbench runs envoyproxy/ratelimit and `sluice serve` side by side
+// on one 3-master Redis Cluster under the same gRPC load and prints the
+// ratios sluice/peer of decisions/s, p50, p99 and Redis CPU per decision.
+//
+// Run it from bench/rls (make bench-rls does):
+//
+//	go run ./cmd/rlsbench [-rounds 3] [-duration 5s] [-concurrency 32]
+//
+// It builds envoyproxy/ratelimit from this module (pinned in go.mod) and
+// sluice from the main module, starts a cluster of Debian's redis-server
+// with internal/rediscluster, starts both services on it with equivalent
+// configurations (sluice's is the peer's file plus one descriptor per other
+// algorithm), checks that each decides exactly (3 × 100 concurrent calls on
+// a fresh value with limit 100 → exactly 100 admitted), then measures. Each
+// round runs, per variant ("ok": limits no value reaches; "denied": nearly
+// every call over its limit), the peer, then sluice with fixed windows (the
+// same configuration), then sluice with each other algorithm, so A and B
+// alternate round after round and a machine slowing down hits both. The
+// cluster is flushed before each run. Only loopback addresses are used; every
+// run is bounded by -warmup + -duration.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-proxy/sluice/internal/rediscluster"
+)
+
+type options struct {
+	rounds, concurrency, conns int
+	okKeys, deniedKeys         int
+	warmup, duration, timeout  time.Duration
+	peerOnly                   bool
+	peerBin, sluiceBin         string
+	algorithms                 []string
+	keep                       bool
+}
+
+func main() {
+	var o options
+	var algs string
+	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measured span of each run")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before each run's measured span")
+	flag.IntVar(&o.concurrency, "concurrency", 32, "calls in flight (closed loop)")
+	flag.IntVar(&o.conns, "conns", 2, "gRPC connections per service (Envoy opens one per worker)")
+	flag.IntVar(&o.okKeys, "ok-keys", 1000, "descriptor values cycled through in the ok variant")
+	flag.IntVar(&o.deniedKeys, "denied-keys", 100, "descriptor values cycled through in the denied variant")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Second, "per-call deadline")
+	flag.BoolVar(&o.peerOnly, "peer-only", false, "run envoyproxy/ratelimit alone (no sluice serve)")
+	flag.StringVar(&o.peerBin, "peer-bin", "", "a prebuilt envoyproxy/ratelimit (default: build it)")
+	flag.StringVar(&o.sluiceBin, "sluice-bin", "", "a prebuilt sluice (default: build it from ../..)")
+	flag.StringVar(&algs, "algorithms", strings.Join(algorithmNames, ","), "sluice algorithms to measure (fixed_window is always measured)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, configurations)")
+	flag.Parse()
+	var err error
+	if o.algorithms, err = parseAlgorithms(algs); err == nil {
+		err = checkOptions(o)
+	}
+	if err == nil {
+		err = run(o)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rlsbench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseAlgorithms(s string) ([]string, error) {
+	out := []string{algorithmNames[0]}
+	for _, a := range strings.Split(s, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" || a == algorithmNames[0] {
+			continue
+		}
+		known := false
+		for _, k := range algorithmNames {
+			known = known || a == k
+		}
+		if !known {
+			return nil, fmt.Errorf("-algorithms: unknown %q (one of %s)", a, strings.Join(algorithmNames, ", "))
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func checkOptions(o options) error {
+	switch {
+	case o.rounds < 1 || o.rounds > 20:
+		return fmt.Errorf("-rounds %d: 1..20", o.rounds)
+	case o.duration <= 0 || o.duration > 2*time.Minute:
+		return fmt.Errorf("-duration %v: up to 2m", o.duration)
+	case o.warmup < 0 || o.warmup > time.Minute:
+		return fmt.Errorf("-warmup %v: up to 1m", o.warmup)
+	case o.concurrency < 1 || o.concurrency > 1024:
+		return fmt.Errorf("-concurrency %d: 1..1024", o.concurrency)
+	case o.conns < 1 || o.conns > o.concurrency:
+		return fmt.Errorf("-conns %d: 1..concurrency", o.conns)
+	case o.okKeys < 1 || o.deniedKeys < 1:
+		return fmt.Errorf("-ok-keys and -denied-keys must be positive")
+	}
+	return nil
+}
+
+const domain = "bench"
+
+// service is one running rate-limit service and its client.
+type service struct {
+	name string // "peer" or "sluice"
+	p    *proc
+	c    *client
+}
+
+// measurement is one run of one service on one variant.
+type measurement struct {
+	service, algorithm, variant string
+	round                       int
+	res                         *result
+	redisCPU, serviceCPU        float64 // seconds over the measured span
+}
+
+func (m measurement) label() string {
+	if m.service == "peer" {
+		return "envoyproxy/ratelimit"
+	}
+	return "sluice " + m.algorithm
+}
+
+func (m measurement) redisPerDecision() float64 {
+	return m.redisCPU / float64(m.res.decisions()) * 1e6
+}
+
+func (m measurement) servicePerDecision() float64 {
+	return m.serviceCPU / float64(m.res.decisions()) * 1e6
+}
+
+func run(o options) error {
+	dir, err := os.MkdirTemp("", "rlsbench-")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Println("work directory:", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	if o.peerBin == "" || (o.sluiceBin == "" && !o.peerOnly) {
+		benchDir, err := benchModuleDir()
+		if err != nil {
+			return err
+		}
+		fmt.Println("building envoyproxy/ratelimit and sluice…")
+		peerBin, sluiceBin, err := build(benchDir, dir)
+		if err != nil {
+			return err
+		}
+		if o.peerBin == "" {
+			o.peerBin = peerBin
+		}
+		if o.sluiceBin == "" {
+			o.sluiceBin = sluiceBin
+		}
+	}
+	cluster, err := rediscluster.Start(filepath.Join(dir, "redis"), 3)
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	fmt.Println("redis cluster:", strings.Join(cluster.Addrs, " "))
+
+	peerCfg, sluiceCfg := configs(domain)
+	var services []*service
+	defer func() {
+		for _, s := range services {
+			if s.c != nil {
+				s.c.close()
+			}
+			s.p.stop()
+		}
+	}()
+	starters := []struct {
+		name string
+		f    func() (*proc, string, error)
+	}{{"peer", func() (*proc, string, error) { return startPeer(o.peerBin, dir, cluster.Addrs, peerCfg) }}}
+	if !o.peerOnly {
+		starters = append(starters, struct {
+			name string
+			f    func() (*proc, string, error)
+		}{"sluice", func() (*proc, string, error) { return startSluice(o.sluiceBin, dir, cluster.Addrs, sluiceCfg) }})
+	}
+	for _, st := range starters {
+		p, addr, err := st.f()
+		if err != nil {
+			return err
+		}
+		s := &service{name: st.name, p: p}
+		services = append(services, s)
+		if s.c, err = dial(addr, o.conns); err != nil {
+			return err
+		}
+		if err := ready(s.c, domain, "ok", time.Now().Add(30*time.Second)); err != nil {
+			return fmt.Errorf("%s: %w\n%s", p.name, err, p.tail())
+		}
+		fmt.Printf("%s ready on %s (pid %d)\n", p.name, addr, p.cmd.Process.Pid)
+	}
+
+	// Exactness first: a benchmark of a limiter that over-admits means nothing.
+	fmt.Println("\nexactness: 300 concurrent calls on a fresh value, limit 100 per day")
+	for _, s := range services {
+		algs := []string{algorithmNames[0]}
+		if s.name == "sluice" {
+			algs = o.algorithms
+		}
+		for _, a := range algs {
+			value := "probe-" + s.name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			n, err := exact(s.c, domain, descriptorKey("exact", a), value, 3*exactLimit, o.timeout)
+			if err != nil {
+				return fmt.Errorf("%s %s exactness: %w", s.name, a, err)
+			}
+			verdict := "exact"
+			if n != exactLimit {
+				verdict = "NOT EXACT"
+			}
+			fmt.Printf("  %-28s %d admitted of %d: %s\n", measurement{service: s.name, algorithm: a}.label(), n, 3*exactLimit, verdict)
+		}
+	}
+
+	fmt.Printf("\n%d rounds × (peer, sluice × %d algorithms) × 2 variants; %v warm-up + %v measured each; concurrency %d on %d connections\n",
+		o.rounds, len(o.algorithms), o.warmup, o.duration, o.concurrency, o.conns)
+	var ms []measurement
+	for round := 1; round <= o.rounds; round++ {
+		for _, v := range []struct {
+			name string
+			keys int
+		}{{"ok", o.okKeys}, {"denied", o.deniedKeys}} {
+			for _, s := range services {
+				algs := []string{algorithmNames[0]}
+				if s.name == "sluice" {
+					algs = o.algorithms
+				}
+				for _, a := range algs {
+					if err := flush(cluster); err != nil {
+						return err
+					}
+					m, err := measure(cluster, s, load{
+						domain: domain, key: descriptorKey(v.name, a), prefix: "u",
+						keys: v.keys, concurrency: o.concurrency,
+						warmup: o.warmup, duration: o.duration, timeout: o.timeout,
+					})
+					if err != nil {
+						return err
+					}
+					m.algorithm, m.variant, m.round = a, v.name, round
+					ms = append(ms, m)
+					fmt.Printf("  round %d %-7s %-28s %8.0f decisions/s  p50 %7v  p99 %7v  redis %6.1f µs/decision  service %6.1f µs/decision  ok %5.1f%%  errors %d\n",
+						round, v.name, m.label(), m.res.perSecond(), percentile(m.res.lat, 50).Round(time.Microsecond),
+						percentile(m.res.lat, 99).Round(time.Microsecond), m.redisPerDecision(), m.servicePerDecision(),
+						100*float64(m.res.ok)/float64(max(1, m.res.decisions())), m.res.errs)
+					if m.res.errs > 0 {
+						fmt.Printf("    first error: %v\n", m.res.firstErr)
+					}
+					if !s.p.running() {
+						return fmt.Errorf("%s exited:\n%s", s.p.name, s.p.tail())
+					}
+				}
+			}
+		}
+	}
+	fmt.Println()
+	fmt.Print(summary(ms, o))
+	return nil
+}
+
+// flush empties every master, so each run starts from the same state.
+func flush(c *rediscluster.Cluster) error {
+	for i := range c.Addrs {
+		cl := c.Client(i)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := cl.FlushAll(ctx).Err()
+		cancel()
+		cl.Close()
+		if err != nil {
+			return fmt.Errorf("FLUSHALL %s: %w", c.Addrs[i], err)
+		}
+	}
+	return nil
+}
+
+// clusterCPU sums used_cpu_sys + used_cpu_user over the masters.
+func clusterCPU(c *rediscluster.Cluster) (float64, error) {
+	var sum float64
+	for i := range c.Addrs {
+		cl := c.Client(i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := cl.Info(ctx, "cpu").Result()
+		cancel()
+		cl.Close()
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu %s: %w", c.Addrs[i], err)
+		}
+		v, err := redisCPU(info)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+func measure(c *rediscluster.Cluster, s *service, l load) (measurement, error) {
+	var r0, r1 float64
+	var s0, s1 int64
+	var errs []error
+	res := l.run(s.c, func(begin bool) {
+		r, err := clusterCPU(c)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		t, err := s.p.cpuTicks()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if begin {
+			r0, s0 = r, t
+		} else {
+			r1, s1 = r, t
+		}
+	})
+	if len(errs) > 0 {
+		return measurement{}, errs[0]
+	}
+	if res.decisions() == 0 {
+		return measurement{}, fmt.Errorf("%s: no decision in %v (first error: %v)\n%s", s.p.name, l.duration, res.firstErr, s.p.tail())
+	}
+	return measurement{service: s.name, res: res, redisCPU: r1 - r0, serviceCPU: float64(s1-s0) / clockTicks}, nil
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
+// sorted, or 0 for no samples.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(p/100*float64(len(sorted)) + 0.999999999)
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+// spread is the median and range of one figure over the rounds.
+type spread struct{ med, lo, hi float64 }
+
+func spreadOf(xs []float64) spread {
+	if len(xs) == 0 {
+		return spread{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return spread{med, s[0], s[len(s)-1]}
+}
+
+// format prints the median and the range with the given verb: "1.23 (1.10–1.31)".
+func (s spread) format(verb string) string {
+	return fmt.Sprintf(verb+" ("+verb+"–"+verb+")", s.med, s.lo, s.hi)
+}
+
+// redisCPU parses the used_cpu_sys and used_cpu_user lines of INFO cpu and
+// returns their sum in seconds.
+func redisCPU(info string) (float64, error) {
+	var sum float64
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+		}
+		sum += f
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("INFO cpu: used_cpu_sys and used_cpu_user not found in %q", info)
+	}
+	return sum, nil
+}
+
+// procCPU parses /proc/PID/stat and returns utime+stime in clock ticks. The
+// command name (field 2) is in parentheses and may hold spaces, so fields
+// are counted after the last ')'.
+func procCPU(stat string) (int64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("proc stat: no ')' in %q", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	// After the name: state is field 3, utime field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("proc stat: %d fields after the name", len(f))
+	}
+	u, err := strconv.ParseInt(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("proc stat utime: %w", err)
+	}
+	s, err := strconv.ParseInt(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("proc stat stime: %w", err)
+	}
+	return u + s, nil
+}
