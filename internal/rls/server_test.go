@@ -190,7 +190,9 @@ func TestDeniedCallChargesNoDescriptor(t *testing.T) {
 
 func TestInlineErrors(t *testing.T) {
 	_, c := serve(t, Options{InlineDomains: []string{"mesh"}})
-	good := func() *ratelimitv3.RateLimitDescriptor { return inlineDesc("r", "token_bucket", 10, time.Second, 0, "k") }
+	good := func() *ratelimitv3.RateLimitDescriptor {
+		return inlineDesc("r", "token_bucket", 10, time.Second, 0, "k")
+	}
 	cases := []struct {
 		name   string
 		domain string
