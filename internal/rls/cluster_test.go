@@ -1,0 +1,179 @@
+package rls
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/internal/redisrl"
+)
+
+var allAlgorithms = []string{"token_bucket", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window"}
+
+const exactConfig = `
+domain: exact
+descriptors:
+  - key: alg
+    value: token_bucket
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket}}]
+  - key: alg
+    value: leaky_bucket
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: leaky_bucket}}]
+  - key: alg
+    value: fixed_window
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100}}]
+  - key: alg
+    value: sliding_log
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log}}]
+  - key: alg
+    value: sliding_window
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_window}}]
+`
+
+// Two replicas (each its own server and cluster client) share one key:
+// 3,000 concurrent calls with a limit of 100 admit exactly 100, for every
+// algorithm, inline and configured. The time is pinned, so no algorithm
+// refills during the burst.
+func TestReplicasExactUnderConcurrency(t *testing.T) {
+	cfg := parse(t, exactConfig)
+	_, r1 := serve(t, Options{InlineDomains: []string{"exact"}, Config: cfg})
+	_, r2 := serve(t, Options{InlineDomains: []string{"exact"}, Config: cfg})
+	replicas := []pb.RateLimitServiceClient{r1, r2}
+	const calls, limit = 3000, 100
+	for _, alg := range allAlgorithms {
+		for _, kind := range []string{"inline", "config"} {
+			t.Run(alg+"/"+kind, func(t *testing.T) {
+				var d *ratelimitv3.RateLimitDescriptor
+				if kind == "inline" {
+					d = inlineDesc("exact", alg, limit, time.Hour, 0, uniq("k"))
+				} else {
+					d = desc("alg", alg, "client", uniq("k"))
+				}
+				var ok, over, failed atomic.Int64
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for i := 0; i < calls; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						r, err := replicas[i%2].ShouldRateLimit(context.Background(),
+							&pb.RateLimitRequest{Domain: "exact", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+						switch {
+						case err != nil:
+							failed.Add(1)
+						case r.OverallCode == pb.RateLimitResponse_OK:
+							ok.Add(1)
+						default:
+							over.Add(1)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				if ok.Load() != limit || over.Load() != calls-limit || failed.Load() != 0 {
+					t.Fatalf("%d OK, %d OVER_LIMIT, %d errors; want exactly %d OK of %d", ok.Load(), over.Load(), failed.Load(), limit, calls)
+				}
+			})
+		}
+	}
+}
+
+// A master that dies makes its keys' calls UNAVAILABLE (the caller's
+// failure mode decides); when it is back the service decides again,
+// without a restart.
+func TestMasterKilledUnavailableThenRecovers(t *testing.T) {
+	s, c := serve(t, Options{InlineDomains: []string{"ha"}})
+	key := uniq("k")
+	d := inlineDesc("r", "fixed_window", 1000, time.Hour, 0, key)
+	if r := call(t, c, "ha", d); r.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatal(r)
+	}
+	node, err := cluster.NodeOf(string(redisrl.AppendKey(nil, algorithms.FixedWindow, "ha/r", key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Kill(node); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	defer func() {
+		if !restarted {
+			cluster.Restart(node)
+		}
+	}()
+	_, err = c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "ha", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("with the key's master dead: %v, want UNAVAILABLE", err)
+	}
+	if s.Metrics.RedisErrors() == 0 || s.Metrics.Calls("ha", "Unavailable") != 1 {
+		t.Fatalf("metrics: %d redis errors, %d UNAVAILABLE calls", s.Metrics.RedisErrors(), s.Metrics.Calls("ha", "Unavailable"))
+	}
+	if err := cluster.Restart(node); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "ha", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err == nil {
+			// The restarted master is empty: the count starts again.
+			if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 999 {
+				t.Fatalf("after recovery: %v", r)
+			}
+			break
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("after the restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Under concurrency across replicas, a call denied by one descriptor ends up
+// charged to none. A (100) and B (50) are in every call. A charge that is
+// about to be refunded is visible to the calls running meanwhile, so fewer
+// than 50 may be admitted (redisrl's package doc), never more; once the
+// calls are answered, each descriptor holds exactly the admitted calls.
+func TestReplicasDeniedCallsChargeNothing(t *testing.T) {
+	_, r1 := serve(t, Options{InlineDomains: []string{"exact"}})
+	_, r2 := serve(t, Options{InlineDomains: []string{"exact"}})
+	replicas := []pb.RateLimitServiceClient{r1, r2}
+	a := inlineDesc("a", "sliding_window", 100, time.Hour, 0, uniq("k"))
+	b := inlineDesc("b", "token_bucket", 50, time.Hour, 0, uniq("k"))
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 1000; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := replicas[i%2].ShouldRateLimit(context.Background(),
+				&pb.RateLimitRequest{Domain: "exact", Descriptors: []*ratelimitv3.RateLimitDescriptor{a, b}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.OverallCode == pb.RateLimitResponse_OK {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	n := ok.Load()
+	if n > 50 {
+		t.Fatalf("%d admitted, limit 50", n)
+	}
+	ra, rb := call(t, r1, "exact", a).Statuses[0], call(t, r2, "exact", b).Statuses[0]
+	if ra.LimitRemaining != uint32(100-n-1) || rb.LimitRemaining != uint32(50-n-1) {
+		t.Fatalf("%d admitted; then A has %d left (want %d), B %d (want %d)", n, ra.LimitRemaining, 100-n-1, rb.LimitRemaining, 50-n-1)
+	}
+	t.Logf("%d of 1000 admitted", n)
+}
