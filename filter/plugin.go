@@ -85,15 +85,18 @@ type rule struct {
 }
 
 type ruleMetrics struct {
-	allowed, denied, shadowDenied, storeErrors, slotShared uint32
+	allowed, denied, shadowDenied, storeErrors, evicted, evictedUsed uint32
 }
 
 // MetricNames returns the counter names defined for a rule, in the order
-// allowed, denied, shadow_denied, store_errors, slot_shared. Proxy-Wasm
-// metrics have no labels, so the rule name is part of the metric name.
-func MetricNames(rule string) [5]string {
+// allowed, denied, shadow_denied, store_errors, evicted, evicted_used:
+// evicted counts live keys pushed out of the rule's full slot table,
+// evicted_used the quota they had used (what they may regain; see
+// store.go). Proxy-Wasm metrics have no labels, so the rule name is part of
+// the metric name.
+func MetricNames(rule string) [6]string {
 	p := "sluice." + rule + "."
-	return [5]string{p + "allowed", p + "denied", p + "shadow_denied", p + "store_errors", p + "slot_shared"}
+	return [6]string{p + "allowed", p + "denied", p + "shadow_denied", p + "store_errors", p + "evicted", p + "evicted_used"}
 }
 
 // ErrorsMetric counts recovered panics and other internal errors.
@@ -159,7 +162,7 @@ func (p *Plugin) setup(cfg *config.Config) error {
 		r.state = make([]byte, 0, rc.Limiter.MaxStateSize())
 		r.key = make([]byte, 0, 64)
 		names := MetricNames(r.id)
-		ids := [5]*uint32{&r.metrics.allowed, &r.metrics.denied, &r.metrics.shadowDenied, &r.metrics.storeErrors, &r.metrics.slotShared}
+		ids := [6]*uint32{&r.metrics.allowed, &r.metrics.denied, &r.metrics.shadowDenied, &r.metrics.storeErrors, &r.metrics.evicted, &r.metrics.evictedUsed}
 		for i, n := range names {
 			id, st := p.host.DefineMetric(abi.MetricCounter, n)
 			if st != abi.StatusOK {
@@ -335,8 +338,9 @@ func (p *Plugin) charge(s *stream, w *redisWait, now int64) abi.Action {
 		if err := p.commit(r, now); err != nil {
 			p.storeFailed(r, err)
 		}
-		if r.e.shared && !r.failed {
-			p.host.IncrementMetric(r.metrics.slotShared, 1)
+		if r.e.evicted && !r.failed && r.d.Allowed {
+			p.host.IncrementMetric(r.metrics.evicted, 1)
+			p.host.IncrementMetric(r.metrics.evictedUsed, r.e.evictedUsed)
 		}
 	}
 	if act, done := p.verdict(s); done {

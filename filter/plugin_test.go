@@ -99,7 +99,7 @@ func TestLimitPerRemoteIP(t *testing.T) {
 
 func TestMetricNames(t *testing.T) {
 	got := filter.MetricNames("api")
-	want := [5]string{"sluice.api.allowed", "sluice.api.denied", "sluice.api.shadow_denied", "sluice.api.store_errors", "sluice.api.slot_shared"}
+	want := [6]string{"sluice.api.allowed", "sluice.api.denied", "sluice.api.shadow_denied", "sluice.api.store_errors", "sluice.api.evicted", "sluice.api.evicted_used"}
 	if got != want {
 		t.Errorf("MetricNames = %v", got)
 	}

@@ -13,24 +13,27 @@ import (
 // Proxy-Wasm shared data has no delete, no TTL and no listing, so a key per
 // client would grow without bound. Instead every rule owns exactly MaxKeys
 // shared-data entries ("slots"), created on first use and reused forever.
-// A client key is hashed (seeded 64-bit hash of the key bytes) to two
-// candidate slots; a slot's value is
+// A client key is hashed (seeded 64-bit hash of the key bytes) to
+// slotCandidates candidate slots; a slot's value is
 //
 //	[0]     format version (slotVersion)
 //	[1:9]   identity: the 64-bit hash of the key that owns the slot
 //	[9:]    the algorithm's state
 //
 // A request uses, in order: a candidate slot its identity already owns;
-// else a candidate slot that is missing, unreadable or whose occupant is
-// idle (Limiter.Idle: equivalent to a fresh key), which it claims; else —
-// both candidates held by live keys, i.e. the table is at capacity — it
-// shares the first candidate with its occupant: it is decided against, and
-// charged to, the occupant's state. Sharing errs towards limiting: no key is
-// ever admitted more than its own limit, a key flooding the table with fresh
-// identities is still limited (at most MaxKeys × limit in total), and a
-// client that shares a slot may see its quota consumed by its neighbour.
-// Two distinct keys with the same 64-bit identity are treated as one key
-// (probability ~2⁻⁶⁴ per pair).
+// else the first candidate slot that is missing, unreadable or whose
+// occupant is idle (Limiter.Idle: equivalent to a fresh key), which it
+// claims; else — every candidate held by a live key, i.e. the table is at
+// capacity — it evicts the candidate whose occupant is closest to fresh
+// (the least Limiter.Used; the first such on a tie) and starts fresh in its
+// place. A key is therefore only ever decided against its own state: no
+// client is denied because of another key. The price is the evicted key's
+// Used, which it regains if it comes back (it starts fresh); that bound and
+// why it holds is in RATIONALE.md ("Why evict the least-used key?").
+// Reading stops at a missing candidate: a key claims the first claimable
+// candidate, and a slot never disappears, so a key cannot own a slot after
+// one that is still missing. Two distinct keys with the same 64-bit
+// identity are treated as one key (probability ~2⁻⁶⁴ per pair).
 //
 // Updates are get + compare-and-swap. Envoy ignores the CAS of a set on a
 // key that does not exist (and treats cas 0 as unconditional), so a slot is
@@ -38,13 +41,22 @@ import (
 // set creates it, and if another worker created it in the meantime the set
 // fails with CAS_MISMATCH (unless its token happens to equal createCAS,
 // probability ~2⁻³²) and the request retries against the new value. Updates
-// of an existing slot always carry the token returned by the get.
+// of an existing slot — a claim and an eviction too — always carry the
+// token returned by the get, so of two keys racing for one slot exactly one
+// wins and the other decides again on what it then reads.
 const (
 	slotVersion  = 1
 	slotHeader   = 9
 	createCAS    = 0x9E3779B9
 	defaultSeed  = 0x736c75696365 // "sluice"
 	slotKeyExtra = 16             // hex digits of a slot number
+
+	// slotCandidates is how many slots a key may occupy (fewer when the
+	// table is smaller). More candidates make a key at its limit harder to
+	// evict (each of the others must be at least as used) at the cost of
+	// one shared-data read per candidate for a key's first request once
+	// the table is full.
+	slotCandidates = 4
 )
 
 // errStore is wrapped by every store failure (a host call failing, CAS
@@ -61,6 +73,7 @@ type slotStore struct {
 	keyed  bool
 	vbuf   []byte // encoded value to write
 	slots  uint64
+	ncand  int // candidates per key: min(slotCandidates, slots)
 }
 
 func newSlotStore(h abi.Host, lim algorithms.Limiter, prefix string, maxKeys int) *slotStore {
@@ -74,6 +87,7 @@ func newSlotStore(h abi.Host, lim algorithms.Limiter, prefix string, maxKeys int
 		kbuf:   make([]byte, 0, len(prefix)+slotKeyExtra),
 		vbuf:   make([]byte, 0, slotHeader+lim.MaxStateSize()),
 		slots:  uint64(maxKeys),
+		ncand:  min(slotCandidates, maxKeys),
 	}
 	s.kbuf = append(s.kbuf, prefix...)
 	return s
@@ -85,16 +99,23 @@ type entry struct {
 	slot   uint64
 	cas    uint32
 	exists bool
-	ident  uint64 // identity written back (the occupant's when shared)
+	ident  uint64 // identity written back
 	state  []byte // nil = a fresh key; aliases a host buffer
-	shared bool   // the slot belongs to another live key (capacity)
+	// evicted is set when writing e pushes out a live key, whose Used (the
+	// quota it may regain) is evictedUsed.
+	evicted     bool
+	evictedUsed int64
 }
 
-// candidates returns the two slots of identity h (equal when slots == 1).
-func (s *slotStore) candidates(h uint64) (uint64, uint64) {
-	a := h % s.slots
-	b := mix64(h^0x9E3779B97F4A7C15) % s.slots
-	return a, b
+// candidate returns the i-th candidate slot of identity h: the first is h
+// modulo the table, the others come from remixing h. Two candidates may
+// coincide (the table is small, or by chance); reading one twice is
+// harmless.
+func (s *slotStore) candidate(h uint64, i int) uint64 {
+	if i == 0 {
+		return h % s.slots
+	}
+	return mix64(h^(uint64(i)*0x9E3779B97F4A7C15)) % s.slots
 }
 
 // key returns the shared-data key of slot. A request reads and then writes
@@ -134,41 +155,61 @@ func (s *slotStore) read(slot uint64) (slotInfo, error) {
 	return si, nil
 }
 
-// claimable reports whether a slot can be taken over by a new key.
+// claimable reports whether a slot can be taken over by a new key without
+// evicting anyone.
 func (s *slotStore) claimable(si *slotInfo, now int64) bool {
 	return !si.exists || !si.valid || s.lim.Idle(si.state, now)
 }
 
-// load finds the slot for identity h at now.
+// load finds the slot for identity h at now: its own, else a free one,
+// else the least-used candidate, evicted (see the top of this file).
 func (s *slotStore) load(h uint64, now int64, e *entry) error {
-	a, b := s.candidates(h)
-	sa, err := s.read(a)
-	if err != nil {
-		return err
-	}
-	if sa.valid && sa.ident == h {
-		*e = entry{slot: a, cas: sa.cas, exists: true, ident: h, state: sa.state}
-		return nil
-	}
-	if b != a {
-		sb, err := s.read(b)
+	var (
+		free      = -1 // the first claimable candidate
+		victim    = -1 // the least-used live candidate
+		freeSlot  uint64
+		freeInfo  slotInfo
+		vSlot     uint64
+		vInfo     slotInfo
+		vUsed     int64
+		prevSlots [slotCandidates]uint64
+	)
+	for i := 0; i < s.ncand; i++ {
+		slot := s.candidate(h, i)
+		dup := false
+		for _, p := range prevSlots[:i] {
+			dup = dup || p == slot
+		}
+		prevSlots[i] = slot
+		if dup {
+			continue
+		}
+		si, err := s.read(slot)
 		if err != nil {
 			return err
 		}
-		if sb.valid && sb.ident == h {
-			*e = entry{slot: b, cas: sb.cas, exists: true, ident: h, state: sb.state}
+		if si.valid && si.ident == h {
+			*e = entry{slot: slot, cas: si.cas, exists: true, ident: h, state: si.state}
 			return nil
 		}
-		if !s.claimable(&sa, now) && s.claimable(&sb, now) {
-			*e = entry{slot: b, cas: sb.cas, exists: sb.exists, ident: h}
-			return nil
+		if free < 0 && s.claimable(&si, now) {
+			free, freeSlot, freeInfo = i, slot, si
+			if !si.exists {
+				break // no later candidate can be h's (see the top of this file)
+			}
+			continue
+		}
+		if free < 0 {
+			if u := s.lim.Used(si.state, now); victim < 0 || u < vUsed {
+				victim, vSlot, vInfo, vUsed = i, slot, si, u
+			}
 		}
 	}
-	if s.claimable(&sa, now) {
-		*e = entry{slot: a, cas: sa.cas, exists: sa.exists, ident: h}
+	if free >= 0 {
+		*e = entry{slot: freeSlot, cas: freeInfo.cas, exists: freeInfo.exists, ident: h}
 		return nil
 	}
-	*e = entry{slot: a, cas: sa.cas, exists: true, ident: sa.ident, state: sa.state, shared: true}
+	*e = entry{slot: vSlot, cas: vInfo.cas, exists: true, ident: h, evicted: true, evictedUsed: vUsed}
 	return nil
 }
 

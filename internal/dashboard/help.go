@@ -8,7 +8,8 @@ var ruleMetricHelp = map[string]string{
 	"denied":        "requests denied",
 	"shadow_denied": "requests the rule, in shadow mode, would have denied (let through)",
 	"store_errors":  "requests whose counter store (shared data or Redis) failed",
-	"slot_shared":   "requests charged to a slot shared with another key (raise max_keys if it grows)",
+	"evicted":       "live keys pushed out of the rule's full key table (raise max_keys if it grows)",
+	"evicted_used":  "quota the evicted keys had used, which they may regain (see Bounded memory)",
 }
 
 // filterMetricHelp describes the filter's other metrics.
