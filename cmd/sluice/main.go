@@ -2,6 +2,7 @@
 //
 //	sluice check FILE          validate a plugin configuration
 //	sluice run [flags]         serve HTTP through the filter on an embedded Proxy-Wasm host
+//	sluice serve [flags]       a rate-limit service (Envoy RLS v3) on a Redis Cluster
 //	sluice simulate [flags]    replay traffic through the algorithms, write an HTML report
 //	sluice version             the version, commit and Go version this binary was built from
 //

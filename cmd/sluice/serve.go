@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/rls"
+)
+
+func init() {
+	commands["serve"] = command{summary: "a rate-limit service (Envoy RLS v3) on a Redis Cluster", run: runServe}
+}
+
+const serveUsage = `usage: sluice serve --redis-cluster HOST:PORT[,HOST:PORT...] [flags]
+
+Serves envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (gRPC, cleartext
+HTTP/2) and decides on the Redis Cluster with sluice's Redis scripts. Stateless: run any
+number of replicas on one cluster. Two kinds of descriptors:
+
+  inline       sent by sluice.wasm (backend "rls"), accepted for --inline-domains only
+  configured   matched against --config, envoyproxy/ratelimit's YAML format (a file or a
+               directory of *.yaml / *.yml files, one domain each); SIGHUP reloads it
+
+A Redis failure answers UNAVAILABLE (Envoy's failure_mode_deny decides). The admin
+address serves /metrics (Prometheus) and /healthz; the gRPC port also serves grpc.health.v1.
+SIGTERM or SIGINT stops gracefully (calls in flight finish, up to --shutdown-timeout).
+The Redis password, if any, is read from the environment variable SLUICE_REDIS_PASSWORD.
+
+Flags:
+`
+
+// serveConfig is the parsed command line of `sluice serve`.
+type serveConfig struct {
+	listen, admin, configPath string
+	redisAddrs                []string
+	redisUser                 string
+	inlineDomains             []string
+	redisTimeout              time.Duration
+	shutdownTimeout           time.Duration
+	headers                   *rls.HeaderNames
+	poolSize                  int
+}
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	cfg, code := parseServeFlags(args, stdout, stderr)
+	if cfg == nil {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if err := serve(ctx, *cfg, hup, stderr, nil); err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int) {
+	cfg := &serveConfig{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var cluster, inline string
+	var headers bool
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8081", "address to serve gRPC on")
+	fs.StringVar(&cluster, "redis-cluster", "", "HOST:PORT[,HOST:PORT...]: seed nodes of the Redis Cluster (required)")
+	fs.StringVar(&cfg.redisUser, "redis-username", "", "Redis ACL user (the password comes from $SLUICE_REDIS_PASSWORD)")
+	fs.StringVar(&cfg.configPath, "config", "", "envoyproxy/ratelimit configuration: a YAML file or a directory of them; empty: none")
+	fs.StringVar(&cfg.admin, "admin", "", "address for /metrics and /healthz; empty: none")
+	fs.StringVar(&inline, "inline-domains", "", "D[,D...]: domains whose inline (sluice.wasm) descriptors are accepted; \"*\": any; empty: none")
+	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", time.Second, "bound on each Redis call (dial, send, reply)")
+	fs.IntVar(&cfg.poolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis's default, 10 per CPU)")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop waits for calls in flight")
+	fs.BoolVar(&headers, "response-headers", os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true",
+		"add RateLimit-Limit, -Remaining and -Reset to responses as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED (names from LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, serveUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, 0
+		}
+		return nil, usageError(stderr, "serve", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError(stderr, "serve", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if cluster == "" {
+		return nil, usageError(stderr, "serve", errors.New("--redis-cluster is required"))
+	}
+	for _, a := range strings.Split(cluster, ",") {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, usageError(stderr, "serve", fmt.Errorf("--redis-cluster: bad address %q", a))
+		}
+		cfg.redisAddrs = append(cfg.redisAddrs, a)
+	}
+	if inline != "" {
+		for _, d := range strings.Split(inline, ",") {
+			if d == "" {
+				return nil, usageError(stderr, "serve", errors.New("--inline-domains: empty domain"))
+			}
+			cfg.inlineDomains = append(cfg.inlineDomains, d)
+		}
+	}
+	if cfg.redisTimeout <= 0 || cfg.shutdownTimeout < 0 {
+		return nil, usageError(stderr, "serve", errors.New("--redis-timeout must be positive and --shutdown-timeout not negative"))
+	}
+	if headers {
+		h := rls.DefaultHeaderNames
+		for _, e := range []struct {
+			env string
+			dst *string
+		}{{"LIMIT_LIMIT_HEADER", &h.Limit}, {"LIMIT_REMAINING_HEADER", &h.Remaining}, {"LIMIT_RESET_HEADER", &h.Reset}} {
+			if v := os.Getenv(e.env); v != "" {
+				*e.dst = v
+			}
+		}
+		cfg.headers = &h
+	}
+	return cfg, 0
+}
+
+// serveAddrs are the addresses a started `sluice serve` bound.
+type serveAddrs struct{ grpc, admin string }
+
+// serve runs the service until ctx ends, then stops gracefully. A value on
+// hup reloads --config (a bad file keeps the previous configuration).
+// ready, if set, receives the bound addresses once both listeners accept.
+func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io.Writer, ready func(serveAddrs)) error {
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	var conf *rls.Config
+	if cfg.configPath != "" {
+		c, err := rls.LoadConfig(cfg.configPath)
+		if err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+		conf = c
+	}
+	backend, err := rls.NewClusterBackend(cfg.redisAddrs, cfg.redisUser, os.Getenv("SLUICE_REDIS_PASSWORD"),
+		redis.Options{PoolSize: cfg.poolSize}, cfg.redisTimeout)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	goredis.SetLogger(redisLogger{logger})
+	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
+		Headers: cfg.headers, RefundTimeout: cfg.redisTimeout, Logger: logger})
+
+	lis, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(g, srv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+	errc := make(chan error, 2)
+	go func() { errc <- g.Serve(lis) }()
+
+	addrs := serveAddrs{grpc: lis.Addr().String()}
+	var admin *http.Server
+	stopping := make(chan struct{})
+	if cfg.admin != "" {
+		al, err := net.Listen("tcp", cfg.admin)
+		if err != nil {
+			g.Stop()
+			return err
+		}
+		addrs.admin = al.Addr().String()
+		admin = &http.Server{Handler: srv.Metrics.Handler(func() error {
+			select {
+			case <-stopping:
+				return errors.New("shutting down")
+			default:
+				return nil
+			}
+		}), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := admin.Serve(al); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	domains := "none"
+	if conf != nil {
+		domains = strings.Join(conf.Domains(), ",")
+	}
+	logger.Info("sluice serve: serving envoy.service.ratelimit.v3.RateLimitService", "grpc", addrs.grpc, "admin", addrs.admin,
+		"redis_cluster", strings.Join(cfg.redisAddrs, ","), "inline_domains", strings.Join(cfg.inlineDomains, ","), "config_domains", domains)
+	if ready != nil {
+		ready(addrs)
+	}
+
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			runErr = err
+			break loop
+		case <-hup:
+			if cfg.configPath == "" {
+				logger.Warn("SIGHUP: no --config to reload")
+				continue
+			}
+			c, err := rls.LoadConfig(cfg.configPath)
+			if err != nil {
+				logger.Error("SIGHUP: configuration not reloaded, the previous one stays", "err", err)
+				continue
+			}
+			srv.SetConfig(c)
+			logger.Info("SIGHUP: configuration reloaded", "domains", strings.Join(c.Domains(), ","))
+		}
+	}
+	// Graceful stop: health answers NOT_SERVING, new calls are refused, calls
+	// in flight finish (with their refunds) until the deadline.
+	close(stopping)
+	hs.Shutdown()
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cfg.shutdownTimeout):
+		logger.Warn("sluice serve: shutdown deadline passed; closing the calls still in flight")
+		g.Stop()
+		<-done
+	}
+	if admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		admin.Shutdown(sctx)
+		cancel()
+	}
+	logger.Info("sluice serve: stopped")
+	return runErr
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-proxy/sluice/internal/rls"
+)
+
+func TestServeFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{nil, 2, "--redis-cluster is required"},
+		{[]string{"--redis-cluster", "nohost"}, 2, `bad address "nohost"`},
+		{[]string{"--redis-cluster", "127.0.0.1:1", "--inline-domains", "a,,b"}, 2, "empty domain"},
+		{[]string{"--redis-cluster", "127.0.0.1:1", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--redis-cluster", "127.0.0.1:1", "--redis-timeout", "0s"}, 2, "--redis-timeout must be positive"},
+		{[]string{"--help"}, 0, "usage: sluice serve --redis-cluster"},
+	}
+	for _, tc := range cases {
+		var stdout, stderr bytes.Buffer
+		code := dispatch(append([]string{"serve"}, tc.args...), &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.out) {
+			t.Errorf("serve %q: exit %d, output %q; want exit %d with %q", tc.args, code, stdout.String()+stderr.String(), tc.code, tc.out)
+		}
+	}
+	var stderr bytes.Buffer
+	if code := dispatch([]string{"serve", "--redis-cluster", "127.0.0.1:1", "--config", filepath.Join(t.TempDir(), "none.yaml")}, io.Discard, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "--config:") {
+		t.Errorf("missing config: exit %d, %q", code, stderr.String())
+	}
+}
+
+// TestServeHelperProcess is `sluice serve` in a child process of
+// TestServeProcess (it does nothing in a normal run).
+func TestServeHelperProcess(t *testing.T) {
+	if os.Getenv("SLUICE_SERVE_HELPER") != "1" {
+		return
+	}
+	os.Exit(runServe(strings.Split(os.Getenv("SLUICE_SERVE_ARGS"), "\n"), os.Stdout, os.Stderr))
+}
+
+// lineLog collects a child's stderr lines and lets a test wait for one.
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+	cond  *sync.Cond
+}
+
+func newLineLog(r io.Reader) *lineLog {
+	l := &lineLog{}
+	l.cond = sync.NewCond(&l.mu)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			l.mu.Lock()
+			l.lines = append(l.lines, sc.Text())
+			l.cond.Broadcast()
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+// wait returns the first line matching re, failing after timeout.
+func (l *lineLog) wait(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	go func() { time.Sleep(timeout); l.cond.Broadcast() }()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		for _, s := range l.lines {
+			if m := re.FindStringSubmatch(s); m != nil {
+				return m
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line matching %s in:\n%s", re, strings.Join(l.lines, "\n"))
+		}
+		l.cond.Wait()
+	}
+}
+
+// The process: a configuration directory (dot files and other extensions
+// skipped), inline and configured descriptors, gRPC health, /healthz and
+// /metrics, SIGHUP reloads (a bad file keeps the previous configuration),
+// SIGTERM stops gracefully with exit status 0.
+func TestServeProcess(t *testing.T) {
+	c := testCluster(t)
+	dir := t.TempDir()
+	write := func(name, data string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := "k" + time.Now().Format("150405.000000")
+	write("a.yaml", "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	write("b.yml", "domain: b\ndescriptors: []\n")
+	write(".hidden.yaml", "not: [valid\n")
+	write("README.txt", "not yaml at all: [\n")
+	args := []string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--redis-cluster", strings.Join(c.Addrs, ","),
+		"--config", dir, "--inline-domains", "mesh"}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelperProcess$")
+	cmd.Env = append(os.Environ(), "SLUICE_SERVE_HELPER=1", "SLUICE_SERVE_ARGS="+strings.Join(args, "\n"))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	log := newLineLog(stderr)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	}()
+	m := log.wait(t, regexp.MustCompile(`grpc=(\S+) admin=(\S+).*config_domains=a,b`), 20*time.Second)
+	grpcAddr, adminAddr := m[1], m[2]
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewRateLimitServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	decide := func(domain string, ds ...*ratelimitv3.RateLimitDescriptor) pb.RateLimitResponse_Code {
+		t.Helper()
+		r, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: domain, Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.OverallCode
+	}
+	entry := func(k, v string) *ratelimitv3.RateLimitDescriptor_Entry {
+		return &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	user := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry("user", key)}}
+	if decide("a", user) != pb.RateLimitResponse_OK || decide("a", user) != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatal("configured limit of 1 per hour not applied")
+	}
+	inline := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
+		entry(rls.EntryRule, "r"), entry(rls.EntryAlgorithm, "token_bucket"), entry(rls.EntryLimit, "1"),
+		entry(rls.EntryWindowUS, "3600000000"), entry(rls.EntryBurst, "0"), entry(rls.EntryKey, key)}}
+	if decide("mesh", inline) != pb.RateLimitResponse_OK || decide("mesh", inline) != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatal("inline limit of 1 per hour not applied")
+	}
+
+	hc := healthpb.NewHealthClient(conn)
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", svc, r, err)
+		}
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + adminAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{
+		`sluice_rls_calls_total{domain="a",code="OK"} 1`, `sluice_rls_calls_total{domain="a",code="OVER_LIMIT"} 1`,
+		`sluice_rls_calls_total{domain="mesh",code="OK"} 1`, `sluice_rls_descriptors_total{domain="mesh",outcome="over_limit"} 1`,
+		"sluice_rls_call_duration_seconds_count 4", "# TYPE sluice_rls_redis_errors_total counter",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+
+	// SIGHUP: a broken file keeps the previous configuration...
+	write("b.yml", "domain: b\ndescriptors: [\n")
+	cmd.Process.Signal(syscall.SIGHUP)
+	log.wait(t, regexp.MustCompile(`configuration not reloaded`), 10*time.Second)
+	if decide("a", user) != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatal("a failed reload dropped the configuration")
+	}
+	// ...a good one replaces it: user now unlimited.
+	write("b.yml", "domain: b\ndescriptors: []\n")
+	write("a.yaml", "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unlimited: true}\n")
+	cmd.Process.Signal(syscall.SIGHUP)
+	log.wait(t, regexp.MustCompile(`configuration reloaded`), 10*time.Second)
+	if decide("a", user) != pb.RateLimitResponse_OK {
+		t.Fatal("the reloaded configuration is not applied")
+	}
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit 15 s after SIGTERM")
+	}
+	log.wait(t, regexp.MustCompile(`sluice serve: stopped`), 5*time.Second)
+}
