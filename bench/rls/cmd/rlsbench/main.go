@@ -21,11 +21,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -125,6 +127,25 @@ type measurement struct {
 	round                       int
 	res                         *result
 	redisCPU, serviceCPU        float64 // seconds over the measured span
+	commands                    map[string]cmdStat
+}
+
+// commandProfile is "name calls/decision×µs/call" per command, most calls first.
+func (m measurement) commandProfile() string {
+	names := make([]string, 0, len(m.commands))
+	for n := range m.commands {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(m.commands[b].calls, m.commands[a].calls) })
+	var parts []string
+	for _, n := range names {
+		st := m.commands[n]
+		if st.calls == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f×%.1fµs", n, float64(st.calls)/float64(m.res.decisions()), float64(st.usec)/float64(st.calls)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (m measurement) label() string {
@@ -264,6 +285,7 @@ func run(o options) error {
 						round, v.name, m.label(), m.res.perSecond(), percentile(m.res.lat, 50).Round(time.Microsecond),
 						percentile(m.res.lat, 99).Round(time.Microsecond), m.redisPerDecision(), m.servicePerDecision(),
 						100*float64(m.res.ok)/float64(max(1, m.res.decisions())), m.res.errs)
+					fmt.Printf("    redis commands per decision × time per call: %s\n", m.commandProfile())
 					if m.res.errs > 0 {
 						fmt.Printf("    first error: %v\n", m.res.firstErr)
 					}
@@ -294,6 +316,45 @@ func flush(c *rediscluster.Cluster) error {
 	return nil
 }
 
+// resetStats zeroes the masters' command statistics (CONFIG RESETSTAT;
+// used_cpu_* are not reset).
+func resetStats(c *rediscluster.Cluster) error {
+	for i := range c.Addrs {
+		cl := c.Client(i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := cl.ConfigResetStat(ctx).Err()
+		cancel()
+		cl.Close()
+		if err != nil {
+			return fmt.Errorf("CONFIG RESETSTAT %s: %w", c.Addrs[i], err)
+		}
+	}
+	return nil
+}
+
+// clusterCommands sums INFO commandstats over the masters, leaving out the
+// harness's own INFO and CONFIG calls.
+func clusterCommands(c *rediscluster.Cluster) (map[string]cmdStat, error) {
+	out := map[string]cmdStat{}
+	for i := range c.Addrs {
+		cl := c.Client(i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := cl.Info(ctx, "commandstats").Result()
+		cancel()
+		cl.Close()
+		if err != nil {
+			return nil, fmt.Errorf("INFO commandstats %s: %w", c.Addrs[i], err)
+		}
+		if err := commandStats(info, out); err != nil {
+			return nil, err
+		}
+	}
+	for _, harness := range []string{"info", "config|resetstat", "flushall", "ping", "hello", "client|setinfo", "cluster|slots", "cluster|nodes", "cluster|info"} {
+		delete(out, harness)
+	}
+	return out, nil
+}
+
 // clusterCPU sums used_cpu_sys + used_cpu_user over the masters.
 func clusterCPU(c *rediscluster.Cluster) (float64, error) {
 	var sum float64
@@ -319,7 +380,18 @@ func measure(c *rediscluster.Cluster, s *service, l load) (measurement, error) {
 	var r0, r1 float64
 	var s0, s1 int64
 	var errs []error
+	var cmds map[string]cmdStat
 	res := l.run(s.c, func(begin bool) {
+		if begin {
+			if err := resetStats(c); err != nil {
+				errs = append(errs, err)
+			}
+		} else {
+			var err error
+			if cmds, err = clusterCommands(c); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		r, err := clusterCPU(c)
 		if err != nil {
 			errs = append(errs, err)
@@ -340,5 +412,5 @@ func measure(c *rediscluster.Cluster, s *service, l load) (measurement, error) {
 	if res.decisions() == 0 {
 		return measurement{}, fmt.Errorf("%s: no decision in %v (first error: %v)\n%s", s.p.name, l.duration, res.firstErr, s.p.tail())
 	}
-	return measurement{service: s.name, res: res, redisCPU: r1 - r0, serviceCPU: float64(s1-s0) / clockTicks}, nil
+	return measurement{service: s.name, res: res, redisCPU: r1 - r0, serviceCPU: float64(s1-s0) / clockTicks, commands: cmds}, nil
 }

@@ -131,3 +131,17 @@ func TestConfigs(t *testing.T) {
 		t.Errorf("the peer accepted rate_limit.algorithm (err %v): the comparison would not need two files", err)
 	}
 }
+
+func TestCommandStats(t *testing.T) {
+	into := map[string]cmdStat{"evalsha": {calls: 1, usec: 2}}
+	info := "# Commandstats\r\ncmdstat_evalsha:calls=10,usec=300,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\ncmdstat_incrby:calls=5,usec=10,usec_per_call=2.00\r\n"
+	if err := commandStats(info, into); err != nil {
+		t.Fatal(err)
+	}
+	if into["evalsha"] != (cmdStat{11, 302}) || into["incrby"] != (cmdStat{5, 10}) || len(into) != 2 {
+		t.Errorf("got %v", into)
+	}
+	if err := commandStats("cmdstat_get:calls=x,usec=1\r\n", into); err == nil {
+		t.Error("a bad number was accepted")
+	}
+}

@@ -86,3 +86,43 @@ func procCPU(stat string) (int64, error) {
 	}
 	return u + s, nil
 }
+
+// cmdStat is one command's line of INFO commandstats.
+type cmdStat struct {
+	calls int64
+	usec  int64
+}
+
+// commandStats parses INFO commandstats ("cmdstat_NAME:calls=N,usec=N,...")
+// and adds each command's calls and usec to into.
+func commandStats(info string, into map[string]cmdStat) error {
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			var dst *int64
+			switch k {
+			case "calls":
+				dst = &st.calls
+			case "usec":
+				dst = &st.usec
+			default:
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("INFO commandstats %s: %w", line, err)
+			}
+			*dst = n
+		}
+		c := into[strings.TrimPrefix(name, "cmdstat_")]
+		c.calls += st.calls
+		c.usec += st.usec
+		into[strings.TrimPrefix(name, "cmdstat_")] = c
+	}
+	return nil
+}
