@@ -82,7 +82,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	var cluster, inline string
-	var headers bool
+	var headers, check bool
+	fs.BoolVar(&check, "check", false, "validate --config, print \"ok\" and one line per limit, and exit (no --redis-cluster needed)")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8081", "address to serve gRPC on")
 	fs.StringVar(&cluster, "redis-cluster", "", "HOST:PORT[,HOST:PORT...]: seed nodes of the Redis Cluster (required)")
 	fs.StringVar(&cfg.redisUser, "redis-username", "", "Redis ACL user (the password comes from $SLUICE_REDIS_PASSWORD)")
@@ -105,6 +106,21 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError(stderr, "serve", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if check {
+		if cfg.configPath == "" {
+			return nil, usageError(stderr, "serve", errors.New("--check needs --config"))
+		}
+		c, err := rls.LoadConfig(cfg.configPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve --check: %v\n", err)
+			return nil, 1
+		}
+		fmt.Fprintln(stdout, "ok")
+		for _, l := range c.Summary() {
+			fmt.Fprintln(stdout, l)
+		}
+		return nil, 0
 	}
 	if cluster == "" {
 		return nil, usageError(stderr, "serve", errors.New("--redis-cluster is required"))

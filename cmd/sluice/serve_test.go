@@ -45,6 +45,19 @@ func TestServeFlags(t *testing.T) {
 			t.Errorf("serve %q: exit %d, output %q; want exit %d with %q", tc.args, code, stdout.String()+stderr.String(), tc.code, tc.out)
 		}
 	}
+	// --check validates a configuration and lists its limits.
+	good := writeFile(t, "rl.yaml", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: token_bucket, burst: 9}\n    descriptors:\n      - key: n\n        rate_limit: {unlimited: true}\n")
+	var out bytes.Buffer
+	if code := dispatch([]string{"serve", "--check", "--config", good}, &out, io.Discard); code != 0 ||
+		out.String() != "ok\nd.k_v: 5 per minute token_bucket burst 9, shadow_mode\nd.k_v.n: unlimited\n" {
+		t.Errorf("--check: exit %d, %q", code, out.String())
+	}
+	bad := writeFile(t, "bad.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: lightyear, requests_per_unit: 5}\n")
+	var errOut bytes.Buffer
+	if code := dispatch([]string{"serve", "--check", "--config", bad}, io.Discard, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "bad.yaml: descriptor 'd.k': invalid rate limit unit 'lightyear'") {
+		t.Errorf("--check of a bad file: exit %d, %q", code, errOut.String())
+	}
 	var stderr bytes.Buffer
 	if code := dispatch([]string{"serve", "--redis-cluster", "127.0.0.1:1", "--config", filepath.Join(t.TempDir(), "none.yaml")}, io.Discard, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "--config:") {

@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +11,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v2"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
@@ -69,59 +68,33 @@ var validKeys = map[string]bool{
 }
 
 type yamlRoot struct {
-	Domain      scalar           `json:"domain"`
-	Descriptors []yamlDescriptor `json:"descriptors"`
+	Domain      string           `yaml:"domain"`
+	Descriptors []yamlDescriptor `yaml:"descriptors"`
 }
 
 type yamlDescriptor struct {
-	Key            scalar           `json:"key"`
-	Value          scalar           `json:"value"`
-	RateLimit      *yamlRateLimit   `json:"rate_limit"`
-	Descriptors    []yamlDescriptor `json:"descriptors"`
-	ShadowMode     bool             `json:"shadow_mode"`
-	QuotaMode      bool             `json:"quota_mode"`
-	DetailedMetric bool             `json:"detailed_metric"`
-	ValueToMetric  bool             `json:"value_to_metric"`
-	ShareThreshold bool             `json:"share_threshold"`
-	Metadata       json.RawMessage  `json:"metadata"`
+	Key            string           `yaml:"key"`
+	Value          string           `yaml:"value"`
+	RateLimit      *yamlRateLimit   `yaml:"rate_limit"`
+	Descriptors    []yamlDescriptor `yaml:"descriptors"`
+	ShadowMode     bool             `yaml:"shadow_mode"`
+	QuotaMode      bool             `yaml:"quota_mode"`
+	DetailedMetric bool             `yaml:"detailed_metric"`
+	ValueToMetric  bool             `yaml:"value_to_metric"`
+	ShareThreshold bool             `yaml:"share_threshold"`
+	Metadata       map[string]any   `yaml:"metadata"`
 }
 
 type yamlRateLimit struct {
-	RequestsPerUnit uint32 `json:"requests_per_unit"`
-	Unit            string `json:"unit"`
-	Unlimited       bool   `json:"unlimited"`
-	Name            scalar `json:"name"`
+	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+	Unit            string `yaml:"unit"`
+	Unlimited       bool   `yaml:"unlimited"`
+	Name            string `yaml:"name"`
 	Replaces        []struct {
-		Name scalar `json:"name"`
-	} `json:"replaces"`
-	Algorithm string `json:"algorithm"`
-	Burst     int64  `json:"burst"`
-}
-
-// scalar is a YAML scalar read as a string: envoyproxy/ratelimit's YAML
-// decoder accepts `value: 200` for a string field, so this does too (the
-// number as the YAML-to-JSON conversion writes it).
-type scalar string
-
-func (s *scalar) UnmarshalJSON(b []byte) error {
-	var str string
-	if err := json.Unmarshal(b, &str); err == nil {
-		*s = scalar(str)
-		return nil
-	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	switch v.(type) {
-	case float64, bool:
-		*s = scalar(b)
-		return nil
-	case nil:
-		*s = ""
-		return nil
-	}
-	return errors.New("must be a string, not " + string(b))
+		Name string `yaml:"name"`
+	} `yaml:"replaces"`
+	Algorithm string `yaml:"algorithm"`
+	Burst     int64  `yaml:"burst"`
 }
 
 // ParseConfig parses configuration documents; names[i] names data[i] in
@@ -184,29 +157,71 @@ func (c *Config) Domains() []string {
 	return d
 }
 
+// Summary returns one line per configured limit, in key order: its full
+// key, then "unlimited" or "<n> per <unit> <algorithm>" with its burst and
+// flags (shadow_mode, quota_mode, name, replaces).
+func (c *Config) Summary() []string {
+	var out []string
+	var walk func(prefix string, n *node)
+	walk = func(prefix string, n *node) {
+		keys := make([]string, 0, len(n.children))
+		for k := range n.children {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			ch := n.children[k]
+			if l := ch.limit; l != nil {
+				line := prefix + k + ": "
+				if l.Unlimited {
+					line += "unlimited"
+				} else {
+					line += fmt.Sprintf("%d per %s %s", l.RequestsPerUnit, strings.ToLower(l.Unit.String()), l.Kind)
+					if l.Params.Burst != l.Params.Limit {
+						line += fmt.Sprintf(" burst %d", l.Params.Burst)
+					}
+				}
+				for _, f := range []struct {
+					on   bool
+					text string
+				}{{l.Shadow, "shadow_mode"}, {l.Quota, "quota_mode"}, {l.Name != "", "name " + l.Name},
+					{len(l.Replaces) > 0, "replaces " + strings.Join(l.Replaces, ",")}} {
+					if f.on {
+						line += ", " + f.text
+					}
+				}
+				out = append(out, line)
+			}
+			walk(prefix+k+".", ch)
+		}
+	}
+	for _, d := range c.Domains() {
+		walk(d+".", c.domains[d])
+	}
+	return out
+}
+
 // Files returns the files the configuration was read from.
 func (c *Config) Files() []string { return c.files }
 
 func (c *Config) load(data []byte) error {
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return fmt.Errorf("error loading config file: %w", err)
-	}
-	var generic any
-	if err := json.Unmarshal(js, &generic); err != nil {
+	// The YAML library envoyproxy/ratelimit decodes with (yaml.v2), so that
+	// scalars read the same: "value: 010" is the string "010", "key: n" is "n".
+	var generic map[any]any
+	if err := yaml.Unmarshal(data, &generic); err != nil {
 		return fmt.Errorf("error loading config file: %w", err)
 	}
 	if err := checkKeys(generic); err != nil {
 		return err
 	}
 	var root yamlRoot
-	if err := json.Unmarshal(js, &root); err != nil {
+	if err := yaml.Unmarshal(data, &root); err != nil {
 		return fmt.Errorf("error loading config file: %w", err)
 	}
 	if root.Domain == "" {
 		return errors.New("config file cannot have empty domain")
 	}
-	d := string(root.Domain)
+	d := root.Domain
 	if _, dup := c.domains[d]; dup {
 		return fmt.Errorf("duplicate domain '%s' in config file", d)
 	}
@@ -222,12 +237,16 @@ func (c *Config) load(data []byte) error {
 // free), as envoyproxy/ratelimit's validateYamlKeys does.
 func checkKeys(v any) error {
 	switch v := v.(type) {
-	case map[string]any:
+	case map[any]any:
 		for k, x := range v {
-			if !validKeys[k] {
-				return fmt.Errorf("config error, unknown key '%s'", k)
+			ks, ok := k.(string)
+			if !ok {
+				return fmt.Errorf("config error, key is not of type string: %v", k)
 			}
-			if k == "metadata" {
+			if !validKeys[ks] {
+				return fmt.Errorf("config error, unknown key '%s'", ks)
+			}
+			if ks == "metadata" {
 				continue
 			}
 			if err := checkKeys(x); err != nil {
@@ -236,7 +255,7 @@ func checkKeys(v any) error {
 		}
 	case []any:
 		for _, x := range v {
-			if _, ok := x.(map[string]any); !ok {
+			if _, ok := x.(map[any]any); !ok {
 				return fmt.Errorf("config error, yaml file contains list of type other than map: %v", x)
 			}
 			if err := checkKeys(x); err != nil {
@@ -275,9 +294,9 @@ func (n *node) loadDescriptors(parent string, ds []yamlDescriptor) error {
 		if d.Key == "" {
 			return errors.New("descriptor has empty key")
 		}
-		final := string(d.Key)
+		final := d.Key
 		if d.Value != "" {
-			final += "_" + string(d.Value)
+			final += "_" + d.Value
 		}
 		full := parent + final
 		if _, dup := n.children[final]; dup {
@@ -295,7 +314,7 @@ func (n *node) loadDescriptors(parent string, ds []yamlDescriptor) error {
 			if !strings.Contains(final, "*") {
 				return fmt.Errorf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", final)
 			}
-			child.share = strings.TrimPrefix(final, string(d.Key)+"_")
+			child.share = strings.TrimPrefix(final, d.Key+"_")
 		}
 		if strings.Contains(final, "*") {
 			n.wildcards = append(n.wildcards, wildcard{key: final, parts: strings.Split(final, "*")})
@@ -312,7 +331,7 @@ func newLimit(full string, rl *yamlRateLimit, d *yamlDescriptor) (*Limit, error)
 	u, ok := pb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(rl.Unit)]
 	valid := ok && u != int32(pb.RateLimitResponse_RateLimit_UNKNOWN)
 	l := &Limit{
-		Name: string(rl.Name), Unit: pb.RateLimitResponse_RateLimit_Unit(u), RequestsPerUnit: rl.RequestsPerUnit,
+		Name: rl.Name, Unit: pb.RateLimitResponse_RateLimit_Unit(u), RequestsPerUnit: rl.RequestsPerUnit,
 		Unlimited: rl.Unlimited, Shadow: d.ShadowMode, Quota: d.QuotaMode, Detailed: d.DetailedMetric, key: full,
 	}
 	if rl.Unlimited {
@@ -329,7 +348,7 @@ func newLimit(full string, rl *yamlRateLimit, d *yamlDescriptor) (*Limit, error)
 		if r.Name == rl.Name {
 			return nil, errors.New("replaces should not contain name of same descriptor")
 		}
-		l.Replaces = append(l.Replaces, string(r.Name))
+		l.Replaces = append(l.Replaces, r.Name)
 	}
 	if rl.Unlimited {
 		return l, nil

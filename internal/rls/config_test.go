@@ -171,6 +171,12 @@ descriptors:
   - key: k
     value: 200
     rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: 010
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: n
+    value: yes
+    rate_limit: {unit: second, requests_per_unit: 3}
 `)
 	m, _ := c.lookup("d", desc("k", "tb"))
 	if m == nil || m.limit.Kind != algorithms.TokenBucket || m.limit.Params != (algorithms.Params{Limit: 60, Window: time.Minute, Burst: 10}) {
@@ -180,9 +186,15 @@ descriptors:
 	if m == nil || m.limit.Kind != algorithms.SlidingWindow || m.limit.Params.Limit != 5 {
 		t.Fatalf("sliding_window: %+v", m)
 	}
-	// A numeric YAML value is read as its text, as envoyproxy/ratelimit's decoder does.
-	if m, _ = c.lookup("d", desc("k", "200")); m == nil {
-		t.Fatal("value: 200 did not match \"200\"")
+	// Scalars are read as their text, as envoyproxy/ratelimit's decoder
+	// (yaml.v2) does: not as the number or boolean YAML 1.1 would make them.
+	for _, tc := range []struct {
+		k, v string
+		want uint32
+	}{{"k", "200", 1}, {"k", "010", 2}, {"n", "yes", 3}} {
+		if m, _ = c.lookup("d", desc(tc.k, tc.v)); m == nil || m.limit.RequestsPerUnit != tc.want {
+			t.Errorf("%s=%s: %+v, want the limit of %d", tc.k, tc.v, m, tc.want)
+		}
 	}
 }
 

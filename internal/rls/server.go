@@ -40,6 +40,10 @@ import (
 	"github.com/sluice-proxy/sluice/internal/redisrl"
 )
 
+// MaxDescriptors bounds the descriptors of one call (each is a Redis round
+// trip in parallel): a larger call is INVALID_ARGUMENT.
+const MaxDescriptors = 1024
+
 // HeaderNames are the response headers envoyproxy/ratelimit adds when
 // LIMIT_RESPONSE_HEADERS_ENABLED is set (its defaults: RateLimit-Limit,
 // RateLimit-Remaining, RateLimit-Reset), describing the descriptor closest
@@ -162,6 +166,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	ds := req.GetDescriptors()
 	if len(ds) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if len(ds) > MaxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors in one call; at most %d", len(ds), MaxDescriptors)
 	}
 	cfg := s.cfg.Load()
 	items := make([]item, len(ds))

@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -246,11 +245,13 @@ func TestInlineErrors(t *testing.T) {
 			}
 		})
 	}
-	for _, req := range []*pb.RateLimitRequest{{Descriptors: []*ratelimitv3.RateLimitDescriptor{good()}}, {Domain: "mesh"}} {
+	tooMany := make([]*ratelimitv3.RateLimitDescriptor, MaxDescriptors+1)
+	for i := range tooMany {
+		tooMany[i] = good()
+	}
+	for _, req := range []*pb.RateLimitRequest{{Descriptors: []*ratelimitv3.RateLimitDescriptor{good()}}, {Domain: "mesh"}, {Domain: "mesh", Descriptors: tooMany}} {
 		if _, err := c.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("%v: %v", req, err)
 		}
 	}
 }
-
-var _ = fmt.Sprint
