@@ -416,13 +416,13 @@ func (s *Server) fill(st *pb.RateLimitResponse_DescriptorStatus, it *item, shado
 // closest picks the status the rate-limit headers describe, as
 // envoyproxy/ratelimit does: the one with a limit and the fewest remaining
 // (the first of equals), unless a descriptor is over its limit (not in
-// quota mode), then the last such.
+// quota mode), then the last such. Only descriptors that were decided count.
 func closest(sts []*pb.RateLimitResponse_DescriptorStatus, items []item) *pb.RateLimitResponse_DescriptorStatus {
 	var best *pb.RateLimitResponse_DescriptorStatus
 	minRem := uint32(math.MaxUint32)
 	for i, st := range sts {
-		if items[i].unlimited || (items[i].in != nil && items[i].in.refund) {
-			continue
+		if it := &items[i]; !it.call && !it.denied || it.in != nil && it.in.refund {
+			continue // no limit, unlimited, hits_addend 0 (nothing known), or a refund
 		}
 		if st.CurrentLimit != nil && st.LimitRemaining < minRem {
 			best, minRem = st, st.LimitRemaining
