@@ -63,9 +63,16 @@ const (
 // retries exhausted).
 var errStore = errors.New("shared-data store failure")
 
+// SharedData is the part of the host a slot table uses: Proxy-Wasm shared
+// data (abi.Host has it).
+type SharedData interface {
+	GetSharedData(key []byte) ([]byte, uint32, abi.Status)
+	SetSharedData(key, value []byte, cas uint32) abi.Status
+}
+
 // slotStore keeps one rule's per-key state in shared data.
 type slotStore struct {
-	host   abi.Host
+	host   SharedData
 	lim    algorithms.Limiter
 	prefix int    // len of the key prefix in kbuf
 	kbuf   []byte // prefix + slot number kslot (when keyed)
@@ -76,7 +83,7 @@ type slotStore struct {
 	ncand  int // candidates per key: min(slotCandidates, slots)
 }
 
-func newSlotStore(h abi.Host, lim algorithms.Limiter, prefix string, maxKeys int) *slotStore {
+func newSlotStore(h SharedData, lim algorithms.Limiter, prefix string, maxKeys int) *slotStore {
 	if maxKeys < 1 {
 		maxKeys = 1
 	}
@@ -232,6 +239,70 @@ func (s *slotStore) store(e *entry, state []byte) (ok bool, err error) {
 	default:
 		return false, storeErr("set", st)
 	}
+}
+
+// KeyTable is one rule's slot table on its own, for tools that replay
+// traffic through the filter's store outside a proxy (sluice simulate): the
+// same hashing, candidates, claims, evictions and compare-and-swap as a local
+// rule of the filter, deciding one request at a time.
+type KeyTable struct {
+	s    *slotStore
+	seed uint64
+	e    entry
+	buf  []byte
+	// Evicted counts the live keys pushed out, EvictedUsed their Used (the
+	// filter's evicted and evicted_used metrics).
+	Evicted, EvictedUsed int64
+}
+
+// NewKeyTable returns the table of a rule with limiter lim and max_keys
+// maxKeys, its slots named prefix + slot number in sd, keys hashed with
+// seed.
+func NewKeyTable(sd SharedData, lim algorithms.Limiter, prefix string, maxKeys int, seed uint64) *KeyTable {
+	return &KeyTable{s: newSlotStore(sd, lim, prefix, maxKeys), seed: seed, buf: make([]byte, 0, lim.MaxStateSize())}
+}
+
+// Decide decides a request of cost for key at now and, when it is admitted,
+// writes the key's new state, as the filter does for a local rule.
+func (t *KeyTable) Decide(key []byte, now, cost int64) (algorithms.Decision, error) {
+	h := hashKey(t.seed, key)
+	for i := 0; i < MaxCASRetries; i++ {
+		st, err := t.State(key, now)
+		if err != nil {
+			return algorithms.Decision{}, err
+		}
+		ns, d, err := t.s.lim.Decide(t.buf[:0], st, now, cost)
+		if errors.Is(err, algorithms.ErrCorruptState) {
+			t.e.state = nil
+			ns, d, err = t.s.lim.Decide(t.buf[:0], nil, now, cost)
+		}
+		if err != nil || !d.Allowed {
+			return d, err
+		}
+		t.buf = ns
+		t.e.ident = h
+		ok, err := t.s.store(&t.e, ns)
+		if err != nil {
+			return d, err
+		}
+		if ok {
+			if t.e.evicted {
+				t.Evicted++
+				t.EvictedUsed += t.e.evictedUsed
+			}
+			return d, nil
+		}
+	}
+	return algorithms.Decision{}, errCASExhausted
+}
+
+// State returns the state key would be decided against at now (nil: a
+// fresh key), aliasing the table's storage until the next call.
+func (t *KeyTable) State(key []byte, now int64) ([]byte, error) {
+	if err := t.s.load(hashKey(t.seed, key), now, &t.e); err != nil {
+		return nil, err
+	}
+	return t.e.state, nil
 }
 
 type storeError struct {

@@ -49,6 +49,8 @@ Traffic (default --traffic boundary-burst):
                             every window boundary
   --traffic poisson         random arrivals at rate per second (--seed)
   --traffic idle-burst      idle, then burst-size requests within spread, repeated
+  --traffic flood           a key flood: attacker keys, innocent clients and heavy
+                            hitters in one random order (--seed) within --duration
   --csv FILE                lines "timestamp,key[,cost]"; timestamp is RFC 3339
                             or an offset: seconds ("12.5") or a duration ("250ms");
                             '#' comments, a "timestamp,..." header and blank lines
@@ -58,6 +60,16 @@ Pattern flags (defaults follow the rule's limit per window):
   --duration D   (10 windows)      --rate R       (2×limit/window; poisson 1.2×)
   --burst-size N (limit; idle-burst 2×limit)      --spread D  (window/20)
   --idle D       (3 windows)       --keys K (1)   --seed S (1)   --cost C (1)
+  flood: --attackers N (20000) --attacker-requests N (1) --innocents N (100)
+         --innocent-requests N (limit/2) --heavy N (5) --heavy-requests N (10×limit)
+         --duration D (window/10)
+
+Key table:
+  --max-keys N   keep the keys' states in the filter's own table of N slots
+                 (max_keys), which evicts the least-used key when full, and
+                 report evictions and shared-data entries; a flood uses it
+                 always (default: the rule's max_keys with --config, else 1000).
+                 Without it every key keeps its state.
 
 Output:
   --out FILE     the HTML report ("-" for standard output; required)
@@ -79,6 +91,8 @@ type simFlags struct {
 	burstSize, keys             int
 	seed                        uint64
 	cost                        int64
+	flood                       [6]int // attackers, attacker-requests, innocents, innocent-requests, heavy, heavy-requests
+	maxKeys                     int
 	buckets                     int
 	out                         string
 	set                         map[string]bool // flags given explicitly
@@ -135,6 +149,10 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	fs.IntVar(&f.keys, "keys", 1, "")
 	fs.Uint64Var(&f.seed, "seed", 1, "")
 	fs.Int64Var(&f.cost, "cost", 1, "")
+	for i, name := range floodFlags {
+		fs.IntVar(&f.flood[i], name, 0, "")
+	}
+	fs.IntVar(&f.maxKeys, "max-keys", 0, "")
 	fs.IntVar(&f.buckets, "buckets", sim.DefaultBuckets, "")
 	fs.StringVar(&f.out, "out", "", "")
 	if err := fs.Parse(args); err != nil {
@@ -163,6 +181,16 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	case f.configFile == "" && !f.compare && f.algorithm == "":
 		return nil, errors.New("without --config, give --algorithm or --compare")
 	}
+	if f.set["max-keys"] && (f.maxKeys < 1 || f.maxKeys > 1_000_000) {
+		return nil, fmt.Errorf("--max-keys %d: want 1..1000000", f.maxKeys)
+	}
+	if f.traffic != sim.Flood {
+		for _, name := range floodFlags {
+			if f.set[name] {
+				return nil, fmt.Errorf("--%s applies to --traffic flood", name)
+			}
+		}
+	}
 	if f.csvFile != "" {
 		for _, name := range []string{"duration", "rate", "burst-size", "spread", "idle", "keys", "seed", "cost"} {
 			if f.set[name] {
@@ -176,10 +204,28 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	return f, nil
 }
 
+// floodFlags are the flood pattern's flags, in simFlags.flood order.
+var floodFlags = [6]string{"attackers", "attacker-requests", "innocents", "innocent-requests", "heavy", "heavy-requests"}
+
 // target is one rule to simulate.
 type target struct {
-	name string
-	lim  algorithms.Limiter
+	name    string
+	lim     algorithms.Limiter
+	maxKeys int // the rule's max_keys (--config), else 0
+}
+
+// tableSize is the key table a run of t uses: --max-keys, else for a flood
+// the rule's max_keys (1000 without --config); 0: no table.
+func (f *simFlags) tableSize(t target) int {
+	switch {
+	case f.set["max-keys"]:
+		return f.maxKeys
+	case f.traffic != sim.Flood:
+		return 0
+	case t.maxKeys > 0:
+		return t.maxKeys
+	}
+	return 1000
 }
 
 // targets builds the limiters the flags ask for.
@@ -208,7 +254,7 @@ func (f *simFlags) targets() ([]target, error) {
 	if !f.compare && base != nil {
 		out := make([]target, len(rules))
 		for i, r := range rules {
-			out[i] = target{r.Name, r.Limiter}
+			out[i] = target{r.Name, r.Limiter, r.MaxKeys}
 		}
 		return out, nil
 	}
@@ -248,7 +294,11 @@ func (f *simFlags) targets() ([]target, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
-		out = append(out, target{k.String(), lim})
+		mk := 0
+		if base != nil {
+			mk = base.MaxKeys
+		}
+		out = append(out, target{k.String(), lim, mk})
 	}
 	return out, nil
 }
@@ -288,6 +338,11 @@ func (f *simFlags) trafficFor(p0 algorithms.Params) (*sim.Traffic, error) {
 		pat.Idle = f.idle
 	}
 	pat.Keys, pat.Seed, pat.Cost = f.keys, f.seed, f.cost
+	for i, v := range []*int{&pat.Attackers, &pat.AttackerRequests, &pat.Innocents, &pat.InnocentRequests, &pat.Heavy, &pat.HeavyRequests} {
+		if f.set[floodFlags[i]] {
+			*v = f.flood[i]
+		}
+	}
 	return sim.Generate(pat)
 }
 
@@ -319,7 +374,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	rep := &sim.Report{Command: "sluice simulate " + quoteArgs(args), Traffic: tr}
 	for _, t := range targets {
-		res, err := sim.Run(tr, t.name, t.lim, sim.Options{Buckets: f.buckets})
+		res, err := sim.Run(tr, t.name, t.lim, sim.Options{Buckets: f.buckets, MaxKeys: f.tableSize(t)})
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", t.name, err))
 		}
@@ -353,12 +408,37 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 			r.Admitted, r.Denied, r.MaxInWindow, r.StateBytesMax)
 	}
 	tw.Flush()
+	printTable(sw, rep.Results)
 	fmt.Fprintf(sw, "\nsimulated %d decisions in %s", len(tr.Requests)*len(targets), elapsed.Round(time.Microsecond))
 	if f.out != "-" {
 		fmt.Fprintf(sw, "; report written to %s", f.out)
 	}
 	fmt.Fprintln(sw)
 	return 0
+}
+
+// printTable prints, for runs through the key table, what the flood's
+// classes got and what the table held.
+func printTable(w io.Writer, results []*sim.Result) {
+	if results[0].MaxKeys == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "rule\tmax_keys\tinnocent denied\theavy max admitted/limit\tentries\tbytes\tevicted\tevicted used")
+	for _, r := range results {
+		inn, heavy := "-", "-"
+		for _, c := range r.Classes {
+			switch c.Name {
+			case "innocent":
+				inn = fmt.Sprintf("%d/%d (%.1f%%)", c.Denied, c.Offered, 100*float64(c.Denied)/float64(max(c.Offered, 1)))
+			case "heavy":
+				heavy = fmt.Sprintf("%d/%d", c.MaxPerKey, r.Limit)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\n", r.Name, r.MaxKeys, inn, heavy, r.Entries, r.EntryBytes, r.Evicted, r.EvictedUsed)
+	}
+	tw.Flush()
 }
 
 // fmtWindow prints a window without Go's zero units ("1m", not "1m0s").

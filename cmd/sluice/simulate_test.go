@@ -207,6 +207,9 @@ func TestSimulateErrors(t *testing.T) {
 		{append(cmp, "--out", out, "extra"), 2, `unexpected argument "extra"`},
 		{append(cmp, "--out", out, "--csv", bad, "--rate", "3"), 2, "--rate applies to --traffic patterns"},
 		{append(cmp, "--out", out, "--traffic", "zigzag"), 1, `unknown pattern "zigzag"`},
+		{append(cmp, "--out", out, "--traffic", "steady", "--heavy", "3"), 2, "--heavy applies to --traffic flood"},
+		{append(cmp, "--out", out, "--max-keys", "0"), 2, "--max-keys 0: want 1..1000000"},
+		{append(cmp, "--out", out, "--traffic", "flood", "--attackers", "-5"), 1, "-5 keys × 1 requests out of range"},
 		{append(cmp, "--out", out, "--traffic", "steady", "--rate", "-1"), 1, "rate -1 must be"},
 		{append(cmp, "--out", out, "--csv", bad), 1, bad + `:3: timestamp "0.5" is earlier than the previous line's "1"`},
 		{append(cmp, "--out", out, "--csv", neg), 1, neg + `:2: cost "-1" must be an integer >= 1`},
@@ -393,6 +396,48 @@ func TestSimulateReportInBrowser(t *testing.T) {
 	for _, u := range requested {
 		if u != pageURL {
 			t.Errorf("the report made the browser fetch %s", u)
+		}
+	}
+}
+
+// The flood of issue 15, smaller (max_keys 100, 2,000 attacker keys, 20
+// innocents, 3 heavy hitters) through every algorithm: the key-table
+// summary says no innocent was denied, each heavy hitter got its limit, the
+// table holds at most max_keys entries; the report carries the same
+// numbers.
+func TestSimulateFlood(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "flood.html")
+	stdout, stderr, code := runSim(t, "--compare", "--limit", "10", "--window", "1m", "--traffic", "flood",
+		"--attackers", "2000", "--innocents", "20", "--heavy", "3", "--max-keys", "100", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "2000 attacker keys × 1, 20 innocent × 5, 3 heavy × 100 requests") {
+		t.Errorf("traffic line missing:\n%s", stdout)
+	}
+	for _, alg := range []string{"token_bucket", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window"} {
+		var line string
+		for _, l := range strings.Split(stdout, "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == alg && f[1] == "100" {
+				line = l
+			}
+		}
+		f := strings.Fields(line)
+		if len(f) != 9 || f[2] != "0/100" || f[4] != "10/10" {
+			t.Errorf("%s: key-table line %q, want 0/100 innocents denied and 10/10 for heavy hitters", alg, line)
+			continue
+		}
+		if n, _ := strconv.Atoi(f[5]); n > 100 || n < 90 {
+			t.Errorf("%s: %d entries, max_keys 100", alg, n)
+		}
+	}
+	page, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, sec := range parseReport(t, page) {
+		if sec.metrics["innocent-denied"] != 0 || sec.metrics["entries"] > 100 || sec.metrics["evicted"] == 0 {
+			t.Errorf("%s: report numbers %v", name, sec.metrics)
 		}
 	}
 }

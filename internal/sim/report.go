@@ -37,7 +37,8 @@ var Explanations = map[algorithms.Kind]string{
 // data attributes for tools and tests: every result is a
 // <section class="algo" data-algorithm=... data-max-in-window=...>, its
 // numbers are <dd data-metric="admitted|denied|max-in-window|state-bytes">
-// holding a bare integer, and its charts are <svg class="svgchart"> with
+// holding a bare integer (through the key table also entries, evicted and
+// per flood class "<class>-denied"), and its charts are <svg class="svgchart"> with
 // ids "chart-N-traffic" and "chart-N-remaining".
 func WriteReport(w io.Writer, r *Report) error {
 	if r.Traffic == nil || len(r.Results) == 0 {
@@ -242,7 +243,13 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 <dd class="note">{{.Ratio}}× the limit{{if .CostUnits}}, counted in cost units{{end}}{{with .Where}}; {{.}}{{end}}</dd>
 <dt>State per key (bytes)</dt><dd data-metric="state-bytes">{{.R.StateBytesMax}}</dd>
 <dd class="note">largest encoded state seen; at most {{.R.MaxStateSize}} bytes for this rule; {{.R.StateBytesEnd}} bytes for all {{.R.Keys}} key(s) at the end</dd>
-</dl>
+{{range .R.Classes}}<dt>{{.Name}} keys: denied</dt><dd data-metric="{{.Name}}-denied">{{.Denied}}</dd>
+<dd class="note">of {{.Offered}} requests from {{.Keys}} key(s); the most admitted for one in any window: <span data-metric="{{.Name}}-max">{{.MaxPerKey}}</span></dd>
+{{end}}{{if .R.MaxKeys}}<dt>Shared-data entries</dt><dd data-metric="entries">{{.R.Entries}}</dd>
+<dd class="note">max_keys {{.R.MaxKeys}}; <span data-metric="entry-bytes">{{.R.EntryBytes}}</span> bytes of keys and values</dd>
+<dt>Evicted</dt><dd data-metric="evicted">{{.R.Evicted}}</dd>
+<dd class="note">live keys pushed out of the full table, who had used {{.R.EvictedUsed}} in all</dd>
+{{end}}</dl>
 </div>
 <p class="explain">{{.Explain}}</p>
 </section>

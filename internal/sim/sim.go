@@ -3,8 +3,11 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/filter"
+	"github.com/sluice-proxy/sluice/filter/abi"
 )
 
 // DefaultBuckets is the number of chart buckets when Options.Buckets is 0.
@@ -18,6 +21,25 @@ type Options struct {
 	// buckets, so a chart's "requests per 5s" is exact; the run may use
 	// fewer buckets.
 	Buckets int
+	// MaxKeys, when > 0, keeps the keys' states where the filter keeps
+	// them: in its own key table (filter.KeyTable) of MaxKeys shared-data
+	// entries, which evicts the least-used key when full. 0 keeps every
+	// key's state, as a table that never fills would.
+	MaxKeys int
+}
+
+// Class is what one class of keys of a flood (see Pattern) was offered and
+// admitted.
+type Class struct {
+	// Name is the key-name prefix without its dash ("attacker", "innocent",
+	// "heavy").
+	Name string
+	Keys int
+	// Offered, Admitted and Denied count requests.
+	Offered, Admitted, Denied int64
+	// MaxPerKey is the most cost units admitted for one key of the class in
+	// any interval (t−Window, t].
+	MaxPerKey int64
 }
 
 // Bucket aggregates the decisions of one time bucket, over every key.
@@ -76,6 +98,19 @@ type Result struct {
 	// [Start+i·BucketWidth, Start+(i+1)·BucketWidth).
 	Start, BucketWidth int64
 	Buckets            []Bucket
+
+	// The key table (Options.MaxKeys > 0): its size, the live keys it
+	// evicted and their Used (the filter's evicted and evicted_used
+	// metrics), and its shared-data entries with their key + value bytes
+	// at the end (entries are never removed, so that is also the most).
+	MaxKeys              int
+	Evicted, EvictedUsed int64
+	Entries, EntryBytes  int
+
+	// Classes are the flood's key classes (keys named "attacker-N",
+	// "innocent-N", "heavy-N"), in that order, for those present; nil when
+	// no key is so named.
+	Classes []Class
 }
 
 // window tracks one key's admitted requests inside the last Window, to
@@ -152,6 +187,12 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 		return nil, err
 	}
 	r := newReplay(tr, name, lim, nb)
+	if opt.MaxKeys > 0 {
+		r.shared = newMemShared()
+		r.table = filter.NewKeyTable(r.shared, lim, "sluice::"+name+":", opt.MaxKeys, 0x5eed)
+		r.res.MaxKeys = opt.MaxKeys
+	}
+	r.classify()
 	if err := r.pickProbeKey(); err != nil {
 		return nil, err
 	}
@@ -162,6 +203,17 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 	}
 	if err := r.probe(len(r.res.Buckets)); err != nil {
 		return nil, err
+	}
+	if r.table != nil {
+		for _, k := range tr.Keys {
+			st, err := r.table.State([]byte(k), tr.End)
+			if err != nil {
+				return nil, err
+			}
+			r.res.StateBytesEnd += len(st)
+		}
+		r.res.Evicted, r.res.EvictedUsed = r.table.Evicted, r.table.EvictedUsed
+		r.res.Entries, r.res.EntryBytes = len(r.shared.m), r.shared.bytes
 	}
 	for _, s := range r.states {
 		r.res.StateBytesEnd += len(s)
@@ -185,6 +237,9 @@ func checkRun(tr *Traffic, lim algorithms.Limiter, opt Options) (int, error) {
 	if nb < 1 || nb > 100_000 {
 		return 0, fmt.Errorf("sim: %d buckets, want 1..100000", nb)
 	}
+	if opt.MaxKeys < 0 || opt.MaxKeys > 1_000_000 {
+		return 0, fmt.Errorf("sim: max_keys %d, want 0..1000000", opt.MaxKeys)
+	}
 	if tr.End-tr.Start <= 0 {
 		return 0, errors.New("sim: traffic span is empty")
 	}
@@ -202,6 +257,11 @@ type replay struct {
 	scratch   []byte   // room for one decision's state
 	probeKey  int      // index of Result.ProbeKey
 	nextProbe int      // the first bucket whose Available is not filled yet
+
+	table  *filter.KeyTable // the filter's key table (Options.MaxKeys > 0), else nil
+	shared *memShared       // its shared data
+	class  []int8           // each key's index in res.Classes, -1: none
+	keyMax []int64          // each key's most admitted in a window
 }
 
 // newReplay sets up a run of tr through lim over at most nb buckets of a
@@ -254,7 +314,14 @@ func (r *replay) probe(upTo int) error {
 	res := r.res
 	for ; r.nextProbe < upTo; r.nextProbe++ {
 		at := r.tr.Start + int64(r.nextProbe+1)*res.BucketWidth - 1
-		_, d, err := r.lim.Decide(r.scratch[:0], r.states[r.probeKey], at, 1)
+		state := r.states[r.probeKey]
+		if r.table != nil {
+			var err error
+			if state, err = r.table.State([]byte(res.ProbeKey), at); err != nil {
+				return fmt.Errorf("sim: probing key %q: %w", res.ProbeKey, err)
+			}
+		}
+		_, d, err := r.lim.Decide(r.scratch[:0], state, at, 1)
 		if err != nil {
 			return fmt.Errorf("sim: probing key %q: %w", res.ProbeKey, err)
 		}
@@ -273,6 +340,21 @@ func (r *replay) decide(i int, rq Request) error {
 	bi := int((rq.At - r.tr.Start) / res.BucketWidth)
 	if err := r.probe(bi); err != nil {
 		return err
+	}
+	if r.table != nil {
+		key := []byte(r.tr.Keys[rq.Key])
+		d, err := r.table.Decide(key, rq.At, rq.Cost)
+		if err != nil {
+			return fmt.Errorf("sim: request %d (key %q, cost %d): %w", i, key, rq.Cost, err)
+		}
+		st, err := r.table.State(key, rq.At)
+		if err != nil {
+			return fmt.Errorf("sim: request %d (key %q): %w", i, key, err)
+		}
+		res.StateBytesMax = max(res.StateBytesMax, len(st))
+		res.Limit = d.Limit
+		r.count(&res.Buckets[bi], rq, d)
+		return nil
 	}
 	ns, d, err := r.lim.Decide(r.scratch[:0], r.states[rq.Key], rq.At, rq.Cost)
 	if err != nil {
@@ -297,17 +379,108 @@ func (r *replay) count(b *Bucket, rq Request, d algorithms.Decision) {
 	if b.RemainingMin < 0 || d.Remaining < b.RemainingMin {
 		b.RemainingMin = d.Remaining
 	}
+	var c *Class
+	if ci := r.class[rq.Key]; ci >= 0 {
+		c = &res.Classes[ci]
+		c.Offered++
+	}
 	if !d.Allowed {
 		res.Denied++
+		if c != nil {
+			c.Denied++
+		}
 		return
+	}
+	if c != nil {
+		c.Admitted++
 	}
 	b.Admitted++
 	res.Admitted++
 	res.AdmittedCost += rq.Cost
 	w := &r.wins[rq.Key]
-	if sum := w.push(rq.At, rq.Cost, r.width); sum > res.MaxInWindow {
+	sum := w.push(rq.At, rq.Cost, r.width)
+	if c != nil && sum > c.MaxPerKey {
+		c.MaxPerKey = sum
+	}
+	if sum > res.MaxInWindow {
 		res.MaxInWindow = sum
 		res.MaxInWindowKey = r.tr.Keys[rq.Key]
 		res.MaxInWindowFrom, res.MaxInWindowTo = w.at[w.head], rq.At
 	}
+}
+
+// classify sorts the keys into the flood's classes by name (ClassPrefixes).
+func (r *replay) classify() {
+	r.class = make([]int8, len(r.tr.Keys))
+	index := make([]int8, len(ClassPrefixes))
+	for i := range index {
+		index[i] = -1
+	}
+	for k, name := range r.tr.Keys {
+		r.class[k] = -1
+		for ci, p := range ClassPrefixes {
+			if strings.HasPrefix(name, p) {
+				if index[ci] < 0 {
+					index[ci] = 0 // placed below, in ClassPrefixes order
+				}
+				r.class[k] = int8(ci)
+			}
+		}
+	}
+	for ci, p := range ClassPrefixes {
+		if index[ci] >= 0 {
+			index[ci] = int8(len(r.res.Classes))
+			r.res.Classes = append(r.res.Classes, Class{Name: strings.TrimSuffix(p, "-")})
+		}
+	}
+	for k, ci := range r.class {
+		if ci >= 0 {
+			r.class[k] = index[ci]
+			r.res.Classes[index[ci]].Keys++
+		}
+	}
+}
+
+// memShared is shared data in memory with Envoy's semantics (see
+// filter.SharedData): a set creates a missing key whatever its cas; cas 0
+// is unconditional; another cas must be the current one. It counts the key
+// and value bytes it holds.
+type memShared struct {
+	m     map[string]*memValue
+	next  uint32
+	bytes int
+}
+
+type memValue struct {
+	v   []byte
+	cas uint32
+}
+
+func newMemShared() *memShared { return &memShared{m: map[string]*memValue{}, next: 1} }
+
+func (s *memShared) GetSharedData(key []byte) ([]byte, uint32, abi.Status) {
+	e, ok := s.m[string(key)]
+	if !ok {
+		return nil, 0, abi.StatusNotFound
+	}
+	return e.v, e.cas, abi.StatusOK
+}
+
+func (s *memShared) SetSharedData(key, value []byte, cas uint32) abi.Status {
+	e, ok := s.m[string(key)]
+	switch {
+	case !ok:
+		e = &memValue{}
+		s.m[string(key)] = e
+		s.bytes += len(key)
+	case cas != 0 && cas != e.cas:
+		return abi.StatusCASMismatch
+	}
+	s.bytes += len(value) - len(e.v)
+	e.v = append(e.v[:0], value...)
+	e.cas = s.next
+	if s.next++; s.next == 0 {
+		s.next = 1
+	}
+	return abi.StatusOK
 }

@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,10 +64,11 @@ const (
 	BoundaryBurst = "boundary-burst"
 	Poisson       = "poisson"
 	IdleBurst     = "idle-burst"
+	Flood         = "flood"
 )
 
 // PatternNames lists the built-in patterns.
-var PatternNames = []string{Steady, BoundaryBurst, Poisson, IdleBurst}
+var PatternNames = []string{Steady, BoundaryBurst, Poisson, IdleBurst, Flood}
 
 // Pattern describes generated traffic. Every key gets the same pattern
 // (Poisson: an independent stream per key); requests are merged in time
@@ -79,6 +82,11 @@ var PatternNames = []string{Steady, BoundaryBurst, Poisson, IdleBurst}
 //     generator seeded with Seed (the same Seed gives the same traffic).
 //   - idle-burst: silence for Idle, then Burst requests evenly spaced over
 //     Spread, repeated until Duration.
+//   - flood: a key flood (issue 15): Attackers keys sending AttackerRequests
+//     each, Innocents clients sending InnocentRequests each and Heavy keys
+//     sending HeavyRequests each, all in one random order (seeded with Seed)
+//     spread evenly over Duration. Keys are named "attacker-N",
+//     "innocent-N" and "heavy-N" (Run reports each class; Keys is unused).
 type Pattern struct {
 	Name     string
 	Duration time.Duration
@@ -99,6 +107,10 @@ type Pattern struct {
 	Seed uint64
 	// Cost of every request.
 	Cost int64
+	// The flood's classes: how many keys, and requests per key.
+	Attackers, AttackerRequests int
+	Innocents, InnocentRequests int
+	Heavy, HeavyRequests        int
 }
 
 // DefaultPattern returns the pattern name with parameters chosen to show a
@@ -119,6 +131,14 @@ func DefaultPattern(name string, limit int64, window time.Duration) Pattern {
 		p.Burst = int(min(limit, math.MaxInt32))
 	case IdleBurst:
 		p.Burst = int(min(2*limit, math.MaxInt32))
+	case Flood:
+		// The issue's flood: innocents at half their limit, heavy
+		// hitters at ten times it, in a tenth of a window (so the buckets
+		// refill a tenth of their limit meanwhile).
+		p.Duration = max(window/10, 1)
+		p.Attackers, p.AttackerRequests = 20_000, 1
+		p.Innocents, p.InnocentRequests = 100, int(max(1, min(limit/2, 10_000)))
+		p.Heavy, p.HeavyRequests = 5, int(min(10*limit, 100_000))
 	}
 	if p.Spread <= 0 {
 		p.Spread = 1
@@ -141,8 +161,11 @@ func (p Pattern) String() string {
 		fmt.Fprintf(&b, ", %d requests in the %s before and %d in the %s after every %s boundary", p.Burst, d(p.Spread), p.Burst, d(p.Spread), d(p.Window))
 	case IdleBurst:
 		fmt.Fprintf(&b, ", idle %s then %d requests in %s, repeated", d(p.Idle), p.Burst, d(p.Spread))
+	case Flood:
+		fmt.Fprintf(&b, ", %d attacker keys × %d, %d innocent × %d, %d heavy × %d requests in random order (seed %d)",
+			p.Attackers, p.AttackerRequests, p.Innocents, p.InnocentRequests, p.Heavy, p.HeavyRequests, p.Seed)
 	}
-	if p.Keys > 1 {
+	if p.Keys > 1 && p.Name != Flood {
 		fmt.Fprintf(&b, ", per key, %d keys", p.Keys)
 	}
 	if p.Cost != 1 {
@@ -162,11 +185,15 @@ func Generate(p Pattern) (*Traffic, error) {
 	start := Epoch.UnixNano()
 	end := start + int64(p.Duration)
 	tr := &Traffic{Description: p.String(), Start: start, End: end}
-	tr.Keys, tr.Requests = p.requests(p.arrivals(start, end), start, end)
+	if p.Name == Flood {
+		tr.Keys, tr.Requests = p.flood(start)
+	} else {
+		tr.Keys, tr.Requests = p.requests(p.arrivals(start, end), start, end)
+	}
 	if len(tr.Requests) > MaxRequests {
 		return nil, p.errorf("offers %d requests; the simulator holds at most %d", len(tr.Requests), MaxRequests)
 	}
-	if p.Keys > 1 {
+	if p.Keys > 1 && p.Name != Flood {
 		slices.SortStableFunc(tr.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
 	}
 	if len(tr.Requests) == 0 {
@@ -188,6 +215,9 @@ func (p Pattern) check() error {
 	}
 	if p.Duration <= 0 {
 		return p.errorf("duration %s must be positive", p.Duration)
+	}
+	if p.Name == Flood {
+		return p.checkFlood()
 	}
 	if p.Keys < 1 || p.Keys > MaxKeys {
 		return p.errorf("keys %d must be between 1 and %d", p.Keys, MaxKeys)
@@ -295,6 +325,62 @@ func (p Pattern) requests(times []int64, start, end int64) (keys []string, reqs 
 		for _, t := range times {
 			reqs = append(reqs, Request{At: t, Key: int32(k), Cost: p.Cost})
 		}
+	}
+	return keys, reqs
+}
+
+// The key classes of the flood pattern, by key-name prefix.
+var ClassPrefixes = []string{"attacker-", "innocent-", "heavy-"}
+
+// checkFlood checks the flood's parameters.
+func (p Pattern) checkFlood() error {
+	if p.Duration <= 0 {
+		return p.errorf("duration %s must be positive", p.Duration)
+	}
+	if p.Cost < 1 {
+		return p.errorf("cost %d must be at least 1", p.Cost)
+	}
+	keys, total := 0, 0
+	for _, c := range [][2]int{{p.Attackers, p.AttackerRequests}, {p.Innocents, p.InnocentRequests}, {p.Heavy, p.HeavyRequests}} {
+		if c[0] < 0 || c[1] < 0 || c[0] > MaxKeys || c[1] > MaxRequests {
+			return p.errorf("%d keys × %d requests out of range", c[0], c[1])
+		}
+		if c[1] > 0 {
+			keys += c[0]
+			total += c[0] * c[1]
+		}
+	}
+	switch {
+	case keys > MaxKeys:
+		return p.errorf("%d keys; the simulator holds at most %d", keys, MaxKeys)
+	case total > MaxRequests:
+		return p.errorf("would offer %d requests; the simulator holds at most %d", total, MaxRequests)
+	}
+	return nil
+}
+
+// flood returns the flood's keys and requests: every request of every key
+// in one seeded random order, the i-th of n at start + i × Duration / n.
+func (p Pattern) flood(start int64) (keys []string, reqs []Request) {
+	for ci, c := range [][2]int{{p.Attackers, p.AttackerRequests}, {p.Innocents, p.InnocentRequests}, {p.Heavy, p.HeavyRequests}} {
+		if c[1] == 0 {
+			continue
+		}
+		for k := range c[0] {
+			id := int32(len(keys))
+			keys = append(keys, ClassPrefixes[ci]+strconv.Itoa(k+1))
+			for range c[1] {
+				reqs = append(reqs, Request{Key: id, Cost: p.Cost})
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(p.Seed, 15))
+	rng.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+	n := uint64(len(reqs))
+	for i := range reqs {
+		hi, lo := bits.Mul64(uint64(i), uint64(p.Duration))
+		q, _ := bits.Div64(hi, lo, n) // i < n: the quotient is below Duration
+		reqs[i].At = start + int64(q)
 	}
 	return keys, reqs
 }
