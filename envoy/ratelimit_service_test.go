@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-proxy/sluice/config"
@@ -455,6 +456,7 @@ type istioRLS struct {
 	services    map[string]k8sService
 	jobs        int
 	filter      *networkingv1alpha3.EnvoyFilter
+	policies    []*securityv1beta1.AuthorizationPolicy
 	namespace   map[string]string // object name → namespace
 }
 
@@ -565,6 +567,10 @@ func parseIstioRLS(data []byte) (*istioRLS, error) {
 			var ef networkingv1alpha3.EnvoyFilter
 			err = loadIstio(doc, "networking.istio.io/v1alpha3", "EnvoyFilter", &ef)
 			r.filter = &ef
+		case "security.istio.io/v1 AuthorizationPolicy":
+			var ap securityv1beta1.AuthorizationPolicy // security/v1's types are aliases of v1beta1's
+			err = loadIstio(doc, "security.istio.io/v1", "AuthorizationPolicy", &ap)
+			r.policies = append(r.policies, &ap)
 		default:
 			err = fmt.Errorf("unexpected %s %s", o.APIVersion, o.Kind)
 		}
@@ -727,6 +733,44 @@ func checkIstioRLS(r *istioRLS) (problems []string, cfg *rlsConfig) {
 			fail("--redis-cluster: %s: port %s is not Redis's container port", host, p)
 		}
 	}
+	// Only authenticated callers may reach the gRPC port.
+	grpcPort := strconv.Itoa(port(listen))
+	guarded := false
+	for _, ap := range r.policies {
+		selects := len(ap.GetSelector().GetMatchLabels()) > 0
+		for k, v := range ap.GetSelector().GetMatchLabels() {
+			selects = selects && d.Template.Metadata.Labels[k] == v
+		}
+		if !selects {
+			fail("AuthorizationPolicy: the selector %v does not select sluice-rls's pods", ap.GetSelector().GetMatchLabels())
+			continue
+		}
+		if ap.GetAction() != securityv1beta1.AuthorizationPolicy_ALLOW {
+			fail("AuthorizationPolicy: action %v, want ALLOW (only the listed callers)", ap.GetAction())
+			continue
+		}
+		for i, rule := range ap.GetRules() {
+			toGRPC := len(rule.GetTo()) == 0
+			for _, to := range rule.GetTo() {
+				toGRPC = toGRPC || len(to.GetOperation().GetPorts()) == 0 || slices.Contains(to.GetOperation().GetPorts(), grpcPort)
+			}
+			if !toGRPC {
+				continue
+			}
+			principals := len(rule.GetFrom()) > 0
+			for _, from := range rule.GetFrom() {
+				principals = principals && len(from.GetSource().GetPrincipals()) > 0
+			}
+			if !principals {
+				fail("AuthorizationPolicy: rule %d lets anyone call the gRPC port %s (every source needs principals)", i, grpcPort)
+				continue
+			}
+			guarded = true
+		}
+	}
+	if !guarded {
+		fail("no AuthorizationPolicy admits callers of the gRPC port %s by identity: anyone who reaches it can consume any counter", grpcPort)
+	}
 	if cfg == nil {
 		return problems, nil
 	}
@@ -821,6 +865,10 @@ func TestIstioRateLimitServiceMistakesFail(t *testing.T) {
 		{"selector mismatch", "  selector:\n    app: sluice-rls", "  selector:\n    app: sluice", "does not select"},
 		{"redis pod out of range", "redis-cluster-2.redis-cluster.sluice", "redis-cluster-3.redis-cluster.sluice", "not a pod"},
 		{"redis Service not headless", "clusterIP: None", "clusterIP: 10.0.0.10", "not headless"},
+		{"policy open to anyone", "  - from:\n    - source:\n        principals: [cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account]\n    to:", "  - to:", "lets anyone"},
+		{"policy on other pods", "      app: sluice-rls\n  action: ALLOW", "      app: sluice\n  action: ALLOW", "does not select"},
+		{"policy on the admin port only", `ports: ["8081"]`, `ports: ["9091"]`, "no AuthorizationPolicy admits"},
+		{"typo in the policy", "  action: ALLOW", "  actions: ALLOW", "actions"},
 		{"probe on the gRPC port", "            path: /healthz\n            port: 9090", "            path: /healthz\n            port: 8081", "readiness probe"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
