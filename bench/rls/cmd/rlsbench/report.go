@@ -19,6 +19,7 @@ var figures = []figure{
 	{"p99 µs", "%.0f", func(m measurement) float64 { return float64(percentile(m.res.lat, 99)) / float64(time.Microsecond) }},
 	{"Redis CPU µs/decision", "%.1f", measurement.redisPerDecision},
 	{"service CPU µs/decision", "%.1f", measurement.servicePerDecision},
+	{"service+Redis CPU µs/decision", "%.1f", func(m measurement) float64 { return m.servicePerDecision() + m.redisPerDecision() }},
 }
 
 // summary prints, per variant, the absolute figures (median and range over
