@@ -111,6 +111,28 @@
 //     cas on a missing key still creates it (SharedData in src/shared_data.cc). The same in
 //     every profile.
 //
+// # gRPC and HTTP/2
+//
+// Handler serves whatever protocol its http.Server speaks (`sluice run`: HTTP/1.1 and
+// HTTP/2 cleartext with prior knowledge on one port) and gives the guest the same
+// pseudo-headers for both (:authority, :path, :method, :scheme), request.protocol named
+// as Envoy names it ("HTTP/1.1", "HTTP/2"), and a TE header reduced to "trailers" or
+// removed (ConnectionManagerUtility::sanitizeTEHeader, envoyproxy/envoy
+// source/common/http/conn_manager_utility.cc). Response trailers written by the upstream
+// handler pass through (the guest gets no trailer callbacks). A request is gRPC when it
+// arrives with a :path and content-type application/grpc or application/grpc+…
+// (Grpc::Common::isGrpcRequestHeaders, source/common/grpc/common.cc); a local reply to
+// it is sent as Envoy sends it (Utility::prepareLocalReply / encodeLocalReply,
+// source/common/http/utility.cc): a trailers-only response — status 200,
+// content-type application/grpc, grpc-status (proxy_send_local_response's grpc_status
+// when it is 0..16, as Context::sendLocalResponse in
+// source/extensions/common/wasm/context.cc accepts it, else the HTTP code mapped by
+// Grpc::Utility::httpToGrpcStatus in source/common/grpc/status.cc; a grpc-status among
+// the guest's headers wins), the body percent-encoded as grpc-message, the guest's
+// other headers, no body, no content-length — and the guest's response phase sees
+// those headers with end of stream. Response.GRPCStatus (Exchange) is the grpc_status
+// the guest gave. See grpc.go.
+//
 // # Traps
 //
 // A guest call that fails (unreachable, Go panic → proc_exit, out of memory at the memory cap,

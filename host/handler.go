@@ -47,21 +47,33 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 		s.localAddr = la.String()
 	}
 	s.protocol = r.Proto
+	if r.ProtoMajor == 2 {
+		s.protocol = "HTTP/2" // Envoy's name (Utility::getProtocolString), not Go's "HTTP/2.0"
+	}
 	s.routeName, s.clusterName = h.route(r.URL.RequestURI())
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
+	// The same pseudo-headers for HTTP/1.1 and HTTP/2, as Envoy gives them; for HTTP/2
+	// net/http fills r.Host from :authority and the URL from :path.
 	kv := make([][2]string, 0, len(r.Header)+4)
 	kv = append(kv, [2]string{":authority", r.Host}, [2]string{":path", r.URL.RequestURI()},
 		[2]string{":method", r.Method}, [2]string{":scheme", scheme})
 	for k, vs := range r.Header {
 		lk := lower(k)
 		for _, v := range vs {
+			if lk == "te" {
+				var keep bool
+				if v, keep = sanitizeTE(v); !keep {
+					continue
+				}
+			}
 			kv = append(kv, [2]string{lk, v})
 		}
 	}
 	s.reqHeaders.kv = kv
+	s.grpc, s.head = isGRPCRequest(&s.reqHeaders), r.Method == http.MethodHead
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 	s.reqHeadersEOS = !hasBody
 	if err := s.run(ctx, stepReqHeaders); err != nil {
@@ -519,7 +531,9 @@ func (iw *interceptor) writeLocal(lr *localReply) {
 				}
 				hs = append(hs, p)
 			}
-			lr = &localReply{status: st, headers: hs, body: lr.body, details: lr.details}
+			out := *lr
+			out.status, out.headers = st, hs
+			lr = &out
 		}
 	}
 	iw.writeLocalHeaders(lr)
@@ -535,6 +549,8 @@ func (iw *interceptor) writeLocalHeaders(lr *localReply) {
 		k := iw.h.canonicalKey(p[0])
 		hdr[k] = append(hdr[k], p[1])
 	}
-	hdr.Set("Content-Length", strconv.Itoa(len(lr.body)))
+	if !lr.trailersOnly { // Envoy removes content-length from a gRPC reply
+		hdr.Set("Content-Length", strconv.Itoa(len(lr.body)))
+	}
 	iw.rw.WriteHeader(lr.status)
 }

@@ -608,10 +608,13 @@ func hcSendLocalResponse(v *vm, s []uint64) {
 		kv[i][0] = lower(kv[i][0])
 	}
 	m := headerMap{kv: kv}
-	if _, has := m.get("content-type"); !has && len(body) > 0 {
+	if _, has := m.get("content-type"); !has && len(body) > 0 && !c.grpc {
 		m.add("content-type", "text/plain")
 	}
-	c.local = &localReply{status: status, details: string(details), body: append([]byte(nil), body...), headers: m.kv}
+	c.local = &localReply{status: status, grpcStatus: int32(u32(s[7])), details: string(details), body: append([]byte(nil), body...), headers: m.kv}
+	if c.grpc {
+		c.local = grpcLocalReply(c.local, c.head)
+	}
 	if v.h.profile.StopIterationVMWide {
 		v.stopIteration = true
 	}

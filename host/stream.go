@@ -19,12 +19,16 @@ const (
 	requestSteps = stepReqHeaders | stepReqBody
 )
 
-// localReply is what proxy_send_local_response asked for.
+// localReply is what proxy_send_local_response asked for, or, for a gRPC
+// request, the trailers-only response Envoy makes of it (grpc.go).
 type localReply struct {
 	status  int
 	details string
 	body    []byte
 	headers [][2]string
+
+	grpcStatus   int32 // the grpc_status the guest gave (-1: none)
+	trailersOnly bool  // a gRPC reply: headers with end of stream, no body
 }
 
 // stream is one HTTP request/response through the filter. The worker owns its fields while
@@ -46,6 +50,8 @@ type stream struct {
 	paused  bool
 	pauseOn int // streamHTTPRequest or streamHTTPResponse
 	local   *localReply
+	grpc    bool // a gRPC request, decided from the request headers as they came (grpc.go)
+	head    bool // a HEAD request
 	failed  bool
 	created bool
 	ended   bool // log/done/delete ran, or the context died with its VM
@@ -142,6 +148,11 @@ type Response struct {
 	// response, or the host answered 500 because the guest trapped (then Failed is true too).
 	Local   bool
 	Details string // status details given to proxy_send_local_response
+	// GRPCStatus is, for a local response, the grpc_status given to
+	// proxy_send_local_response (-1: none). A local response to a gRPC request is
+	// the trailers-only gRPC response Envoy makes of it: Status 200, grpc-status and
+	// grpc-message among the Headers, no Body (grpc.go).
+	GRPCStatus int32
 	// Failed is true when the guest trapped while handling this request. With FailOpen the
 	// request still went to the upstream and Local is false.
 	Failed bool
@@ -202,9 +213,17 @@ func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream
 	kv = append(kv, [2]string{":authority", req.Authority}, [2]string{":path", path},
 		[2]string{":method", method}, [2]string{":scheme", scheme})
 	for _, p := range req.Headers {
-		kv = append(kv, [2]string{lower(p[0]), p[1]})
+		k, v := lower(p[0]), p[1]
+		if k == "te" {
+			var keep bool
+			if v, keep = sanitizeTE(v); !keep {
+				continue
+			}
+		}
+		kv = append(kv, [2]string{k, v})
 	}
 	s.reqHeaders.kv = kv
+	s.grpc, s.head = isGRPCRequest(&s.reqHeaders), method == "HEAD"
 	s.req, s.upstream = req, upstream
 	hasBody := len(req.Body) > 0
 	s.reqHeadersEOS = !hasBody
@@ -231,10 +250,10 @@ func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream
 		return resp, nil
 	}
 	if s.local != nil { // sent in the response phase: replaces the upstream's response
-		return &Response{Status: s.local.status, Headers: s.local.headers, Body: s.local.body, Local: true, Details: s.local.details}, nil
+		return &Response{Status: s.local.status, Headers: s.local.headers, Body: s.local.body, Local: true, Details: s.local.details, GRPCStatus: s.local.grpcStatus}, nil
 	}
 	up := s.upstreamResp
-	out := &Response{Local: up.Local, Details: up.Details, Status: up.Status}
+	out := &Response{Local: up.Local, Details: up.Details, Status: up.Status, GRPCStatus: up.GRPCStatus}
 	if st, ok := s.respHeaders.get(":status"); ok {
 		if n, err := strconv.Atoi(st); err == nil {
 			out.Status = n
@@ -286,7 +305,7 @@ func callUpstream(up Upstream, req *Request) (resp *Response) {
 func (s *stream) callUpstream() {
 	var resp *Response
 	if lr := s.local; lr != nil {
-		resp = &Response{Status: lr.status, Headers: lr.headers, Body: lr.body, Local: true, Details: lr.details}
+		resp = &Response{Status: lr.status, Headers: lr.headers, Body: lr.body, Local: true, Details: lr.details, GRPCStatus: lr.grpcStatus}
 		s.local = nil // the filter's own local reply passes its response phase, as in Envoy
 	} else {
 		s.upstreamCalled = true

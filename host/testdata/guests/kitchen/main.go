@@ -432,13 +432,35 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 	case "/local":
 		sendLocal(403, "denied_by_kitchen", "nope\n", [][2]string{{"x-local", "yes"}})
 		return 1
+	case "/local-grpc":
+		// A local reply shaped by the request: x-code (default 429), x-grpc-status
+		// (the grpc_status argument, default -1), x-body, x-add-grpc-status (a grpc-status
+		// header among the reply's own).
+		code, grpc := 429, int32(-1)
+		if v, st := getHeader(reqHeaders, "x-code"); st == 0 && v != "" {
+			code, _ = strconv.Atoi(v)
+		}
+		if v, st := getHeader(reqHeaders, "x-grpc-status"); st == 0 && v != "" {
+			n, _ := strconv.Atoi(v)
+			grpc = int32(n)
+		}
+		body, _ := getHeader(reqHeaders, "x-body")
+		hdrs := [][2]string{{"x-local", "yes"}, {"content-type", "text/plain"}, {"content-length", "99"}}
+		if v, st := getHeader(reqHeaders, "x-add-grpc-status"); st == 0 && v != "" {
+			hdrs = append(hdrs, [2]string{"grpc-status", v})
+		}
+		dp, dn := sp("grpc_local")
+		b, bn := sp(body)
+		h, hn := bp(serialize(hdrs))
+		hSendLocal(uint32(code), dp, dn, b, bn, h, hn, grpc)
+		return 1
 	case "/props":
 		var b strings.Builder
 		for _, p := range [][]string{
 			{"source", "address"}, {"destination", "address"}, {"request", "path"}, {"request", "url_path"},
 			{"request", "method"}, {"request", "host"}, {"request", "scheme"}, {"plugin_name"},
 			{"plugin_root_id"}, {"plugin_vm_id"}, {"no", "such"}, {"response", "code"},
-			{"xds", "route_name"}, {"xds", "cluster_name"}, {"route_name"}, {"cluster_name"},
+			{"xds", "route_name"}, {"xds", "cluster_name"}, {"route_name"}, {"cluster_name"}, {"request", "protocol"},
 		} {
 			v, st := getProperty(p...)
 			b.WriteString(strings.Join(p, ".") + "=" + v + ";" + strconv.Itoa(int(st)) + "\n")
@@ -637,6 +659,11 @@ func onResponseHeaders(id, n, eos uint32) uint32 {
 	enter()
 	c := contexts[id]
 	addHeader(respHeaders, "x-kitchen-response", strconv.Itoa(int(id)))
+	if strings.HasPrefix(c.path, "/local-grpc") { // what the encoder side sees of a gRPC local reply
+		st, _ := getHeader(respHeaders, ":status")
+		gs, _ := getHeader(respHeaders, "grpc-status")
+		addHeader(respHeaders, "x-seen", st+" "+gs+" eos="+strconv.Itoa(int(eos)))
+	}
 	if strings.HasPrefix(c.path, "/resp-status") {
 		replaceHeader(respHeaders, ":status", "201")
 	}
