@@ -158,6 +158,10 @@ func runSteps(t *testing.T, p *proxy, steps []Step) {
 			if err := runBurst(ctx, p, st); err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
+		case st.Flood != nil:
+			if err := runFlood(ctx, t, p, st); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
 		case st.Poll > 0:
 			deadline := time.Now().Add(st.Poll)
 			n := 0

@@ -69,6 +69,25 @@ type Step struct {
 	// Burst, when set, replaces the single request: N concurrent requests, each of which
 	// must get one of Want.Status or Burst.DeniedStatus, exactly Admitted of them Want.Status.
 	Burst *Burst
+	// Flood, when set, replaces the single request: a key flood (see Flood) on Req's path.
+	Flood *Flood
+}
+
+// Flood is a key flood (issue 15) sent over Conns connections in one seeded random order:
+// Attackers keys sending AttackerRequests each, Innocents clients sending InnocentRequests
+// and Heavy keys sending HeavyRequests, the key in header KeyHeader. Every response must be
+// Want.Status or DeniedStatus; at most MaxInnocentDenied innocent requests may be denied,
+// at most MaxHeavyAdmitted requests of one heavy key admitted; on the embedded host, the
+// proxy's shared-data entries (admin /status) must be at most MaxSharedKeys afterwards.
+type Flood struct {
+	KeyHeader                           string
+	Attackers, AttackerRequests         int
+	Innocents, InnocentRequests         int
+	Heavy, HeavyRequests                int
+	Conns                               int
+	MaxInnocentDenied, MaxHeavyAdmitted int
+	MaxSharedKeys                       int
+	DeniedStatus                        int
 }
 
 // Burst is N concurrent identical requests with an exact expected admission count. The

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 )
 
@@ -51,6 +52,7 @@ func Scenarios() []Scenario {
 		routeNames(),
 		higressScopes(),
 		exactUnderConcurrency(),
+		keyFlood(os.Getenv(envFlood) == "full"),
 	)
 	return s
 }
@@ -479,4 +481,41 @@ func higressScopes() Scenario {
 			{Desc: "exempt route", Req: get("/health"), Times: 4, Want: Expect{Status: 200, Header: noRateLimitHeaders()}},
 		},
 	}
+}
+
+// envFlood=full runs keyFlood at the issue's size (about 105,000 requests) instead of the
+// CI size.
+const envFlood = "SLUICE_E2E_FLOOD"
+
+// keyFlood (issue 15): a flood of fresh keys must not deny innocent clients nor free heavy
+// hitters. One rule per algorithm (its own path), 10 per hour per x-user: attacker keys
+// sending one request each, innocent clients sending 5 (half their limit), heavy hitters
+// sending 10× their limit, in one random order over 16 connections. No innocent request
+// is denied, no heavy hitter gets more than 12, and shared data stays within the rules'
+// max_keys (+1 for the hash seed). The CI size is max_keys 100 with 2,000 attackers, 20
+// innocents and 3 heavy hitters per rule; SLUICE_E2E_FLOOD=full runs the issue's: max_keys
+// 1000, 20,000 attackers, 100 innocents, 5 heavy hitters.
+func keyFlood(full bool) Scenario {
+	maxKeys, f := 100, Flood{Attackers: 2000, Innocents: 20, Heavy: 3}
+	if full {
+		maxKeys, f = 1000, Flood{Attackers: 20_000, Innocents: 100, Heavy: 5}
+	}
+	f.KeyHeader, f.AttackerRequests, f.InnocentRequests, f.HeavyRequests = "X-User", 1, 5, 100
+	f.Conns, f.MaxInnocentDenied, f.MaxHeavyAdmitted, f.DeniedStatus = 16, 0, 12, 429
+	f.MaxSharedKeys = len(Algorithms)*maxKeys + 1
+	cfg := `{"rules":[`
+	var steps []Step
+	for i, alg := range Algorithms {
+		if i > 0 {
+			cfg += ","
+		}
+		cfg += fmt.Sprintf(`
+  {"name":%q,"match":{"path_prefix":"/%s/"},"key":[{"header":"x-user"}],"algorithm":%q,"limit":10,"window":"1h","max_keys":%d}`,
+			alg, alg, alg, maxKeys)
+		fl := f
+		steps = append(steps, Step{Desc: alg + ": key flood", Req: get("/" + alg + "/x"), Want: ok(), Flood: &fl})
+	}
+	cfg += `],
+ "response":{"headers":"none"}}`
+	return Scenario{Name: "key-flood", Config: cfg, Steps: steps}
 }
