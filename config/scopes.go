@@ -419,6 +419,10 @@ func (p *parser) scoped(data []byte, root gjson.Result) *Config {
 			continue
 		}
 		for _, r := range s.Config.Rules {
+			if r.Backend == BackendRLS && len(s.Name)+1+len(r.Name) > MaxRuleNameLen {
+				p.fail(gjson.Result{Index: root.Index + len(root.Raw)}, RulesKey+"["+strconv.Itoa(s.Index)+"].rules["+strconv.Itoa(r.Index)+"].name",
+					"the rate-limit service names this rule "+strconv.Quote(s.Name+"."+r.Name)+", longer than "+strconv.Itoa(MaxRuleNameLen)+" bytes; shorten the scope or the rule name")
+			}
 			if global[s.Name+"."+r.Name] {
 				p.fail(gjson.Result{Index: root.Index + len(root.Raw)}, RulesKey+"["+strconv.Itoa(s.Index)+"].rules["+strconv.Itoa(r.Index)+"].name",
 					"scope "+Quote(s.Name, maxShownValue)+" and rule "+Quote(r.Name, maxShownValue)+" give the same counter names as the top-level rule "+Quote(s.Name+"."+r.Name, maxShownValue)+"; rename one")

@@ -218,6 +218,8 @@ func TestScopeErrors(t *testing.T) {
 			`_rules_[1].scope: duplicate scope name "rules_0" (also _rules_[0])`},
 		{"metric collision", `{"rules":[` + rule("name", `"s.x"`) + `],"_rules_":[{"_match_route_":["a"],"scope":"s","rules":[` + r + `]}]}`,
 			`_rules_[0].rules[0].name: scope "s" and rule "x" give the same counter names as the top-level rule "s.x"; rename one`},
+		{"rls name too long in a scope", `{"_rules_":[{"_match_route_":["a"],"scope":"` + strings.Repeat("s", 40) + `","rules":[` + rule("name", `"`+strings.Repeat("r", 24)+`"`, "backend", `"rls"`) + `],"rls":{"cluster":"c","domain":"d"}}]}`,
+			`_rules_[0].rules[0].name: the rate-limit service names this rule "` + strings.Repeat("s", 40) + "." + strings.Repeat("r", 24) + `", longer than 64 bytes; shorten the scope or the rule name`},
 		{"match routes empty", doc("", rule("match", `{"routes":[]}`)), `rules[0].match.routes: must not be empty`},
 		{"match routes bad", doc("", rule("match", `{"routes":["ok",""]}`)), `rules[0].match.routes[1]: "" is empty`},
 		{"match routes duplicate", doc("", rule("match", `{"routes":["a","a"]}`)), `rules[0].match.routes[1]: duplicate route name "a"`},
