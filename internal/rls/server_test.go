@@ -40,7 +40,10 @@ func uniq(prefix string) string {
 
 func backend(t testing.TB) *ClusterBackend {
 	t.Helper()
-	b, err := NewClusterBackend(cluster.Addrs, "", "", redis.Options{}, 2*time.Second)
+	// A generous timeout: these tests check exactness, and a call that
+	// times out on a loaded machine (thousands of concurrent calls, -race)
+	// may have charged without the service learning it.
+	b, err := NewClusterBackend(cluster.Addrs, "", "", redis.Options{}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +60,9 @@ func serve(t testing.TB, opts Options) (*Server, pb.RateLimitServiceClient) {
 	}
 	if opts.Now == nil {
 		opts.Now = func() int64 { return testNow }
+	}
+	if opts.RefundTimeout == 0 {
+		opts.RefundTimeout = 10 * time.Second
 	}
 	s := New(opts)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
