@@ -9,6 +9,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,24 +24,24 @@ domain: exact
 descriptors:
   - key: alg
     value: token_bucket
-    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket}}]
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket}}, {key: ovr, rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket}}]
   - key: alg
     value: leaky_bucket
-    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: leaky_bucket}}]
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: leaky_bucket}}, {key: ovr, rate_limit: {unit: hour, requests_per_unit: 1, algorithm: leaky_bucket}}]
   - key: alg
     value: fixed_window
-    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100}}]
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100}}, {key: ovr, rate_limit: {unit: hour, requests_per_unit: 1}}]
   - key: alg
     value: sliding_log
-    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log}}]
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log}}, {key: ovr, rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_log}}]
   - key: alg
     value: sliding_window
-    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_window}}]
+    descriptors: [{key: client, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_window}}, {key: ovr, rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_window}}]
 `
 
 // Two replicas (each its own server and cluster client) share one key:
 // 3,000 concurrent calls with a limit of 100 admit exactly 100, for every
-// algorithm, inline and configured. The time is pinned, so no algorithm
+// algorithm: inline, configured, and configured with a limit override. The time is pinned, so no algorithm
 // refills during the burst.
 func TestReplicasExactUnderConcurrency(t *testing.T) {
 	cfg := parse(t, exactConfig)
@@ -49,13 +50,18 @@ func TestReplicasExactUnderConcurrency(t *testing.T) {
 	replicas := []pb.RateLimitServiceClient{r1, r2}
 	const calls, limit = 3000, 100
 	for _, alg := range allAlgorithms {
-		for _, kind := range []string{"inline", "config"} {
+		for _, kind := range []string{"inline", "config", "override"} {
 			t.Run(alg+"/"+kind, func(t *testing.T) {
 				var d *ratelimitv3.RateLimitDescriptor
 				if kind == "inline" {
 					d = inlineDesc("exact", alg, limit, time.Hour, 0, uniq("k"))
-				} else {
+				} else if kind == "config" {
 					d = desc("alg", alg, "client", uniq("k"))
+				} else {
+					// Configured at 1 per hour; Envoy's override says 100
+					// per day, with the configured algorithm.
+					d = desc("alg", alg, "ovr", uniq("k"))
+					d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: limit, Unit: typev3.RateLimitUnit_DAY}
 				}
 				var ok, over, failed atomic.Int64
 				var wg sync.WaitGroup

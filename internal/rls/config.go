@@ -402,7 +402,7 @@ func (e *errOverride) Error() string { return e.msg }
 // lookup finds the limit of descriptor d in domain, with
 // envoyproxy/ratelimit's rules (config_impl.go GetLimit): an unknown
 // domain has no limits; a limit override applies to any descriptor of a
-// known domain; otherwise the entries are walked level by level, each
+// known domain (override); otherwise the entries are walked level by level, each
 // matching "key_value" first, then the level's wildcard values in file
 // order, then "key" alone, and the limit is the one of the node the last
 // entry reaches (none if the walk stops earlier or the node has none).
@@ -413,24 +413,6 @@ func (c *Config) lookup(domain string, d *ratelimitv3.RateLimitDescriptor) (*mat
 	root := c.domains[domain]
 	if root == nil {
 		return nil, nil
-	}
-	if o := d.GetLimit(); o != nil {
-		u := pb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
-		w := unitWindow(u)
-		if w == 0 {
-			return nil, &errOverride{"limit override: unit " + o.GetUnit().String() + " is not SECOND, MINUTE, HOUR, DAY, MONTH or YEAR"}
-		}
-		if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
-			if w > algorithms.MaxWindow/time.Duration(m.GetValue()) {
-				return nil, &errOverride{"limit override: unit × unit_multiplier is longer than " + algorithms.MaxWindow.String()}
-			}
-			w *= time.Duration(m.GetValue())
-		}
-		l := &Limit{Unit: u, RequestsPerUnit: o.GetRequestsPerUnit(), Kind: algorithms.FixedWindow, key: descriptorKey(domain, d)}
-		if err := l.setParams(int64(o.GetRequestsPerUnit()), w, 0); err != nil {
-			return nil, &errOverride{"limit override: " + err.Error()}
-		}
-		return &match{limit: l, override: true}, nil
 	}
 	es := d.GetEntries()
 	n := root
@@ -467,6 +449,9 @@ func (c *Config) lookup(domain string, d *ratelimitv3.RateLimitDescriptor) (*mat
 		}
 		n = next
 	}
+	if o := d.GetLimit(); o != nil {
+		return override(domain, d, o, lim)
+	}
 	if lim == nil {
 		return nil, nil
 	}
@@ -476,6 +461,33 @@ func (c *Config) lookup(domain string, d *ratelimitv3.RateLimitDescriptor) (*mat
 		lim = &cp
 	}
 	return &match{limit: lim, shared: shared}, nil
+}
+
+// override is the limit of a descriptor's limit override: its requests per
+// unit and unit (times unit_multiplier), with the algorithm of the limit
+// the entries match in the configuration (conf, may be nil), fixed_window
+// if none, never in shadow mode, burst = limit. The counter is not shared
+// (share_threshold does not apply), as in envoyproxy/ratelimit.
+func override(domain string, d *ratelimitv3.RateLimitDescriptor, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, conf *Limit) (*match, error) {
+	u := pb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	w := unitWindow(u)
+	if w == 0 {
+		return nil, &errOverride{"limit override: unit " + o.GetUnit().String() + " is not SECOND, MINUTE, HOUR, DAY, MONTH or YEAR"}
+	}
+	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+		if w > algorithms.MaxWindow/time.Duration(m.GetValue()) {
+			return nil, &errOverride{"limit override: unit × unit_multiplier is longer than " + algorithms.MaxWindow.String()}
+		}
+		w *= time.Duration(m.GetValue())
+	}
+	l := &Limit{Unit: u, RequestsPerUnit: o.GetRequestsPerUnit(), Kind: algorithms.FixedWindow, key: descriptorKey(domain, d)}
+	if conf != nil && !conf.Unlimited {
+		l.Kind = conf.Kind
+	}
+	if err := l.setParams(int64(o.GetRequestsPerUnit()), w, 0); err != nil {
+		return nil, &errOverride{"limit override: " + err.Error()}
+	}
+	return &match{limit: l, override: true}, nil
 }
 
 // descriptorKey is the full key of a descriptor's own entries

@@ -152,6 +152,15 @@ func TestLookupOverride(t *testing.T) {
 	if m, err := c.lookup("other", d); err != nil || m != nil {
 		t.Fatalf("override in an unknown domain: %+v %v", m, err)
 	}
+	// The override keeps the algorithm of the configured limit the entries
+	// match (burst = the overriding limit), never shadow mode.
+	c2 := parse(t, "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 9}\n")
+	d2 := desc("k", "v")
+	d2.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 50, Unit: typev3.RateLimitUnit_MINUTE}
+	if m, err := c2.lookup("d", d2); err != nil || m == nil || m.limit.Kind != algorithms.TokenBucket || m.limit.Shadow ||
+		m.limit.Params != (algorithms.Params{Limit: 50, Window: time.Minute, Burst: 50}) {
+		t.Fatalf("override of a token_bucket limit: %+v %v", m, err)
+	}
 	d.Limit.Unit = typev3.RateLimitUnit_UNKNOWN
 	if _, err := c.lookup("mongo_cps", d); err == nil || !strings.Contains(err.Error(), "unit UNKNOWN") {
 		t.Fatalf("override with unit UNKNOWN: %v", err)
