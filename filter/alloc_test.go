@@ -54,7 +54,7 @@ func (h *quietHost) GetHeaderPairs(abi.MapType) ([]byte, abi.Status) {
 }
 func (h *quietHost) AddHeader(abi.MapType, string, []byte) abi.Status { h.added++; return abi.StatusOK }
 func (h *quietHost) GetProperty(string) ([]byte, abi.Status)          { return h.source, abi.StatusOK }
-func (h *quietHost) SendLocalResponse(int, string, []byte, []abi.Header) abi.Status {
+func (h *quietHost) SendLocalResponse(int, string, []byte, []abi.Header, int32) abi.Status {
 	h.local++
 	return abi.StatusOK
 }

@@ -92,6 +92,9 @@ func (ht *hostTarget) do(r filtertest.Request) filtertest.Response {
 		ht.t.Fatalf("guest trapped: %+v", resp)
 	}
 	out := filtertest.Response{Status: resp.Status, Local: resp.Local, Body: string(resp.Body)}
+	if resp.Local {
+		out.GRPCStatus = resp.GRPCStatus
+	}
 	for _, kv := range resp.Headers {
 		if !resp.Local && (kv[0] == "content-type" || strings.HasPrefix(kv[0], ":")) {
 			continue

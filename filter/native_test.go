@@ -410,7 +410,7 @@ func TestSharedSeed(t *testing.T) {
 // A host refusing the local response must not leave the request paused.
 type refusingHost struct{ *filtertest.Host }
 
-func (refusingHost) SendLocalResponse(int, string, []byte, []abi.Header) abi.Status {
+func (refusingHost) SendLocalResponse(int, string, []byte, []abi.Header, int32) abi.Status {
 	return abi.StatusInternalFailure
 }
 

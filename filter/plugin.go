@@ -37,19 +37,20 @@ var errCASExhausted = errors.New("compare-and-swap retries exhausted")
 // per-rule stores, metrics and scratch buffers. It is driven by VM; it is
 // not safe for concurrent use (a Proxy-Wasm VM is single-threaded).
 type Plugin struct {
-	host   abi.Host
-	id     uint32
-	name   string // plugin_name property ("" when the host has none)
-	cfg    *config.Config
-	rules  []*rule
-	seed   uint64
-	req    request
-	hdrs   []abi.Header
-	vals   []byte      // scratch for header values
-	body   []byte      // rejection body
-	errors uint32      // metric id of sluice.errors
-	logged int         // store errors logged so far (bounded)
-	redis  *redisState // nil without Redis rules
+	host    abi.Host
+	id      uint32
+	name    string // plugin_name property ("" when the host has none)
+	cfg     *config.Config
+	rules   []*rule
+	seed    uint64
+	req     request
+	hdrs    []abi.Header
+	vals    []byte      // scratch for header values
+	body    []byte      // rejection body
+	grpcMsg []byte      // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
+	errors  uint32      // metric id of sluice.errors
+	logged  int         // store errors logged so far (bounded)
+	redis   *redisState // nil without Redis rules
 
 	// Scopes (scope.go): a root context's Plugin has one Plugin per entry
 	// of "_rules_" (scopes, by index); a scope's Plugin has its entry
@@ -179,10 +180,12 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	for _, r := range rules {
 		maxQuoted = max(maxQuoted, len(r.quoted))
 	}
-	// Retry-After and RateLimit: one quoted name, three numbers of at most
-	// 20 digits and separators (the other values are precomputed).
-	p.vals = make([]byte, 0, 2*maxQuoted+6*20+32)
+	// Retry-After, grpc-retry-pushback-ms and RateLimit: one quoted name,
+	// four numbers of at most 20 digits and separators (the other values
+	// are precomputed).
+	p.vals = make([]byte, 0, 2*maxQuoted+7*20+32)
 	p.body = []byte(cfg.Response.Body)
+	p.grpcMsg = grpcMessage(cfg.Response.Body)
 	p.redis = nil
 	if cfg.HasRedisRules() {
 		var err error
@@ -513,11 +516,15 @@ var (
 	failureBodyBytes = []byte(failureBody)
 )
 
-// sendFailure rejects the request with 503 (failure_mode closed).
+// sendFailure rejects the request with 503 (failure_mode closed); a gRPC
+// request gets UNAVAILABLE.
 func (p *Plugin) sendFailure(s *stream) abi.Action {
 	s.denied = true
+	if p.isGRPC() {
+		return p.sent(p.host.SendLocalResponse(failureStatus, "sluice_store_failure", grpcFailureMsg, p.hdrs[:0], grpcUnavailable))
+	}
 	p.hdrs = append(p.hdrs[:0], abi.Header{Name: hdrContentType, Value: textPlain})
-	return p.sent(p.host.SendLocalResponse(failureStatus, "sluice_store_failure", failureBodyBytes, p.hdrs))
+	return p.sent(p.host.SendLocalResponse(failureStatus, "sluice_store_failure", failureBodyBytes, p.hdrs, abi.NoGRPCStatus))
 }
 
 // sendDenied rejects the request for rule r.
@@ -529,11 +536,14 @@ func (p *Plugin) sendDenied(s *stream, r *rule) abi.Action {
 	}
 	p.vals = appendInt(p.vals[:0], retry)
 	n := len(p.vals)
+	if p.isGRPC() {
+		return p.sendDeniedGRPC(r, p.vals[:n:n])
+	}
 	p.hdrs = append(p.hdrs[:0],
 		abi.Header{Name: hdrContentType, Value: textPlain},
 		abi.Header{Name: "retry-after", Value: p.vals[:n:n]})
 	p.hdrs = p.appendRateLimitHeaders(p.hdrs, r, &r.d)
-	return p.sent(p.host.SendLocalResponse(p.cfg.Response.Status, "sluice_rate_limited", p.body, p.hdrs))
+	return p.sent(p.host.SendLocalResponse(p.cfg.Response.Status, "sluice_rate_limited", p.body, p.hdrs, abi.NoGRPCStatus))
 }
 
 // sent maps the outcome of proxy_send_local_response to the callback's

@@ -84,10 +84,10 @@ func (f *redisFake) checkOwn(call string) {
 	}
 }
 
-func (f *redisFake) SendLocalResponse(status int, details string, body []byte, headers []abi.Header) abi.Status {
+func (f *redisFake) SendLocalResponse(status int, details string, body []byte, headers []abi.Header, grpcStatus int32) abi.Status {
 	f.checkOwn("proxy_send_local_response")
 	f.Host.Local = nil
-	st := f.Host.SendLocalResponse(status, details, body, headers)
+	st := f.Host.SendLocalResponse(status, details, body, headers, grpcStatus)
 	f.local[f.effective] = f.Host.Local
 	return st
 }

@@ -123,7 +123,7 @@ func (p *proxytestTarget) do(r filtertest.Request) filtertest.Response {
 	act := h.CallOnRequestHeaders(id, hdrs, true)
 	resp := filtertest.Response{Action: abi.Action(act)}
 	if lr := h.GetSentLocalResponse(id); lr != nil {
-		resp.Status, resp.Local, resp.Body, resp.Headers = int(lr.StatusCode), true, string(lr.Data), lr.Headers
+		resp.Status, resp.Local, resp.Body, resp.Headers, resp.GRPCStatus = int(lr.StatusCode), true, string(lr.Data), lr.Headers, lr.GRPCStatus
 	} else {
 		h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/plain"}}, false)
 		resp.Status = 200

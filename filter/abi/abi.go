@@ -78,6 +78,11 @@ const (
 	MetricHistogram = proxywasm.MetricHistogram
 )
 
+// NoGRPCStatus is proxy_send_local_response's grpc_status for "none" (the
+// SDKs' default, -1): Envoy treats every value outside 0..16 so
+// (Context::sendLocalResponse, source/extensions/common/wasm/context.cc).
+const NoGRPCStatus int32 = -1
+
 // Host is the set of host calls sluice makes, relative to the context the
 // host is currently calling into (Proxy-Wasm has no explicit context
 // argument). Byte slices returned by Host are valid until the next top-level
@@ -104,8 +109,10 @@ type Host interface {
 	// segments separated by NUL ("source\x00address").
 	GetProperty(path string) ([]byte, Status)
 	// SendLocalResponse answers the current request without forwarding it
-	// (proxy_send_local_response, grpc status -1).
-	SendLocalResponse(status int, details string, body []byte, headers []Header) Status
+	// (proxy_send_local_response). grpcStatus is the gRPC status for a
+	// gRPC request (0..16), or NoGRPCStatus: Envoy then derives it from
+	// status when it turns the reply into a gRPC response.
+	SendLocalResponse(status int, details string, body []byte, headers []Header, grpcStatus int32) Status
 	// GetSharedData returns a shared-data value and its CAS token
 	// (proxy_get_shared_data).
 	GetSharedData(key []byte) (value []byte, cas uint32, st Status)

@@ -123,10 +123,10 @@ func (*Imports) GetProperty(path string) ([]byte, Status) {
 }
 
 // SendLocalResponse implements Host.
-func (im *Imports) SendLocalResponse(status int, details string, body []byte, headers []Header) Status {
+func (im *Imports) SendLocalResponse(status int, details string, body []byte, headers []Header, grpcStatus int32) Status {
 	im.scratch = proxywasm.AppendHeaders(im.scratch[:0], headers)
 	return Status(proxySendLocalResponse(uint32(status), strPtr(details), uint32(len(details)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(im.scratch), uint32(len(im.scratch)), -1))
+		bytesPtr(body), uint32(len(body)), bytesPtr(im.scratch), uint32(len(im.scratch)), grpcStatus))
 }
 
 // GetSharedData implements Host.

@@ -150,6 +150,8 @@ type LocalResponse struct {
 	Details string
 	Body    string
 	Headers [][2]string
+	// GRPCStatus is the grpc_status argument (abi.NoGRPCStatus: none).
+	GRPCStatus int32
 }
 
 // Host is one worker's fake host: it implements abi.Host for the context
@@ -262,11 +264,11 @@ func (h *Host) GetProperty(path string) ([]byte, abi.Status) {
 
 // SendLocalResponse implements abi.Host. Like the proxytest emulator and
 // Envoy it accepts the call once per request.
-func (h *Host) SendLocalResponse(status int, details string, body []byte, headers []abi.Header) abi.Status {
+func (h *Host) SendLocalResponse(status int, details string, body []byte, headers []abi.Header, grpcStatus int32) abi.Status {
 	if h.Local != nil {
 		return abi.StatusBadArgument
 	}
-	lr := &LocalResponse{Status: status, Details: details, Body: string(body)}
+	lr := &LocalResponse{Status: status, Details: details, Body: string(body), GRPCStatus: grpcStatus}
 	for _, hd := range headers {
 		lr.Headers = append(lr.Headers, [2]string{hd.Name, string(hd.Value)})
 	}
@@ -334,6 +336,9 @@ type Response struct {
 	Body    string
 	Headers [][2]string // local response headers, or headers added to the upstream response
 	Action  abi.Action
+	// GRPCStatus is a local response's grpc_status argument
+	// (abi.NoGRPCStatus: none); 0 when the request went upstream.
+	GRPCStatus int32
 }
 
 // Header returns the first value of a header (case-insensitive) or "".
@@ -412,7 +417,7 @@ func (w *Worker) Do(r Request) Response {
 	var resp Response
 	resp.Action = act
 	if h.Local != nil {
-		resp.Status, resp.Local, resp.Body = h.Local.Status, true, h.Local.Body
+		resp.Status, resp.Local, resp.Body, resp.GRPCStatus = h.Local.Status, true, h.Local.Body, h.Local.GRPCStatus
 		resp.Headers = h.Local.Headers
 		// Envoy runs the encoder filters on a local reply.
 		h.RespHeaders = append([][2]string{{":status", itoa(h.Local.Status)}}, h.Local.Headers...)
