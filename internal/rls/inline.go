@@ -137,16 +137,20 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	return in, nil
 }
 
-// checkRuleName applies the sluice configuration's rule-name rule
-// (letters, digits, '-', '_', '.'; 1..config.MaxRuleNameLen bytes). Redis
-// keys rely on it: a rule name never contains '/', so an inline key
+// maxRuleIDLen bounds sluice.rule: a rule name, or "<scope>.<name>" for a
+// rule of a "_rules_" scope (as the filter names its counters).
+const maxRuleIDLen = config.MaxScopeNameLen + 1 + config.MaxRuleNameLen
+
+// checkRuleName applies the sluice configuration's rule and scope name
+// rules (letters, digits, '-', '_', '.'; 1..maxRuleIDLen bytes). Redis keys
+// rely on it: a rule name never contains '/', so an inline key
 // "<domain>/<rule>" never equals a configured descriptor's "<domain>/".
 func checkRuleName(s string) string {
 	if s == "" {
 		return "is empty"
 	}
-	if len(s) > config.MaxRuleNameLen {
-		return "is longer than " + strconv.Itoa(config.MaxRuleNameLen) + " bytes"
+	if len(s) > maxRuleIDLen {
+		return "is longer than " + strconv.Itoa(maxRuleIDLen) + " bytes"
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]

@@ -169,6 +169,18 @@ func TestInlineDecideDenyRefund(t *testing.T) {
 	}
 }
 
+// A rule of a "_rules_" scope is named "<scope>.<name>": up to 64 + 1 + 64 bytes.
+func TestInlineScopedRuleName(t *testing.T) {
+	_, c := serve(t, Options{InlineDomains: []string{"mesh"}})
+	d := inlineDesc(strings.Repeat("s", 64)+"."+strings.Repeat("r", 64), "fixed_window", 1, time.Minute, 0, uniq("k"))
+	if r := call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatal(r)
+	}
+	if r := call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatal(r)
+	}
+}
+
 // A call denied by one descriptor is charged to none: the admitting
 // descriptor is refunded before the answer.
 func TestDeniedCallChargesNoDescriptor(t *testing.T) {
@@ -235,6 +247,9 @@ func TestInlineErrors(t *testing.T) {
 		{"rule name with a slash", "mesh", func() *ratelimitv3.RateLimitDescriptor {
 			return inlineDesc("a/b", "fixed_window", 10, time.Second, 0, "k")
 		}, codes.InvalidArgument, "entry 0 (sluice.rule): rule name may contain only"},
+		{"rule name too long", "mesh", func() *ratelimitv3.RateLimitDescriptor {
+			return inlineDesc(strings.Repeat("s", 64)+"."+strings.Repeat("r", 65), "fixed_window", 10, time.Second, 0, "k")
+		}, codes.InvalidArgument, "entry 0 (sluice.rule): rule name is longer than 129 bytes"},
 		{"bad refund", "mesh", func() *ratelimitv3.RateLimitDescriptor {
 			d := good()
 			d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: EntryRefund, Value: "12"})
