@@ -254,7 +254,7 @@ func run(o options) error {
 		}
 	}
 
-	fmt.Printf("\n%d rounds × (peer, sluice × %d algorithms) × 2 variants; %v warm-up + %v measured each; concurrency %d on %d connections\n",
+	fmt.Printf("\n%d rounds × (peer, sluice × %d algorithm(s)) × 2 variants; %v warm-up + %v measured each; concurrency %d on %d connections\n",
 		o.rounds, len(o.algorithms), o.warmup, o.duration, o.concurrency, o.conns)
 	var ms []measurement
 	for round := 1; round <= o.rounds; round++ {
