@@ -140,7 +140,6 @@ type item struct {
 	res       redisrl.Result
 	err       error
 	denied    bool // the limit denied the request (before shadow mode)
-	refunded  bool
 }
 
 func (it *item) limit() *Limit {
@@ -326,14 +325,16 @@ func (s *Server) refundAdmitted(ctx context.Context, domain string, items []item
 			r := it.req
 			res := it.res
 			r.Refund = &res
-			if _, err := run(ctx, s.opts.Backend, &r, s.Metrics.noscript); err != nil {
+			after, err := run(ctx, s.opts.Backend, &r, s.Metrics.noscript)
+			if err != nil {
 				s.Metrics.refund(false)
 				s.opts.Logger.Warn("refund failed: the admission stays charged until its window passes",
 					"domain", domain, "key", string(r.Key), "err", err)
 				return
 			}
 			s.Metrics.refund(true)
-			it.refunded = true
+			// The status reports the state after the refund.
+			it.res.Remaining, it.res.ResetAfter = after.Remaining, after.ResetAfter
 		}()
 	}
 	wg.Wait()

@@ -192,7 +192,10 @@ func TestDeniedCallChargesNoDescriptor(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		r := call(t, c, "any", wide, narrow)
-		if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != pb.RateLimitResponse_OK || r.Statuses[1].Code != pb.RateLimitResponse_OVER_LIMIT {
+		// wide admitted, then was refunded: its status says what remains
+		// after the refund (4 of 5).
+		if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != pb.RateLimitResponse_OK || r.Statuses[1].Code != pb.RateLimitResponse_OVER_LIMIT ||
+			r.Statuses[0].LimitRemaining != 4 {
 			t.Fatalf("denied call %d: %v", i, r)
 		}
 		if len(header(r, RefundHeader)) != 0 {
