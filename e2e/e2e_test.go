@@ -90,6 +90,14 @@ func newClient(conns int) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 
+// h2cClient is the client of Request.HTTP2: HTTP/2 cleartext with prior knowledge, one
+// connection per proxy address, shared by the scenarios.
+var h2cClient = sync.OnceValue(func() *http.Client {
+	tr := &http.Transport{Proxy: nil, DisableCompression: true, Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+})
+
 type response struct {
 	status int
 	header http.Header
@@ -116,11 +124,17 @@ func do(ctx context.Context, c *http.Client, base string, r Request) (response, 
 	if h := r.Header.Get("Host"); h != "" {
 		req.Host = h // net/http sends req.Host, not a Host header
 	}
+	if r.HTTP2 {
+		c = h2cClient()
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return response{}, err
 	}
 	defer resp.Body.Close()
+	if r.HTTP2 && resp.ProtoMajor != 2 {
+		return response{}, fmt.Errorf("an HTTP/2 request answered over %s", resp.Proto)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return response{}, err

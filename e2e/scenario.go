@@ -50,6 +50,9 @@ type Request struct {
 	Method string // default GET
 	Path   string // default "/"
 	Header http.Header
+	// HTTP2 sends the request over HTTP/2 cleartext with prior knowledge (h2c), as gRPC
+	// clients do; the response must come back over HTTP/2.
+	HTTP2 bool
 }
 
 // Step sends a request (Times times in sequence, or until it matches when Poll is set, or

@@ -53,6 +53,8 @@ func Scenarios() []Scenario {
 		higressScopes(),
 		exactUnderConcurrency(),
 		keyFlood(os.Getenv(envFlood) == "full"),
+		grpcResourceExhausted(),
+		grpcCustomStatus(),
 	)
 	return s
 }

@@ -214,6 +214,13 @@ func startHost(t *testing.T, sc Scenario) *proxy {
 	for _, r := range sc.Routes {
 		cmd.Args = append(cmd.Args, "--route", r.Name+"="+r.PathPrefix)
 	}
+	return startHostCmd(t, cmd)
+}
+
+// startHostCmd starts cmd, a `sluice run` command with --listen and --admin, as startHost
+// does.
+func startHostCmd(t *testing.T, cmd *exec.Cmd) *proxy {
+	t.Helper()
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()

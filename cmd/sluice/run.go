@@ -40,7 +40,9 @@ const runUsage = `usage: sluice run [flags]
 
 Serves HTTP on --listen through a Proxy-Wasm filter (default: dist/sluice.wasm) running
 on an embedded host (one VM per worker), forwarding what the filter lets through to
---upstream, or to a built-in echo server when --upstream is not given.
+--upstream, or to a built-in echo server when --upstream is not given. --listen speaks
+HTTP/1.1 and HTTP/2 cleartext (h2c with prior knowledge, as gRPC clients use it); an
+upstream given as h2c://HOST:PORT is reached over HTTP/2 cleartext (a gRPC server).
 
 Flags:
 `
@@ -102,7 +104,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.wasm, "wasm", "dist/sluice.wasm", "Proxy-Wasm module to run")
 	fs.StringVar(&cfg.configPath, "config", "", "plugin configuration file (default: the embedded example, 5 requests per 10s per client IP)")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
-	fs.StringVar(&cfg.upstream, "upstream", "", "URL to forward allowed requests to (default: a built-in echo server)")
+	fs.StringVar(&cfg.upstream, "upstream", "", "URL to forward allowed requests to: http://, https://, or h2c://HOST:PORT for HTTP/2 cleartext (a gRPC server) (default: a built-in echo server)")
 	fs.IntVar(&cfg.workers, "workers", runtime.NumCPU(), "workers, each with its own VM")
 	fs.StringVar(&cfg.admin, "admin", "", "address for the admin server (/metrics, /status, /healthz); empty: none")
 	fs.BoolVar(&cfg.failOpen, "fail-open", false, "let a request through unfiltered when the filter traps (default: answer 500)")
@@ -257,8 +259,8 @@ func readRunInputs(cfg runConfig) (runInputs, error) {
 	in.upstream, in.upstreamName = echoHandler(), "built-in echo"
 	if cfg.upstream != "" {
 		u, err := url.Parse(cfg.upstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return in, fmt.Errorf("--upstream: want an http:// or https:// URL, got %q", cfg.upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "h2c") || u.Host == "" {
+			return in, fmt.Errorf("--upstream: want an http://, https:// or h2c:// URL, got %q", cfg.upstream)
 		}
 		in.upstream, in.upstreamName = reverseProxy(u), u.String()
 	}
@@ -334,7 +336,12 @@ func (rs *runServer) listen(cfg runConfig, upstream http.Handler, logger *slog.L
 		return nil, nil, fmt.Errorf("--listen: %v", err)
 	}
 	rs.listenAddr = ln.Addr().String()
-	rs.servers = append(rs.servers, &http.Server{Handler: rs.host.Handler(upstream), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)})
+	// HTTP/1.1 and HTTP/2 cleartext with prior knowledge on the same port (no h2c
+	// upgrade from HTTP/1.1: gRPC clients do not use it, and net/http does not offer it).
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	rs.servers = append(rs.servers, &http.Server{Handler: rs.host.Handler(upstream), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)})
 	if cfg.admin == "" {
 		return ln, nil, nil
 	}
@@ -418,9 +425,24 @@ func (rs *runServer) wait() error {
 }
 
 // reverseProxy forwards to target, keeping the client's Host (as Envoy keeps :authority)
-// and appending the peer to X-Forwarded-For.
+// and appending the peer to X-Forwarded-For. An h2c:// target is reached over HTTP/2
+// cleartext with prior knowledge: one pooled connection multiplexes the requests, the
+// request body streams up while the response streams down (flushed as it comes: its
+// length is unknown), and trailers pass in both directions (httputil.ReverseProxy
+// carries them; TE is reduced to "trailers").
 func reverseProxy(target *url.URL) http.Handler {
+	var transport http.RoundTripper
+	if target.Scheme == "h2c" {
+		t := *target
+		t.Scheme = "http"
+		target = &t
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		transport = tr
+	}
 	return &httputil.ReverseProxy{
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			prior := pr.In.Header.Values("X-Forwarded-For")
 			pr.SetURL(target)
