@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +24,8 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
 
 // gRPC through `sluice run --upstream h2c://…` (issue 16), with grpc-go on both sides: the
@@ -271,4 +276,45 @@ func TestGRPCStreamingThroughSluiceRun(t *testing.T) {
 		}
 		checkPushback(t, s2.Trailer(), 600_000)
 	})
+}
+
+// failure_mode closed answers a gRPC call UNAVAILABLE when the store cannot decide: here a
+// Redis rule (sluice-redis.wasm) whose cluster refuses connections.
+func TestGRPCFailureClosedThroughSluiceRun(t *testing.T) {
+	if targetName() != "host" {
+		t.Skip("starts `sluice run` itself")
+	}
+	up := startGRPCUpstream(t)
+	wasm, err := filtertest.BuildWasm("redis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasmPath := filepath.Join(t.TempDir(), "sluice-redis.wasm")
+	if err := os.WriteFile(wasmPath, wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := net.Listen("tcp", "127.0.0.1:0") // a port that refuses connections once closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Close()
+	cfg := writeConfig(t, Scenario{Config: `{"rules":[{"name":"remote","backend":"redis","key":[{"header":"x-tenant"}],
+ "algorithm":"fixed_window","limit":5,"window":"1h"}],"redis":{"cluster":"gone","timeout_ms":200},"failure_mode":"closed"}`})
+	_, bin := buildArtifacts(t)
+	p := startHostCmd(t, exec.Command(bin, "run", "--wasm", wasmPath, "--config", cfg,
+		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--workers", "1", "--log-level", "error",
+		"--upstream", "h2c://"+up.addr, "--redis-cluster", "gone="+gone.Addr().String()))
+	hc := healthpb.NewHealthClient(grpcClient(t, p))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		_, err := hc.Check(tenant(ctx, "acme"), &healthpb.HealthCheckRequest{})
+		if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "rate limiter unavailable" {
+			t.Errorf("call %d: %v, want Unavailable \"rate limiter unavailable\"", i+1, err)
+		}
+	}
+	// Without the rule's key the store is not asked: the call goes through.
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("a call no rule applies to: %v", err)
+	}
 }
