@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"flag"
 	"net"
 	"os"
 	"strconv"
@@ -23,7 +24,16 @@ import (
 
 var cluster *rediscluster.Cluster
 
-func TestMain(m *testing.M) { os.Exit(rediscluster.Main(m, 3, &cluster)) }
+// TestMain starts the Redis Cluster the tests share; a fuzzing worker
+// (which runs only fuzz targets, none of which needs Redis) does without,
+// so that every worker (re)start is not a cluster start.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run())
+	}
+	os.Exit(rediscluster.Main(m, 3, &cluster))
+}
 
 // testNow is the pinned script time of the tests: 30 s into a minute and
 // 30 min 30 s into an hour,
