@@ -30,6 +30,7 @@ func init() {
 }
 
 const serveUsage = `usage: sluice serve --redis-cluster HOST:PORT[,HOST:PORT...] [flags]
+       sluice serve --check --config FILE|DIR
 
 Serves envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (gRPC, cleartext
 HTTP/2) and decides on the Redis Cluster with sluice's Redis scripts. Stateless: run any
