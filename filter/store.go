@@ -115,9 +115,10 @@ type entry struct {
 }
 
 // candidate returns the i-th candidate slot of identity h: the first is h
-// modulo the table, the others come from remixing h. Two candidates may
-// coincide (the table is small, or by chance); reading one twice is
-// harmless.
+// modulo the table, the others come from remixing h (the second is the
+// one the two-candidate table used, so slots written before keep being
+// found). Two candidates may coincide (the table is small, or by chance);
+// load reads a repeated one once.
 func (s *slotStore) candidate(h uint64, i int) uint64 {
 	if i == 0 {
 		return h % s.slots
