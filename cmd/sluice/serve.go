@@ -158,6 +158,16 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	return cfg, 0
 }
 
+// newServeBackend connects the service to its Redis Cluster; tests replace
+// it to hold calls in flight.
+var newServeBackend = func(cfg serveConfig) (interface {
+	rls.Backend
+	Close() error
+}, error) {
+	return rls.NewClusterBackend(cfg.redisAddrs, cfg.redisUser, os.Getenv("SLUICE_REDIS_PASSWORD"),
+		redis.Options{PoolSize: cfg.poolSize}, cfg.redisTimeout)
+}
+
 // serveAddrs are the addresses a started `sluice serve` bound.
 type serveAddrs struct{ grpc, admin string }
 
@@ -174,8 +184,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 		}
 		conf = c
 	}
-	backend, err := rls.NewClusterBackend(cfg.redisAddrs, cfg.redisUser, os.Getenv("SLUICE_REDIS_PASSWORD"),
-		redis.Options{PoolSize: cfg.poolSize}, cfg.redisTimeout)
+	backend, err := newServeBackend(cfg)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -242,4 +243,87 @@ func TestServeProcess(t *testing.T) {
 		t.Fatal("no exit 15 s after SIGTERM")
 	}
 	log.wait(t, regexp.MustCompile(`sluice serve: stopped`), 5*time.Second)
+}
+
+// heldBackend admits every call, but only when released: a call in flight.
+type heldBackend struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldBackend) Do(ctx context.Context, cmd []byte) ([]byte, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return []byte("*7\r\n:1\r\n:10\r\n:9\r\n:1000\r\n:0\r\n:1700000000000000\r\n:0\r\n"), nil
+}
+
+func (h *heldBackend) Close() error { return nil }
+
+// A graceful stop (what SIGTERM and SIGINT trigger): health turns
+// NOT_SERVING at once, the call in flight still gets its answer, then
+// serve returns.
+func TestServeGracefulStop(t *testing.T) {
+	held := &heldBackend{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	old := newServeBackend
+	newServeBackend = func(serveConfig) (interface {
+		rls.Backend
+		Close() error
+	}, error) {
+		return held, nil
+	}
+	defer func() { newServeBackend = old }()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	addrs := make(chan serveAddrs, 1)
+	done := make(chan error, 1)
+	cfg := serveConfig{listen: "127.0.0.1:0", admin: "127.0.0.1:0", inlineDomains: []string{"mesh"},
+		redisTimeout: time.Second, shutdownTimeout: 30 * time.Second}
+	go func() { done <- serve(ctx, cfg, nil, io.Discard, func(a serveAddrs) { addrs <- a }) }()
+	a := <-addrs
+	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	e := func(k, v string) *ratelimitv3.RateLimitDescriptor_Entry {
+		return &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	d := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
+		e(rls.EntryRule, "r"), e(rls.EntryAlgorithm, "fixed_window"), e(rls.EntryLimit, "10"),
+		e(rls.EntryWindowUS, "1000000"), e(rls.EntryBurst, "0"), e(rls.EntryKey, "k")}}
+	answer := make(chan error, 1)
+	go func() {
+		r, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(),
+			&pb.RateLimitRequest{Domain: "mesh", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err == nil && r.OverallCode != pb.RateLimitResponse_OK {
+			err = fmt.Errorf("answer %v", r)
+		}
+		answer <- err
+	}()
+	<-held.entered // the call is in flight
+	stop()
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+		if err == nil && r.Status == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health while stopping: %v %v", r, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("serve returned with a call in flight: %v", err)
+	default:
+	}
+	close(held.release)
+	if err := <-answer; err != nil {
+		t.Fatalf("the call in flight: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
 }
