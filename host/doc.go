@@ -160,7 +160,8 @@
 // NUL; see Properties below), proxy_continue_stream / proxy_continue_request /
 // proxy_continue_response, proxy_set_effective_context, proxy_set_tick_period_milliseconds,
 // proxy_define_metric / proxy_increment_metric / proxy_record_metric / proxy_get_metric,
-// proxy_http_call, proxy_get_current_time_nanoseconds, proxy_get_shared_data /
+// proxy_http_call, proxy_grpc_call / proxy_grpc_cancel / proxy_grpc_close (see gRPC calls),
+// proxy_get_current_time_nanoseconds, proxy_get_shared_data /
 // proxy_set_shared_data. proxy_set_effective_context accepts any live root context (active
 // or draining) and the streams the worker owns at that moment (paused, or the one being
 // processed). Buffers returned to the guest are allocated with its exported
@@ -195,6 +196,34 @@
 // stream effective with proxy_set_effective_context (BAD_ARGUMENT if that stream has ended
 // meanwhile). A failure or timeout is delivered with 0 headers and an empty body, like
 // Envoy; a reply for a root that has been deleted meanwhile is dropped.
+//
+// gRPC calls (grpccall.go): proxy_grpc_call(service, service_name, method,
+// initial_metadata, message, timeout) as Envoy serves it (Context::grpcCall in
+// source/extensions/common/wasm/context.cc, envoyproxy/envoy main 6806efb, read from the
+// botengyao/envoy fork; cpp-host src/exports.cc grpc_call and include/proxy-wasm/wasm.h,
+// proxy-wasm-cpp-host 52a0291). The service argument is a serialized
+// envoy.config.core.v3.GrpcService if it parses as one (its envoy_grpc.cluster_name; a
+// google_grpc target → BAD_ARGUMENT here, where Envoy would build a Google gRPC client),
+// else a cluster name: Options.Clusters[name] (`sluice run --cluster NAME=http://HOST:PORT`,
+// reached over HTTP/2 cleartext; https:// uses TLS), PARSE_FAILURE for a name the host does
+// not know (Envoy: no thread-local cluster). The call belongs to the root of the effective
+// context (cpp-host calls grpcCall on root_context()); tokens are cpp-host's call ids, 1 +
+// 4n per VM (the low two bits 01 say "gRPC call"). The message goes out as is (grpc-go,
+// one ClientConn per cluster, a raw codec) with the initial metadata (pseudo-headers
+// dropped) and the timeout (0: none). The outcome arrives on the calling VM's worker with
+// that root as the effective context: proxy_on_grpc_receive(root, token, size), the reply
+// readable as buffer 5 (GrpcReceiveBuffer) during the callback, or proxy_on_grpc_close(root,
+// token, status) with the non-OK gRPC status (DEADLINE_EXCEEDED on timeout, UNAVAILABLE when
+// the cluster does not answer) — never both, and no
+// proxy_on_grpc_receive_initial_metadata / _trailing_metadata for a unary call: Envoy's
+// GrpcCallClientHandler has only onSuccessRaw (→ onGrpcReceiveWrapper) and onFailure (→
+// onGrpcCloseWrapper). proxy_grpc_cancel and proxy_grpc_close abandon a call (no callback
+// follows): OK, NOT_FOUND for a call id not in flight and for any stream id, BAD_ARGUMENT
+// for other ids (Context::grpcCancel / grpcClose). Streams are not implemented:
+// proxy_grpc_stream → UNIMPLEMENTED (cpp-host's ContextBase answer), proxy_grpc_send →
+// BAD_ARGUMENT for a non-stream id (as Envoy), NOT_FOUND otherwise. proxy_get_status (the
+// close message) is not implemented. A reply for a root deleted meanwhile is dropped;
+// calls in flight are abandoned when the Host closes.
 //
 // # Go API
 //

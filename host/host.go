@@ -107,6 +107,8 @@ type Host struct {
 
 	canon   atomic.Pointer[map[string]string] // lower-case header name -> canonical form
 	canonMu sync.Mutex
+
+	grpcClients grpcClients // proxy_grpc_call's connections, one per cluster (grpccall.go)
 }
 
 var (

@@ -64,6 +64,11 @@ func init() {
 		"proxy_record_metric":                {[]api.ValueType{i32, i64}, r, hcRecordMetric},
 		"proxy_get_metric":                   {sig(2), r, hcGetMetric},
 		"proxy_http_call":                    {sig(10), r, hcHTTPCall},
+		"proxy_grpc_call":                    {sig(12), r, hcGrpcCall},
+		"proxy_grpc_stream":                  {sig(9), r, hcGrpcStream},
+		"proxy_grpc_send":                    {sig(4), r, hcGrpcSend},
+		"proxy_grpc_cancel":                  {sig(1), r, hcGrpcCancel},
+		"proxy_grpc_close":                   {sig(1), r, hcGrpcClose},
 	}
 }
 

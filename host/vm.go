@@ -51,6 +51,7 @@ type vm struct {
 	malloc, onContextCreate, onVMStart, onConfigure, onTick        api.Function
 	onRequestHeaders, onRequestBody, onResponseHeaders, onRespBody api.Function
 	onLog, onDone, onDelete, onHTTPCallResponse                    api.Function
+	onGrpcReceive, onGrpcClose                                     api.Function
 
 	nextContext uint32
 	idWrapped   bool // nextContext wrapped around: new ids must skip live ones
@@ -66,6 +67,9 @@ type vm struct {
 	callouts    map[uint32]uint32 // callout id -> id of the root context that made the call
 	nextCallout uint32
 	callResp    *httpCallResult // during proxy_on_http_call_response
+
+	grpcCalls    map[uint32]grpcCall // proxy_grpc_call token -> the call in flight
+	nextGrpcCall uint32              // the last token issued (cpp-host: 1 + 4n)
 
 	extBuffers map[uint32][]byte // buffers set by extensions for their callbacks
 
@@ -113,10 +117,12 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 	gen := h.genSeq.Add(1)
 	v := &vm{
 		h: h, w: w, gen: gen,
-		nextContext: rootContextID,
-		streams:     map[uint32]*stream{},
-		callouts:    map[uint32]uint32{},
-		log:         h.log.With("worker", w.id),
+		nextContext:  rootContextID,
+		streams:      map[uint32]*stream{},
+		callouts:     map[uint32]uint32{},
+		grpcCalls:    map[uint32]grpcCall{},
+		nextGrpcCall: calloutGrpcCall,
+		log:          h.log.With("worker", w.id),
 	}
 	v.ctx = context.WithValue(context.Background(), vmKey{}, v)
 	name := fmt.Sprintf("sluice-w%d-g%d", w.id, gen)
@@ -154,6 +160,8 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 	v.onDone = exp("proxy_on_done")
 	v.onDelete = exp("proxy_on_delete")
 	v.onHTTPCallResponse = exp("proxy_on_http_call_response")
+	v.onGrpcReceive = exp("proxy_on_grpc_receive")
+	v.onGrpcClose = exp("proxy_on_grpc_close")
 
 	for _, start := range []string{"_initialize", "_start"} {
 		f := exp(start)
