@@ -211,6 +211,9 @@ func TestGRPCLocalReplyIsTrailersOnlyOnHTTP2(t *testing.T) {
 			if got[":status"] != "200" || got["grpc-status"] != "8" || got["grpc-message"] != "rate limited" || got["content-type"] != "application/grpc" {
 				t.Errorf("headers %v", got)
 			}
+			if v, ok := got["content-length"]; ok {
+				t.Errorf("content-length %q (Envoy removes it)", v)
+			}
 			return
 		case *http2.GoAwayFrame, *http2.RSTStreamFrame:
 			t.Fatalf("%v", f)

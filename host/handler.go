@@ -549,8 +549,14 @@ func (iw *interceptor) writeLocalHeaders(lr *localReply) {
 		k := iw.h.canonicalKey(p[0])
 		hdr[k] = append(hdr[k], p[1])
 	}
-	if !lr.trailersOnly { // Envoy removes content-length from a gRPC reply
+	switch {
+	case !lr.trailersOnly:
 		hdr.Set("Content-Length", strconv.Itoa(len(lr.body)))
+	case iw.ctx.ProtoMajor == 2:
+		// Envoy removes content-length from a gRPC reply; a nil entry keeps net/http from
+		// adding "content-length: 0" to the one HEADERS frame. (On HTTP/1.1 the codec
+		// frames the empty body with it, as Envoy's does.)
+		hdr["Content-Length"] = nil
 	}
 	iw.rw.WriteHeader(lr.status)
 }
