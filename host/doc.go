@@ -131,7 +131,9 @@
 // the guest's headers wins), the body percent-encoded as grpc-message, the guest's
 // other headers, no body, no content-length — and the guest's response phase sees
 // those headers with end of stream. Response.GRPCStatus (Exchange) is the grpc_status
-// the guest gave. See grpc.go.
+// the guest gave. The same in every profile: cpp-host passes grpc_status through
+// unchanged (send_local_response, src/exports.cc), and Envoy 1.33.0's context.cc checks it
+// as main's does. See grpc.go.
 //
 // # Traps
 //
