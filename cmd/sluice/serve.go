@@ -58,6 +58,7 @@ type serveConfig struct {
 	shutdownTimeout           time.Duration
 	headers                   *rls.HeaderNames
 	poolSize                  int
+	shadow                    bool
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -84,6 +85,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	fs.Usage = func() {}
 	var cluster, inline string
 	var headers, check bool
+	fs.BoolVar(&cfg.shadow, "shadow-mode", os.Getenv("SHADOW_MODE") == "true",
+		"answer OK even over a limit (statuses still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE; such calls are still charged to no descriptor")
 	fs.BoolVar(&check, "check", false, "validate --config, print \"ok\" and one line per limit, and exit (no --redis-cluster needed)")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8081", "address to serve gRPC on")
 	fs.StringVar(&cluster, "redis-cluster", "", "HOST:PORT[,HOST:PORT...]: seed nodes of the Redis Cluster (required)")
@@ -191,7 +194,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	defer backend.Close()
 	goredis.SetLogger(redisLogger{logger})
 	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
-		Headers: cfg.headers, RefundTimeout: cfg.redisTimeout, Logger: logger})
+		Headers: cfg.headers, GlobalShadow: cfg.shadow, RefundTimeout: cfg.redisTimeout, Logger: logger})
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {

@@ -283,3 +283,21 @@ func TestMixedCallRefundsBoth(t *testing.T) {
 		t.Fatal(r)
 	}
 }
+
+// Global shadow mode (envoyproxy/ratelimit's SHADOW_MODE): the call is
+// answered OK, the status still says OVER_LIMIT, and the counters are what
+// enforcement would leave (the other descriptor is refunded).
+func TestCompatGlobalShadow(t *testing.T) {
+	s, c := serve(t, Options{Config: parse(t, compatConfig), GlobalShadow: true})
+	u, sp := desc("user", uniq("g")), desc("special", uniq("g"))
+	for i := 0; i < 3; i++ {
+		call(t, c, "web", u)
+	}
+	r := call(t, c, "web", sp, u)
+	if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[1].Code != pb.RateLimitResponse_OVER_LIMIT || s.Metrics.GlobalShadow() != 1 {
+		t.Fatalf("global shadow: %v (%d)", r, s.Metrics.GlobalShadow())
+	}
+	if r := call(t, c, "web", sp); r.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("special was charged by the call over the limit: %v", r)
+	}
+}

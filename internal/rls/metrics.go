@@ -35,16 +35,17 @@ var latencyBounds = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 type Metrics struct {
 	known func(string) bool
 
-	mu          sync.Mutex
-	calls       map[[2]string]uint64 // domain, code (OK, OVER_LIMIT or a gRPC code)
-	descriptors map[[2]string]uint64 // domain, outcome
-	redisErrors uint64
-	noscripts   uint64
-	refunds     uint64
-	refundFails uint64
-	buckets     []uint64
-	sum         float64
-	count       uint64
+	mu           sync.Mutex
+	calls        map[[2]string]uint64 // domain, code (OK, OVER_LIMIT or a gRPC code)
+	descriptors  map[[2]string]uint64 // domain, outcome
+	redisErrors  uint64
+	noscripts    uint64
+	refunds      uint64
+	refundFails  uint64
+	globalShadow uint64
+	buckets      []uint64
+	sum          float64
+	count        uint64
 }
 
 func newMetrics(known func(string) bool) *Metrics {
@@ -127,6 +128,14 @@ func (m *Metrics) RedisErrors() uint64 {
 	return m.redisErrors
 }
 
+// GlobalShadow returns the calls over a limit answered OK by
+// Options.GlobalShadow.
+func (m *Metrics) GlobalShadow() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.globalShadow
+}
+
 // Refunds returns the refunds sent after denials that succeeded and failed.
 func (m *Metrics) Refunds() (ok, failed uint64) {
 	m.mu.Lock()
@@ -166,6 +175,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 		{"sluice_rls_redis_noscript_total", "Scripts re-sent with EVAL after NOSCRIPT.", m.noscripts},
 		{"sluice_rls_refunds_total", "Admissions refunded because another descriptor of the call denied it (or the call failed).", m.refunds},
 		{"sluice_rls_refund_failures_total", "Refunds that failed: that admission stays charged until its window passes.", m.refundFails},
+		{"sluice_rls_global_shadow_total", "Calls over a limit answered OK because of --shadow-mode.", m.globalShadow},
 	} {
 		family(c.name, "counter", c.help)
 		fmt.Fprintf(bw, "%s %d\n", c.name, c.v)

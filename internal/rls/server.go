@@ -66,6 +66,11 @@ type Options struct {
 	// Config is the envoyproxy/ratelimit configuration (nil: none, every
 	// configured-style descriptor is OK without a limit).
 	Config *Config
+	// GlobalShadow answers OK when a descriptor is over its limit (its
+	// status still says OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE.
+	// Such a call is still charged to no descriptor: the counters are what
+	// enforcement would leave.
+	GlobalShadow bool
 	// Headers, when set, adds the limit/remaining/reset headers of the
 	// descriptor closest to its limit to every response.
 	Headers *HeaderNames
@@ -372,6 +377,10 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 			outcome = s.fill(st, it, l.Shadow)
 		}
 		s.Metrics.descriptor(domain, outcome)
+	}
+	if over && s.opts.GlobalShadow {
+		out.OverallCode = pb.RateLimitResponse_OK
+		s.Metrics.add(&s.Metrics.globalShadow)
 	}
 	if h := s.opts.Headers; h != nil {
 		if st := closest(out.Statuses, items); st != nil {
