@@ -59,6 +59,7 @@ type serveConfig struct {
 	headers                   *rls.HeaderNames
 	poolSize                  int
 	shadow                    bool
+	confOpts                  rls.ConfigOptions
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -85,6 +86,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	fs.Usage = func() {}
 	var cluster, inline string
 	var headers, check bool
+	fs.BoolVar(&cfg.confOpts.MergeDomains, "merge-domains", os.Getenv("MERGE_DOMAIN_CONFIG") == "true",
+		"let several --config files configure one domain (merged), as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG")
 	fs.BoolVar(&cfg.shadow, "shadow-mode", os.Getenv("SHADOW_MODE") == "true",
 		"answer OK even over a limit (statuses still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE; such calls are still charged to no descriptor")
 	fs.BoolVar(&check, "check", false, "validate --config, print \"ok\" and one line per limit, and exit (no --redis-cluster needed)")
@@ -115,7 +118,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 		if cfg.configPath == "" {
 			return nil, usageError(stderr, "serve", errors.New("--check needs --config"))
 		}
-		c, err := rls.LoadConfig(cfg.configPath)
+		c, err := rls.LoadConfigWith(cfg.configPath, cfg.confOpts)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice serve --check: %v\n", err)
 			return nil, 1
@@ -181,7 +184,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	var conf *rls.Config
 	if cfg.configPath != "" {
-		c, err := rls.LoadConfig(cfg.configPath)
+		c, err := rls.LoadConfigWith(cfg.configPath, cfg.confOpts)
 		if err != nil {
 			return fmt.Errorf("--config: %w", err)
 		}
@@ -256,7 +259,7 @@ loop:
 				logger.Warn("SIGHUP: no --config to reload")
 				continue
 			}
-			c, err := rls.LoadConfig(cfg.configPath)
+			c, err := rls.LoadConfigWith(cfg.configPath, cfg.confOpts)
 			if err != nil {
 				logger.Error("SIGHUP: configuration not reloaded, the previous one stays", "err", err)
 				continue

@@ -97,13 +97,27 @@ type yamlRateLimit struct {
 	Burst     int64  `yaml:"burst"`
 }
 
+// ConfigOptions change how documents are combined.
+type ConfigOptions struct {
+	// MergeDomains lets several documents configure one domain, their
+	// descriptors merged (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); a
+	// composite key defined twice is still an error. Without it, two
+	// documents with one domain are an error.
+	MergeDomains bool
+}
+
 // ParseConfig parses configuration documents; names[i] names data[i] in
 // errors. Two documents with one domain are an error (envoyproxy/ratelimit
 // without MERGE_DOMAIN_CONFIG).
 func ParseConfig(names []string, data [][]byte) (*Config, error) {
+	return ParseConfigWith(names, data, ConfigOptions{})
+}
+
+// ParseConfigWith is ParseConfig with options.
+func ParseConfigWith(names []string, data [][]byte, opts ConfigOptions) (*Config, error) {
 	c := &Config{domains: map[string]*node{}, files: append([]string(nil), names...)}
 	for i := range data {
-		if err := c.load(data[i]); err != nil {
+		if err := c.load(data[i], opts); err != nil {
 			return nil, fmt.Errorf("%s: %w", names[i], err)
 		}
 	}
@@ -114,7 +128,10 @@ func ParseConfig(names []string, data [][]byte) (*Config, error) {
 // directory (not descending, dot files skipped, in name order), each one
 // domain: envoyproxy/ratelimit's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
 // layout is such a directory.
-func LoadConfig(path string) (*Config, error) {
+func LoadConfig(path string) (*Config, error) { return LoadConfigWith(path, ConfigOptions{}) }
+
+// LoadConfigWith is LoadConfig with options.
+func LoadConfigWith(path string, opts ConfigOptions) (*Config, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -144,7 +161,7 @@ func LoadConfig(path string) (*Config, error) {
 			return nil, err
 		}
 	}
-	return ParseConfig(files, data)
+	return ParseConfigWith(files, data, opts)
 }
 
 // Domains returns the configured domains, sorted.
@@ -204,7 +221,7 @@ func (c *Config) Summary() []string {
 // Files returns the files the configuration was read from.
 func (c *Config) Files() []string { return c.files }
 
-func (c *Config) load(data []byte) error {
+func (c *Config) load(data []byte, opts ConfigOptions) error {
 	// The YAML library envoyproxy/ratelimit decodes with (yaml.v2), so that
 	// scalars read the same: "value: 010" is the string "010", "key: n" is "n".
 	var generic map[any]any
@@ -222,8 +239,11 @@ func (c *Config) load(data []byte) error {
 		return errors.New("config file cannot have empty domain")
 	}
 	d := root.Domain
-	if _, dup := c.domains[d]; dup {
-		return fmt.Errorf("duplicate domain '%s' in config file", d)
+	if n, dup := c.domains[d]; dup {
+		if !opts.MergeDomains {
+			return fmt.Errorf("duplicate domain '%s' in config file", d)
+		}
+		return n.loadDescriptors(d+".", root.Descriptors)
 	}
 	n := &node{children: map[string]*node{}}
 	if err := n.loadDescriptors(d+".", root.Descriptors); err != nil {

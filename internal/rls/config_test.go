@@ -238,6 +238,24 @@ func TestConfigErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "b: duplicate domain 'd'") {
 		t.Fatalf("duplicate domain: %v", err)
 	}
+	// MergeDomains (MERGE_DOMAIN_CONFIG): one domain from several files; a
+	// composite key defined in two of them is still an error.
+	a := []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	b := []byte("domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+	c, err := ParseConfigWith([]string{"a", "b"}, [][]byte{a, b}, ConfigOptions{MergeDomains: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ma, _ := c.lookup("d", desc("a", "x")); ma == nil || ma.limit.RequestsPerUnit != 1 {
+		t.Fatalf("merged a: %+v", ma)
+	}
+	if mb, _ := c.lookup("d", desc("b", "x")); mb == nil || mb.limit.RequestsPerUnit != 2 {
+		t.Fatalf("merged b: %+v", mb)
+	}
+	if _, err := ParseConfigWith([]string{"a", "a2"}, [][]byte{a, a}, ConfigOptions{MergeDomains: true}); err == nil ||
+		!strings.Contains(err.Error(), "a2: duplicate descriptor composite key 'd.a'") {
+		t.Fatalf("merged duplicate key: %v", err)
+	}
 }
 
 func TestRedisKeyPartUnambiguous(t *testing.T) {
