@@ -403,7 +403,7 @@ func (s *Server) fill(st *pb.RateLimitResponse_DescriptorStatus, it *item, shado
 	case !it.call: // requests_per_unit 0: the window's end, on this clock
 		w := it.req.Params.Window
 		now := time.Now().UnixMicro()
-		if s.opts.Now != nil {
+		if s.opts.Now != nil && s.opts.Now() > 0 {
 			now = s.opts.Now()
 		}
 		wus := int64(w / time.Microsecond)
