@@ -45,12 +45,14 @@ type Plugin struct {
 	seed    uint64
 	req     request
 	hdrs    []abi.Header
-	vals    []byte      // scratch for header values
-	body    []byte      // rejection body
-	grpcMsg []byte      // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
-	errors  uint32      // metric id of sluice.errors
-	logged  int         // store errors logged so far (bounded)
-	redis   *redisState // nil without Redis rules
+	vals    []byte        // scratch for header values
+	body    []byte        // rejection body
+	grpcMsg []byte        // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
+	errors  uint32        // metric id of sluice.errors
+	logged  int           // store errors logged so far (bounded)
+	redis   *redisState   // nil without Redis rules
+	rls     *rlsState     // nil without RLS rules
+	remote  remoteBackend // redis or rls (a configuration has at most one); nil without remote rules
 
 	// Scopes (scope.go): a root context's Plugin has one Plugin per entry
 	// of "_rules_" (scopes, by index); a scope's Plugin has its entry
@@ -74,11 +76,13 @@ type rule struct {
 	limitStr []byte
 	key      []byte     // key scratch
 	redis    *redisRule // the Redis side (backend "redis"); nil for a local rule
+	rls      *rlsRule   // the RLS side (backend "rls"); nil for a local rule
+	remote   bool       // decided by p.remote (backend "redis" or "rls")
 
 	// Per request.
 	applies bool
 	failed  bool
-	by      *slotStore // the shared data deciding r: store, a Redis rule's local fallback, or nil (Redis decides)
+	by      *slotStore // the shared data deciding r: store, a remote rule's local fallback, or nil (the remote side decides)
 	hash    uint64
 	e       entry
 	d       algorithms.Decision
@@ -186,12 +190,19 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	p.vals = make([]byte, 0, 2*maxQuoted+7*20+32)
 	p.body = []byte(cfg.Response.Body)
 	p.grpcMsg = grpcMessage(cfg.Response.Body)
-	p.redis = nil
-	if cfg.HasRedisRules() {
-		var err error
+	p.redis, p.rls, p.remote = nil, nil, nil
+	var err error
+	switch {
+	case cfg.HasRedisRules():
 		if p.redis, err = newRedisState(p, cfg, rules); err != nil {
 			return err
 		}
+		p.remote = p.redis
+	case cfg.HasRLSRules():
+		if p.rls, err = newRLSState(p, cfg, rules); err != nil {
+			return err
+		}
+		p.remote = p.rls
 	}
 	return nil
 }
@@ -239,18 +250,18 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // onRequest decides a request at its headers: the one orchestration for
-// local and Redis rules.
+// local and remote (Redis, RLS) rules.
 //
 //  1. Each rule whose match holds gets its key (keyFor) and is decided: a
-//     local rule on its shared-data slot (evaluate, no write); a Redis rule's
-//     decision arrives later.
+//     local rule on its shared-data slot (evaluate, no write); a remote
+//     rule's decision arrives later.
 //  2. A local denial (or a local store failure under failure_mode closed)
-//     answers at once: no rule is charged and no Redis call is made.
-//  3. With Redis rules applying, each gets one script call and the request
-//     pauses; resume carries on when every decision is in.
+//     answers at once: no rule is charged and no remote call is made.
+//  3. With remote rules applying, the backend sends their calls (dispatch)
+//     and the request pauses; resume carries on when every decision is in.
 //  4. charge: every admitting local rule is charged (compare-and-swap,
 //     re-deciding after a lost race) and the verdict is given; a denial
-//     refunds the Redis admissions, an admission remembers the most
+//     refunds the remote admissions, an admission remembers the most
 //     restrictive rule for the response headers.
 func (p *Plugin) onRequest(s *stream) abi.Action {
 	if p.cfg == nil || len(p.rules) == 0 {
@@ -269,7 +280,7 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 		}
 		r.applies, applied = true, true
 		r.hash = hashKey(p.seed, r.key)
-		if r.redis != nil {
+		if r.remote {
 			later = true
 			r.d = algorithms.Decision{Allowed: true} // undecided: not a denial yet
 			continue
@@ -288,30 +299,31 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 	if !later {
 		return p.charge(s, nil, now)
 	}
-	w := p.redis.dispatch(s, now)
-	if w.missing > 0 {
-		return abi.ActionPause // redisState.complete resumes it
+	w := p.remote.dispatch(s, now)
+	if w.base().missing > 0 {
+		return abi.ActionPause // the backend's complete resumes it
 	}
 	act := p.resume(s, w, now) // every call failed at once: decide now
-	p.redis.release(w)
+	p.remote.release(w)
 	return act
 }
 
-// resume decides the request of w once its Redis decisions are in, with w's
-// stream as the effective context. Other requests used the rules' scratch
-// state meanwhile: it is restored from w and the local rules are decided
-// again; each Redis rule takes its reply, or what failure_mode says.
-func (p *Plugin) resume(s *stream, w *redisWait, now int64) abi.Action {
+// resume decides the request of w once its remote decisions are in, with
+// w's stream as the effective context. Other requests used the rules'
+// scratch state meanwhile: it is restored from w and the local rules are
+// decided again; each remote rule takes its reply, or what failure_mode says.
+func (p *Plugin) resume(s *stream, w remoteWait, now int64) abi.Action {
+	wb := w.base()
 	for i, r := range p.rules {
-		r.applies, r.failed, r.by = w.applies[i], false, nil
+		r.applies, r.failed, r.by = wb.applies[i], false, nil
 		if !r.applies {
 			continue
 		}
-		r.hash = w.hashes[i]
+		r.hash = wb.hashes[i]
 		r.by = r.store
-		if r.redis != nil {
+		if r.remote {
 			var err error
-			if r.by, err = p.redis.take(r, &w.calls[i]); err != nil {
+			if r.by, err = p.remote.take(r, w, i); err != nil {
 				p.storeFailed(r, err)
 				r.failed = r.by == nil // failure_mode local decides it here
 			}
@@ -324,16 +336,16 @@ func (p *Plugin) resume(s *stream, w *redisWait, now int64) abi.Action {
 		}
 	}
 	if act, done := p.verdict(s); done {
-		p.redis.refundAdmitted(w, now)
+		p.remote.refundAdmitted(w, now)
 		return act
 	}
 	return p.charge(s, w, now)
 }
 
-// charge charges every admitting rule decided on shared data (a rule Redis
-// decided was charged there) and gives the verdict. A denial refunds the
-// Redis admissions of w (nil: no Redis rule applies).
-func (p *Plugin) charge(s *stream, w *redisWait, now int64) abi.Action {
+// charge charges every admitting rule decided on shared data (a rule the
+// remote side decided was charged there) and gives the verdict. A denial
+// refunds the remote admissions of w (nil: no remote rule applies).
+func (p *Plugin) charge(s *stream, w remoteWait, now int64) abi.Action {
 	for _, r := range p.rules {
 		if !r.applies || r.failed || !r.d.Allowed || r.by == nil {
 			continue
@@ -348,7 +360,7 @@ func (p *Plugin) charge(s *stream, w *redisWait, now int64) abi.Action {
 	}
 	if act, done := p.verdict(s); done {
 		if w != nil {
-			p.redis.refundAdmitted(w, now)
+			p.remote.refundAdmitted(w, now)
 		}
 		return act
 	}
@@ -612,3 +624,44 @@ func (p *Plugin) onResponse(s *stream) abi.Action {
 	s.hasHeaders = false
 	return abi.ActionContinue
 }
+
+// remoteBackend is a backend whose decisions arrive in later callbacks
+// (redis_backend.go, rls_backend.go). The orchestration calls it at four
+// points: dispatch (send the calls of a request's applying remote rules),
+// take (a rule's outcome once every reply is in), refundAdmitted (a denied
+// request) and release. Replies and its guard arrive on root-context
+// callbacks, from which the backend resumes or answers the waiting stream.
+type remoteBackend interface {
+	// dispatch sends the calls for s's applying remote rules and returns
+	// the wait collecting the replies; with base().missing == 0 every call
+	// failed at once and the caller decides now.
+	dispatch(s *stream, now int64) remoteWait
+	// take gives remote rule r (index i) its outcome from w: the remote
+	// decision in r.d, or the failure (counted by failure_mode) and the
+	// store that decides r on this proxy instead (nil: none).
+	take(r *rule, w remoteWait, i int) (*slotStore, error)
+	// refundAdmitted undoes every remote admission of w (fire and forget).
+	refundAdmitted(w remoteWait, now int64)
+	// release returns w to the backend's pool.
+	release(w remoteWait)
+	// tickPeriod is the period the backend's guard needs (ms).
+	tickPeriod() uint32
+	// tick runs the guard (proxy_on_tick).
+	tick()
+}
+
+// remoteWait is one paused request of a remote backend.
+type remoteWait interface{ base() *waitBase }
+
+// waitBase is what every remote wait holds: the stream and the rules'
+// per-request state that resume restores.
+type waitBase struct {
+	id       uint32
+	s        *stream
+	deadline int64
+	missing  int
+	applies  []bool
+	hashes   []uint64
+}
+
+func (w *waitBase) base() *waitBase { return w }

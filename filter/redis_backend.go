@@ -149,13 +149,8 @@ type redisRule struct {
 
 // redisWait is one paused request.
 type redisWait struct {
-	id       uint32
-	s        *stream
-	deadline int64
-	missing  int
-	applies  []bool
-	hashes   []uint64
-	calls    []redisCall // by rule index
+	waitBase
+	calls []redisCall // by rule index
 }
 
 // redisCall is one rule's decision in flight (or a refund when w is nil).
@@ -197,6 +192,7 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		// config.ParseFor (BuildRedis) checked the scripts' bounds
 		// (config.RedisParams) and built the local fallback.
 		lim := r.cfg.Limiter
+		r.remote = true
 		r.redis = &redisRule{kind: lim.Kind(), params: lim.Params(),
 			fallback: newSlotStore(p.host, r.cfg.Fallback, "sluice:"+p.name+":"+r.id+":fallback:", r.cfg.MaxKeys)}
 	}
@@ -227,22 +223,29 @@ func (rs *redisState) tickPeriod() uint32 {
 	return uint32(min(max(rs.cfg.TimeoutMS, 10), 1000))
 }
 
-// setTickPeriod sets the root context's tick period for the Redis guards of
-// p and of its scopes: the shortest any of them needs (a root context has
-// one period). Without Redis rules it leaves the period alone.
+// tickHost sets the root context's tick period: both remote backends'
+// hosts (RedisHost, GrpcHost) have it.
+type tickHost interface {
+	SetTickPeriod(ms uint32) abi.Status
+}
+
+// setTickPeriod sets the root context's tick period for the remote guards
+// of p and of its scopes: the shortest any of them needs (a root context
+// has one period). Without remote rules it leaves the period alone.
 func (p *Plugin) setTickPeriod() {
-	var rs *redisState
+	var period uint32
 	for i := 0; i < p.configs(); i++ {
-		if q := p.configAt(i); q.redis != nil && (rs == nil || q.redis.tickPeriod() < rs.tickPeriod()) {
-			rs = q.redis
+		if q := p.configAt(i); q.remote != nil && (period == 0 || q.remote.tickPeriod() < period) {
+			period = q.remote.tickPeriod()
 		}
 	}
-	if rs == nil {
+	th, ok := p.host.(tickHost)
+	if period == 0 || !ok {
 		return
 	}
-	if st := rs.rh.SetTickPeriod(rs.tickPeriod()); st != abi.StatusOK {
+	if st := th.SetTickPeriod(period); st != abi.StatusOK {
 		p.host.Log(abi.LogError, "sluice: proxy_set_tick_period_milliseconds failed: "+st.String()+
-			"; a Redis call the host never answers holds its request until the host gives up on it")
+			"; a remote call the host never answers holds its request until the host gives up on it")
 	}
 }
 
@@ -265,7 +268,7 @@ func (rs *redisState) init(now int64) bool {
 // a wait with none missing had every call fail at once. It answers no
 // stream, so it never runs the guard: expire answers other streams, which
 // only root-context callbacks may do (see above).
-func (rs *redisState) dispatch(s *stream, now int64) *redisWait {
+func (rs *redisState) dispatch(s *stream, now int64) remoteWait {
 	w := rs.newWait(s)
 	for i, r := range rs.p.rules {
 		w.applies[i], w.hashes[i] = r.applies, r.hash
@@ -435,7 +438,7 @@ func (rs *redisState) expire(now int64) {
 func (rs *redisState) complete(w *redisWait, now int64) {
 	delete(rs.waits, w.id)
 	s := w.s
-	if s.rwait != w || rs.rh.SetEffectiveContext(w.id) != abi.StatusOK {
+	if s.rwait != remoteWait(w) || rs.rh.SetEffectiveContext(w.id) != abi.StatusOK {
 		rs.refundAdmitted(w, now) // the stream ended while waiting
 		rs.release(w)
 		return
@@ -447,10 +450,12 @@ func (rs *redisState) complete(w *redisWait, now int64) {
 	rs.release(w)
 }
 
-// take gives Redis rule r the outcome of its call c: Redis's decision in
-// r.d, or the failure (counted by failure_mode) and the store that decides r
-// on this proxy instead: the fallback under failure_mode local, else nil.
-func (rs *redisState) take(r *rule, c *redisCall) (*slotStore, error) {
+// take gives Redis rule r (index i) the outcome of its call in w: Redis's
+// decision in r.d, or the failure (counted by failure_mode) and the store
+// that decides r on this proxy instead: the fallback under failure_mode
+// local, else nil.
+func (rs *redisState) take(r *rule, rw remoteWait, i int) (*slotStore, error) {
+	c := &rw.(*redisWait).calls[i]
 	if !c.failed {
 		r.d = c.res.Decision
 		return nil, nil
@@ -470,7 +475,8 @@ func (rs *redisState) take(r *rule, c *redisCall) (*slotStore, error) {
 
 // refundAdmitted sends a refund for every Redis admission of w (fire and
 // forget).
-func (rs *redisState) refundAdmitted(w *redisWait, now int64) {
+func (rs *redisState) refundAdmitted(rw remoteWait, now int64) {
+	w := rw.(*redisWait)
 	for i := range w.calls {
 		c := &w.calls[i]
 		if c.w != w || !c.done || c.failed || !c.res.Allowed {
@@ -494,7 +500,7 @@ func (rs *redisState) newWait(s *stream) *redisWait {
 		rs.free = rs.free[:n-1]
 	} else {
 		n := len(rs.p.rules)
-		w = &redisWait{applies: make([]bool, n), hashes: make([]uint64, n), calls: make([]redisCall, n)}
+		w = &redisWait{waitBase: waitBase{applies: make([]bool, n), hashes: make([]uint64, n)}, calls: make([]redisCall, n)}
 		for i := range w.calls {
 			w.calls[i].key = make([]byte, 0, redisrl.MaxKeyLen)
 		}
@@ -506,7 +512,8 @@ func (rs *redisState) newWait(s *stream) *redisWait {
 	return w
 }
 
-func (rs *redisState) release(w *redisWait) {
+func (rs *redisState) release(rw remoteWait) {
+	w := rw.(*redisWait)
 	w.s = nil
 	for i := range w.calls {
 		w.calls[i].w = nil

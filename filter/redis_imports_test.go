@@ -6,15 +6,12 @@ import (
 	"testing"
 )
 
-// The calls only sluice-redis.wasm imports: Higress's Redis extension, and the calls that
-// resume a paused stream from the Redis callback and run the guard's tick. Upstream Envoy
-// lacks the first two, so sluice.wasm must import none of them.
+// The calls only sluice-redis.wasm imports: Higress's Redis extension, which upstream Envoy
+// lacks, so sluice.wasm must import neither. (The calls that resume a paused stream and run
+// the guard's tick are imported by both artifacts: the rls backend uses them too.)
 var redisOnlyImports = []string{
-	"proxy_continue_stream",
 	"proxy_redis_call",
 	"proxy_redis_init",
-	"proxy_set_effective_context",
-	"proxy_set_tick_period_milliseconds",
 }
 
 // Both artifacts' imports, listed and pinned.

@@ -60,9 +60,11 @@ func (n *nativeTarget) metric(name string) int64 {
 
 func (n *nativeTarget) advance(d time.Duration) { n.w.Host.Now_ += int64(d) }
 
-// wasmForProxytest is the compiled module with the _start alias.
+// wasmForProxytest is the compiled module with the _start alias, built with the tag
+// nogrpc: the emulator has no proxy_grpc_call, which sluice.wasm imports for the rls
+// backend (wasm_test.go TestNoGrpcModule pins the difference).
 var wasmForProxytest = sync.OnceValues(func() ([]byte, error) {
-	b, err := filtertest.BuildWasm("")
+	b, err := filtertest.BuildWasm("nogrpc")
 	if err != nil {
 		return nil, err
 	}

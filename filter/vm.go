@@ -19,10 +19,12 @@
 // scratch state lives in Plugin and is reused by the next request; a request
 // that waits for Redis keeps a copy of it in its stream.
 //
-// The Redis backend (redis_backend.go) plugs in at four points: dispatch the
-// calls and pause; take each reply (or the failure_mode outcome); refund;
-// release. Replies and the guard arrive on root-context callbacks, which
-// answer or resume the waiting stream (proxy_continue_stream). Streams are
+// The remote backends — Redis (redis_backend.go) and the rate-limit
+// service (rls_backend.go) — plug in at four points (remoteBackend):
+// dispatch the calls and pause; take each reply (or the failure_mode
+// outcome); refund; release. Replies and the guard arrive on root-context
+// callbacks, which answer or resume the waiting stream
+// (proxy_continue_stream). Streams are
 // released on proxy_on_log or proxy_on_delete, so a paused stream that is
 // abandoned is freed too.
 package filter
@@ -180,7 +182,7 @@ func (t *streamTable) len() int { return t.n + len(t.more) }
 type stream struct {
 	id         uint32 // context id (set by streamTable.put)
 	plugin     *Plugin
-	rwait      *redisWait // the Redis decisions this request waits for
+	rwait      remoteWait // the remote decisions this request waits for (nil: none)
 	denied     bool       // a local response was sent
 	hasHeaders bool       // rate-limit headers to add to the response
 	rule       *rule
@@ -295,13 +297,13 @@ func (vm *VM) OnDelete(id uint32) {
 	}
 }
 
-// OnTick implements abi.Handler: the Redis backend's guard (the only user
-// of a tick period).
+// OnTick implements abi.Handler: the remote backends' guards (the only
+// user of a tick period).
 func (vm *VM) OnTick(rootID uint32) {
 	if root := vm.plugins[rootID]; root != nil {
 		for i := 0; i < root.configs(); i++ {
-			if p := root.configAt(i); p.redis != nil {
-				p.redis.tick()
+			if p := root.configAt(i); p.remote != nil {
+				p.remote.tick()
 			}
 		}
 	}

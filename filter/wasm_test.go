@@ -13,20 +13,38 @@ import (
 )
 
 // The host calls sluice.wasm may import: exactly those the filter uses,
-// each provided by Envoy ≥ 1.33 and by the proxytest emulator. A stray
-// import makes Envoy refuse the module, so this list is pinned.
+// each provided by Envoy ≥ 1.33. A stray import makes Envoy refuse the
+// module, so this list is pinned. The proxytest emulator provides all but
+// the gRPC calls (grpcImports): the module it runs is built with the tag
+// nogrpc, which leaves them out (TestNoGrpcModule).
 var wantProxyImports = []string{
 	"proxy_add_header_map_value",
+	"proxy_continue_stream",
 	"proxy_define_metric",
 	"proxy_get_buffer_bytes",
 	"proxy_get_header_map_pairs",
 	"proxy_get_header_map_value",
 	"proxy_get_property",
 	"proxy_get_shared_data",
+	"proxy_grpc_call",
+	"proxy_grpc_cancel",
 	"proxy_increment_metric",
 	"proxy_log",
 	"proxy_send_local_response",
+	"proxy_set_effective_context",
 	"proxy_set_shared_data",
+	"proxy_set_tick_period_milliseconds",
+}
+
+// The gRPC calls (the rls backend), which the proxytest emulator lacks.
+var grpcImports = []string{"proxy_grpc_call", "proxy_grpc_cancel"}
+
+// The gRPC callbacks sluice.wasm exports (the nogrpc build does not).
+var grpcExports = []string{
+	"proxy_on_grpc_close",
+	"proxy_on_grpc_receive",
+	"proxy_on_grpc_receive_initial_metadata",
+	"proxy_on_grpc_receive_trailing_metadata",
 }
 
 // The WASI functions the Go runtime (and the os package, pulled in by
@@ -37,11 +55,12 @@ var wantWASIImports = []string{
 	"fd_write", "poll_oneoff", "proc_exit", "random_get", "sched_yield",
 }
 
-// Host calls the tetratelabs emulator lacks, and the Redis extension's
-// calls (only in sluice-redis.wasm): never in sluice.wasm.
+// Host calls the tetratelabs emulator lacks (other than the gRPC call
+// itself), and the Redis extension's calls (only in sluice-redis.wasm):
+// never in sluice.wasm.
 var forbiddenImports = []string{
 	"proxy_get_current_time_nanoseconds", "proxy_get_log_level", "proxy_get_header_map_size",
-	"proxy_get_buffer_status", "proxy_get_status", "proxy_grpc_call", "proxy_grpc_stream",
+	"proxy_get_buffer_status", "proxy_get_status", "proxy_grpc_stream",
 	"proxy_redis_init", "proxy_redis_call",
 }
 
@@ -52,6 +71,10 @@ var wantExports = []string{
 	"proxy_on_context_create",
 	"proxy_on_delete",
 	"proxy_on_done",
+	"proxy_on_grpc_close",
+	"proxy_on_grpc_receive",
+	"proxy_on_grpc_receive_initial_metadata",
+	"proxy_on_grpc_receive_trailing_metadata",
 	"proxy_on_http_call_response",
 	"proxy_on_log",
 	"proxy_on_memory_allocate",
@@ -156,6 +179,30 @@ func TestRedisModuleBuilds(t *testing.T) {
 		if !slices.Contains(exports, n) {
 			t.Errorf("sluice-redis.wasm lacks export %s", n)
 		}
+	}
+}
+
+// The nogrpc build (what the proxytest emulator runs) is sluice.wasm without the gRPC
+// calls and callbacks: every import it has, the emulator provides.
+func TestNoGrpcModule(t *testing.T) {
+	imports, exports := moduleImportsExports(t, "nogrpc")
+	var want []string
+	for _, n := range wantProxyImports {
+		if !slices.Contains(grpcImports, n) {
+			want = append(want, n)
+		}
+	}
+	if !slices.Equal(imports["env"], want) {
+		t.Errorf("nogrpc env imports:\n got %s\nwant %s", strings.Join(imports["env"], " "), strings.Join(want, " "))
+	}
+	var wantExp []string
+	for _, n := range wantExports {
+		if !slices.Contains(grpcExports, n) {
+			wantExp = append(wantExp, n)
+		}
+	}
+	if !slices.Equal(exports, wantExp) {
+		t.Errorf("nogrpc exports:\n got %s\nwant %s", strings.Join(exports, " "), strings.Join(wantExp, " "))
 	}
 }
 

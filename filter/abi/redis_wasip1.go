@@ -4,26 +4,17 @@ package abi
 
 import "unsafe"
 
-// Higress's Redis extension to Proxy-Wasm, and the calls the Redis data path
-// needs to resume a paused stream from a later callback. Only
-// sluice-redis.wasm (build tag redis) imports them: a module importing
-// proxy_redis_* does not link on upstream Envoy, and sluice.wasm must stay
-// loadable there (the imports test pins both lists).
+// Higress's Redis extension to Proxy-Wasm. Only sluice-redis.wasm (build
+// tag redis) imports it: a module importing proxy_redis_* does not link on
+// upstream Envoy, and sluice.wasm must stay loadable there (the imports test
+// pins both lists). The calls that resume a paused stream are in
+// resume_wasip1.go (both artifacts).
 
 //go:wasmimport env proxy_redis_init
 func proxyRedisInit(service unsafe.Pointer, serviceSize uint32, user unsafe.Pointer, userSize uint32, pass unsafe.Pointer, passSize uint32, timeoutMS uint32) uint32
 
 //go:wasmimport env proxy_redis_call
 func proxyRedisCall(service unsafe.Pointer, serviceSize uint32, query unsafe.Pointer, querySize uint32, retToken unsafe.Pointer) uint32
-
-//go:wasmimport env proxy_set_effective_context
-func proxySetEffectiveContext(id uint32) uint32
-
-//go:wasmimport env proxy_continue_stream
-func proxyContinueStream(streamType uint32) uint32
-
-//go:wasmimport env proxy_set_tick_period_milliseconds
-func proxySetTickPeriodMilliseconds(ms uint32) uint32
 
 // RedisInit binds service to credentials and a per-call timeout
 // (proxy_redis_init).
@@ -38,20 +29,6 @@ func (*Imports) RedisCall(service string, query []byte) (uint32, Status) {
 	st := Status(proxyRedisCall(strPtr(service), uint32(len(service)), bytesPtr(query), uint32(len(query)), unsafe.Pointer(&outID)))
 	return outID, st
 }
-
-// SetEffectiveContext makes id the context later host calls act on
-// (proxy_set_effective_context).
-func (*Imports) SetEffectiveContext(id uint32) Status {
-	return Status(proxySetEffectiveContext(id))
-}
-
-// ContinueStream resumes the paused request of the effective context
-// (proxy_continue_stream(0)).
-func (*Imports) ContinueStream() Status { return Status(proxyContinueStream(0)) }
-
-// SetTickPeriod sets the period of proxy_on_tick for the root context
-// (proxy_set_tick_period_milliseconds).
-func (*Imports) SetTickPeriod(ms uint32) Status { return Status(proxySetTickPeriodMilliseconds(ms)) }
 
 // RedisHandler is implemented by a Handler that receives Redis replies.
 type RedisHandler interface {

@@ -1,0 +1,478 @@
+package filter
+
+import (
+	"errors"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
+)
+
+// The protobuf messages of envoy.service.ratelimit.v3, encoded and decoded
+// by hand: the guest must not carry google.golang.org/protobuf, and a
+// request is encoded into one reused buffer and a reply decoded into
+// preallocated arrays (no allocation per request). Field numbers are those
+// of envoy/service/ratelimit/v3/rls.proto and
+// envoy/extensions/common/ratelimit/v3/ratelimit.proto (go-control-plane's
+// generated code, checked by the round-trip tests).
+//
+//	RateLimitRequest     { string domain = 1; repeated RateLimitDescriptor descriptors = 2; uint32 hits_addend = 3; }
+//	RateLimitDescriptor  { repeated Entry entries = 1; ... }   Entry { string key = 1; string value = 2; }
+//	RateLimitResponse    { Code overall_code = 1; repeated DescriptorStatus statuses = 2;
+//	                       repeated config.core.v3.HeaderValue response_headers_to_add = 3; ... }
+//	DescriptorStatus     { Code code = 1; RateLimit current_limit = 2; uint32 limit_remaining = 3;
+//	                       google.protobuf.Duration duration_until_reset = 4; ... }
+//	HeaderValue          { string key = 1; string value = 2; bytes raw_value = 3; }
+//	Duration             { int64 seconds = 1; int32 nanos = 2; }
+
+// RateLimitResponse.Code.
+const (
+	rlsCodeUnknown   = 0
+	rlsCodeOK        = 1
+	rlsCodeOverLimit = 2
+)
+
+// The descriptor entries of an inline rule (the wire contract).
+const (
+	rlsKeyRule      = "sluice.rule"
+	rlsKeyAlgorithm = "sluice.algorithm"
+	rlsKeyLimit     = "sluice.limit"
+	rlsKeyWindowUS  = "sluice.window_us"
+	rlsKeyBurst     = "sluice.burst"
+	rlsKeyKey       = "sluice.key"
+	rlsKeyRefund    = "sluice.refund"
+	// RefundHeader is the response header (response_headers_to_add) that
+	// carries a refund token: "<descriptor index>:<stamp>:<ref>".
+	RefundHeader = "x-sluice-refund"
+)
+
+// Protobuf wire types.
+const (
+	wireVarint = 0
+	wireI64    = 1
+	wireLen    = 2
+	wireI32    = 5
+)
+
+func appendVarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+func varintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// appendEntry appends a descriptor entry (field 1 of RateLimitDescriptor)
+// whose value is already valid UTF-8.
+func appendEntry(b []byte, key string, value []byte) []byte {
+	n := 1 + varintLen(uint64(len(key))) + len(key) + 1 + varintLen(uint64(len(value))) + len(value)
+	b = append(b, 1<<3|wireLen)
+	b = appendVarint(b, uint64(n))
+	b = append(b, 1<<3|wireLen)
+	b = appendVarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = append(b, 2<<3|wireLen)
+	b = appendVarint(b, uint64(len(value)))
+	return append(b, value...)
+}
+
+// appendRuleEntries appends the fixed entries of rule rc, named id (its
+// name, or <scope>.<name> in a "_rules_" scope, as its counters are):
+// sluice.rule, sluice.algorithm, sluice.limit, sluice.window_us,
+// sluice.burst (the bucket's capacity; 0 for the window algorithms, which
+// have none).
+func appendRuleEntries(b []byte, id string, rc *config.Rule) []byte {
+	p := rc.Limiter.Params()
+	burst := p.Burst
+	if rc.Algorithm != algorithms.TokenBucket && rc.Algorithm != algorithms.LeakyBucket {
+		burst = 0
+	}
+	b = appendEntry(b, rlsKeyRule, escapeKey(nil, []byte(id)))
+	b = appendEntry(b, rlsKeyAlgorithm, []byte(rc.Algorithm.String()))
+	b = appendEntry(b, rlsKeyLimit, strconv.AppendInt(nil, p.Limit, 10))
+	b = appendEntry(b, rlsKeyWindowUS, strconv.AppendInt(nil, int64(p.Window/time.Microsecond), 10))
+	return appendEntry(b, rlsKeyBurst, strconv.AppendInt(nil, burst, 10))
+}
+
+// escapeKey appends key with every byte that is not part of valid UTF-8,
+// and '%', written as %XX (upper-case hex): a proto string must be UTF-8.
+func escapeKey(dst, key []byte) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(key); {
+		c := key[i]
+		if c < utf8.RuneSelf {
+			if c == '%' {
+				dst = append(dst, '%', '2', '5')
+			} else {
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(key[i:])
+		if r == utf8.RuneError && n == 1 {
+			dst = append(dst, '%', hex[c>>4], hex[c&15])
+		} else {
+			dst = append(dst, key[i:i+n]...)
+		}
+		i += n
+	}
+	return dst
+}
+
+// escapedKeyLen is len(escapeKey(nil, key)).
+func escapedKeyLen(key []byte) int {
+	n := 0
+	for i := 0; i < len(key); {
+		c := key[i]
+		if c < utf8.RuneSelf {
+			if c == '%' {
+				n += 3
+			} else {
+				n++
+			}
+			i++
+			continue
+		}
+		r, k := utf8.DecodeRune(key[i:])
+		if r == utf8.RuneError && k == 1 {
+			n += 3
+		} else {
+			n += k
+		}
+		i += k
+	}
+	return n
+}
+
+// appendRequest appends the RateLimitRequest for the rules (indices) of w:
+// one descriptor each, with its refund entry when refund is set.
+func (rs *rlsState) appendRequest(b []byte, w *rlsWait, rules []int, refund bool) []byte {
+	b = append(b, 1<<3|wireLen)
+	b = appendVarint(b, uint64(len(rs.cfg.Domain)))
+	b = append(b, rs.cfg.Domain...)
+	for _, i := range rules {
+		fixed := rs.p.rules[i].rls.entries
+		key := w.keys[i]
+		kl := escapedKeyLen(key)
+		keyEntry := 1 + varintLen(uint64(len(rlsKeyKey))) + len(rlsKeyKey) + 1 + varintLen(uint64(kl)) + kl
+		n := len(fixed) + 1 + varintLen(uint64(keyEntry)) + keyEntry
+		if refund {
+			res := &w.res[i]
+			rs.num = strconv.AppendInt(rs.num[:0], res.stamp, 10)
+			rs.num = append(rs.num, ':')
+			rs.num = strconv.AppendInt(rs.num, res.ref, 10)
+			e := 1 + varintLen(uint64(len(rlsKeyRefund))) + len(rlsKeyRefund) + 1 + varintLen(uint64(len(rs.num))) + len(rs.num)
+			n += 1 + varintLen(uint64(e)) + e
+		}
+		b = append(b, 2<<3|wireLen)
+		b = appendVarint(b, uint64(n))
+		b = append(b, fixed...)
+		b = append(b, 1<<3|wireLen)
+		b = appendVarint(b, uint64(keyEntry))
+		b = append(b, 1<<3|wireLen)
+		b = appendVarint(b, uint64(len(rlsKeyKey)))
+		b = append(b, rlsKeyKey...)
+		b = append(b, 2<<3|wireLen)
+		b = appendVarint(b, uint64(kl))
+		b = escapeKey(b, key)
+		if refund {
+			b = appendEntry(b, rlsKeyRefund, rs.num)
+		}
+	}
+	b = append(b, 3<<3|wireVarint)
+	return append(b, 1) // hits_addend
+}
+
+// rlsResponse is a decoded RateLimitResponse: what the filter reads of it.
+type rlsResponse struct {
+	overall uint64
+	n       int         // statuses decoded
+	st      []rlsStatus // by descriptor index (cap: the most descriptors a call has)
+	refunds []rlsRefund // by descriptor index
+}
+
+type rlsStatus struct {
+	code      uint64
+	remaining uint64
+	dur       time.Duration // duration_until_reset
+}
+
+type rlsRefund struct {
+	ok         bool
+	stamp, ref int64
+}
+
+func (r *rlsResponse) init(maxDescriptors int) {
+	r.st = make([]rlsStatus, maxDescriptors)
+	r.refunds = make([]rlsRefund, maxDescriptors)
+}
+
+var (
+	errProtoTruncated = errors.New("truncated protobuf")
+	errProtoVarint    = errors.New("protobuf varint too long")
+	errProtoWireType  = errors.New("unsupported protobuf wire type")
+)
+
+// readVarint reads a varint from b at i.
+func readVarint(b []byte, i int) (uint64, int, error) {
+	var v uint64
+	for s := 0; s < 64; s += 7 {
+		if i >= len(b) {
+			return 0, i, errProtoTruncated
+		}
+		c := b[i]
+		i++
+		v |= uint64(c&0x7f) << s
+		if c < 0x80 {
+			return v, i, nil
+		}
+	}
+	return 0, i, errProtoVarint
+}
+
+// protoField reads one field of b at i: its number, wire type, varint
+// value (wireVarint) or the bounds of its bytes (wireLen); fixed-size
+// fields are skipped.
+func protoField(b []byte, i int) (num uint64, wt int, v uint64, start, end int, err error) {
+	var tag uint64
+	if tag, i, err = readVarint(b, i); err != nil {
+		return
+	}
+	num, wt = tag>>3, int(tag&7)
+	if num == 0 {
+		err = errors.New("protobuf field number 0")
+		return
+	}
+	switch wt {
+	case wireVarint:
+		v, i, err = readVarint(b, i)
+		end = i
+	case wireI64, wireI32:
+		n := 8
+		if wt == wireI32 {
+			n = 4
+		}
+		if len(b)-i < n {
+			err = errProtoTruncated
+			return
+		}
+		end = i + n
+	case wireLen:
+		if v, i, err = readVarint(b, i); err != nil {
+			return
+		}
+		if v > uint64(len(b)-i) {
+			err = errProtoTruncated
+			return
+		}
+		start, end = i, i+int(v)
+	default:
+		err = errProtoWireType
+	}
+	return
+}
+
+// decode decodes a RateLimitResponse for a call of n descriptors (n ≤ the
+// capacity given to init). A reply that is not a well-formed message, has
+// more statuses than descriptors, or fewer, is an error; unknown fields are
+// skipped. Refund tokens (response_headers_to_add x-sluice-refund) are
+// recorded by descriptor index.
+func (r *rlsResponse) decode(b []byte, n int) error {
+	r.overall, r.n = 0, 0
+	if n > len(r.st) {
+		return errors.New("more descriptors than the decoder holds")
+	}
+	for k := 0; k < n; k++ {
+		r.st[k] = rlsStatus{}
+		r.refunds[k] = rlsRefund{}
+	}
+	for i := 0; i < len(b); {
+		num, wt, v, s, e, err := protoField(b, i)
+		if err != nil {
+			return err
+		}
+		i = e
+		switch num {
+		case 1:
+			if wt != wireVarint {
+				return errors.New("overall_code: wrong wire type")
+			}
+			r.overall = v
+		case 2:
+			if wt != wireLen {
+				return errors.New("statuses: wrong wire type")
+			}
+			if r.n >= n {
+				return errors.New("more statuses than the " + strconv.Itoa(n) + " descriptors sent")
+			}
+			if err := r.st[r.n].decode(b[s:e]); err != nil {
+				return errors.New("statuses[" + strconv.Itoa(r.n) + "]: " + err.Error())
+			}
+			r.n++
+		case 3:
+			if wt != wireLen {
+				return errors.New("response_headers_to_add: wrong wire type")
+			}
+			if err := r.header(b[s:e], n); err != nil {
+				return err
+			}
+		}
+	}
+	if r.n != n {
+		return errors.New(strconv.Itoa(r.n) + " statuses for " + strconv.Itoa(n) + " descriptors")
+	}
+	switch r.overall {
+	case rlsCodeOK, rlsCodeOverLimit:
+	default:
+		return errors.New("overall_code " + strconv.FormatUint(r.overall, 10))
+	}
+	return nil
+}
+
+// maxRLSDuration bounds duration_until_reset (a longer one is an error).
+const maxRLSDuration = 100 * 366 * 24 * time.Hour
+
+func (st *rlsStatus) decode(b []byte) error {
+	for i := 0; i < len(b); {
+		num, wt, v, s, e, err := protoField(b, i)
+		if err != nil {
+			return err
+		}
+		i = e
+		switch num {
+		case 1:
+			if wt != wireVarint {
+				return errors.New("code: wrong wire type")
+			}
+			st.code = v
+		case 3:
+			if wt != wireVarint {
+				return errors.New("limit_remaining: wrong wire type")
+			}
+			st.remaining = uint64(uint32(v))
+		case 4:
+			if wt != wireLen {
+				return errors.New("duration_until_reset: wrong wire type")
+			}
+			d, err := decodeDuration(b[s:e])
+			if err != nil {
+				return errors.New("duration_until_reset: " + err.Error())
+			}
+			st.dur = d
+		}
+	}
+	return nil
+}
+
+func decodeDuration(b []byte) (time.Duration, error) {
+	var sec, nanos int64
+	for i := 0; i < len(b); {
+		num, wt, v, _, e, err := protoField(b, i)
+		if err != nil {
+			return 0, err
+		}
+		i = e
+		switch num {
+		case 1:
+			if wt != wireVarint {
+				return 0, errors.New("seconds: wrong wire type")
+			}
+			sec = int64(v)
+		case 2:
+			if wt != wireVarint {
+				return 0, errors.New("nanos: wrong wire type")
+			}
+			nanos = int64(int32(v))
+		}
+	}
+	if sec < 0 || nanos < 0 || nanos >= 1e9 || sec > int64(maxRLSDuration/time.Second) {
+		return 0, errors.New("out of range")
+	}
+	return time.Duration(sec)*time.Second + time.Duration(nanos), nil
+}
+
+// header records a refund token from a HeaderValue; other headers are
+// ignored.
+func (r *rlsResponse) header(b []byte, n int) error {
+	var key, val []byte
+	for i := 0; i < len(b); {
+		num, wt, _, s, e, err := protoField(b, i)
+		if err != nil {
+			return err
+		}
+		i = e
+		if (num == 1 || num == 2 || num == 3) && wt != wireLen {
+			return errors.New("response_headers_to_add: wrong wire type")
+		}
+		switch num {
+		case 1:
+			key = b[s:e]
+		case 2, 3: // value, raw_value
+			val = b[s:e]
+		}
+	}
+	if string(key) != RefundHeader {
+		return nil
+	}
+	idx, stamp, ref, ok := parseRefundToken(val)
+	if !ok || idx >= n {
+		return errors.New(RefundHeader + ": malformed token")
+	}
+	r.refunds[idx] = rlsRefund{ok: true, stamp: stamp, ref: ref}
+	return nil
+}
+
+// parseRefundToken parses "<i>:<stamp>:<ref>" (decimal; i ≥ 0).
+func parseRefundToken(b []byte) (idx int, stamp, ref int64, ok bool) {
+	var parts [3]int64
+	k := 0
+	for i := 0; k < 3; k++ {
+		j := i
+		neg := false
+		if j < len(b) && b[j] == '-' && k > 0 {
+			neg = true
+			j++
+		}
+		start := j
+		var v int64
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			if v > (1<<63-1)/10-1 {
+				return 0, 0, 0, false
+			}
+			v = v*10 + int64(b[j]-'0')
+			j++
+		}
+		if j == start {
+			return 0, 0, 0, false
+		}
+		if neg {
+			v = -v
+		}
+		parts[k] = v
+		if k < 2 {
+			if j >= len(b) || b[j] != ':' {
+				return 0, 0, 0, false
+			}
+			j++
+		} else if j != len(b) {
+			return 0, 0, 0, false
+		}
+		i = j
+	}
+	if parts[0] > 1<<20 {
+		return 0, 0, 0, false
+	}
+	return int(parts[0]), parts[1], parts[2], true
+}
