@@ -114,7 +114,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error (also what the filter's proxy_get_log_level sees)")
 	fs.StringVar(&cfg.profile, "profile", host.DefaultProfile, "proxy-wasm-cpp-host behaviour to reproduce: "+profileNames()+" (the default is the strictest: Envoy 1.33–1.38)")
 	fs.StringVar(&cfg.cacheDir, "cache-dir", defaultCacheDir(), "directory for compiled modules, so later starts skip compilation; empty: compile every time")
-	fs.Var(cfg.clusters, "cluster", "NAME=URL: an upstream for the filter's proxy_http_call (repeatable)")
+	fs.Var(cfg.clusters, "cluster", "NAME=URL: an upstream for the filter's proxy_http_call and proxy_grpc_call (http://HOST:PORT: gRPC over HTTP/2 cleartext) (repeatable)")
 	for _, hk := range runHooks {
 		if hk.flags != nil {
 			hk.flags(fs)
