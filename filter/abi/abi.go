@@ -12,10 +12,13 @@
 //     the //go:wasmexport callbacks, and the memory allocator the host writes
 //     returned buffers into.
 //
-// The host calls imported are exactly those in the Host interface; every one
-// of them is provided by Envoy (≥ 1.33) and by the tetratelabs proxytest
-// emulator. Time is read through WASI (time.Now), never through
-// proxy_get_current_time_nanoseconds (the emulator lacks it).
+// The host calls imported are those in the Host interface plus the calls of
+// grpc_wasip1.go and resume_wasip1.go (the rls backend's gRPC call, and
+// resuming a paused stream); every one of them is provided by Envoy (≥ 1.33),
+// and all but proxy_grpc_call and proxy_grpc_cancel by the tetratelabs
+// proxytest emulator, whose tests build with the tag nogrpc. Time is read
+// through WASI (time.Now), never through proxy_get_current_time_nanoseconds
+// (the emulator lacks it).
 //
 // Extending (the seam for sluice-redis.wasm, build tag "redis"): a tagged
 // file adds the extra imports (proxy_redis_init, proxy_redis_call,
