@@ -21,9 +21,8 @@
 // (the emulator lacks it).
 //
 // Extending (the seam for sluice-redis.wasm, build tag "redis"): a tagged
-// file adds the extra imports (proxy_redis_init, proxy_redis_call,
-// proxy_continue_stream) as methods of Imports behind an interface of their
-// own, and the extra export (proxy_on_redis_call_response) dispatches to an
+// file adds the extra imports (proxy_redis_init, proxy_redis_call) as
+// methods of Imports behind an interface of their own (filter.RedisHost), and the extra export (proxy_on_redis_call_response) dispatches to an
 // optional interface the Handler implements, found by type assertion. The
 // untagged module never references them, so sluice.wasm does not import
 // them (the imports test pins that).
