@@ -650,6 +650,52 @@ type remoteBackend interface {
 	tick()
 }
 
+// failMetrics are the counters of failure_mode's outcomes of a remote
+// backend.
+type failMetrics struct{ failOpen, failClosed, failLocal uint32 }
+
+// failover counts a remote rule's failed decision under failure_mode and
+// returns the store that decides the rule on this proxy instead: fallback
+// under failure_mode local, else nil.
+func (p *Plugin) failover(m *failMetrics, fallback *slotStore) *slotStore {
+	switch p.cfg.FailureMode {
+	case config.FailOpen:
+		p.host.IncrementMetric(m.failOpen, 1)
+	case config.FailClosed:
+		p.host.IncrementMetric(m.failClosed, 1)
+	case config.FailLocal:
+		p.host.IncrementMetric(m.failLocal, 1)
+		return fallback
+	}
+	return nil
+}
+
+// resumer is what completeWait needs from the host: the calls that make a
+// paused stream the effective context and resume it.
+type resumer interface {
+	SetEffectiveContext(id uint32) abi.Status
+	ContinueStream() abi.Status
+}
+
+// completeWait resumes or answers the stream of w, whose remote calls are
+// all in, and returns w to b's pool. A stream that ended while waiting (it
+// is no longer waiting on w, or it cannot be made the effective context) is
+// not answered; the admissions made for it are refunded. Root-context
+// callbacks only (see the top of redis_backend.go).
+func (p *Plugin) completeWait(b remoteBackend, h resumer, w remoteWait, now int64) {
+	s := w.base().s
+	if s.rwait != w || h.SetEffectiveContext(w.base().id) != abi.StatusOK {
+		b.refundAdmitted(w, now)
+		b.release(w)
+		return
+	}
+	s.rwait = nil
+	if p.resume(s, w, now) == abi.ActionContinue {
+		h.ContinueStream()
+	}
+	b.release(w)
+}
+
 // remoteWait is one paused request of a remote backend.
 type remoteWait interface{ base() *waitBase }
 

@@ -113,7 +113,8 @@ const noScriptEvalPeriod = 1_000_000_000
 const redisInitRetry = 1_000_000_000
 
 type redisMetrics struct {
-	calls, noscript, failures, timeouts, failOpen, failClosed, failLocal, refunds, refundFailures uint32
+	failMetrics
+	calls, noscript, failures, timeouts, refunds, refundFailures uint32
 }
 
 // redisState is a Plugin's Redis backend.
@@ -437,17 +438,7 @@ func (rs *redisState) expire(now int64) {
 // Root-context callbacks only (see expire).
 func (rs *redisState) complete(w *redisWait, now int64) {
 	delete(rs.waits, w.id)
-	s := w.s
-	if s.rwait != remoteWait(w) || rs.rh.SetEffectiveContext(w.id) != abi.StatusOK {
-		rs.refundAdmitted(w, now) // the stream ended while waiting
-		rs.release(w)
-		return
-	}
-	s.rwait = nil
-	if rs.p.resume(s, w, now) == abi.ActionContinue {
-		rs.rh.ContinueStream()
-	}
-	rs.release(w)
+	rs.p.completeWait(rs, rs.rh, w, now)
 }
 
 // take gives Redis rule r (index i) the outcome of its call in w: Redis's
@@ -460,16 +451,7 @@ func (rs *redisState) take(r *rule, rw remoteWait, i int) (*slotStore, error) {
 		r.d = c.res.Decision
 		return nil, nil
 	}
-	var by *slotStore
-	switch rs.p.cfg.FailureMode {
-	case config.FailOpen:
-		rs.p.host.IncrementMetric(rs.m.failOpen, 1)
-	case config.FailClosed:
-		rs.p.host.IncrementMetric(rs.m.failClosed, 1)
-	case config.FailLocal:
-		rs.p.host.IncrementMetric(rs.m.failLocal, 1)
-		by = r.redis.fallback
-	}
+	by := rs.p.failover(&rs.m.failMetrics, r.redis.fallback)
 	return by, errors.New("redis: " + c.why)
 }
 

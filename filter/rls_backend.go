@@ -87,7 +87,8 @@ const rlsGuardMargin = 10_000_000 // 10 ms in ns
 const grpcDeadlineExceeded = 4
 
 type rlsMetrics struct {
-	calls, failures, timeouts, failOpen, failClosed, failLocal, refunds, refundFailures uint32
+	failMetrics
+	calls, failures, timeouts, refunds, refundFailures uint32
 }
 
 // rlsState is a Plugin's rls backend.
@@ -394,17 +395,7 @@ func (rs *rlsState) expire(now int64) {
 // Root-context callbacks only.
 func (rs *rlsState) complete(w *rlsWait, now int64) {
 	delete(rs.waits, w.id)
-	s := w.s
-	if s.rwait != remoteWait(w) || rs.gh.SetEffectiveContext(w.id) != abi.StatusOK {
-		rs.refundAdmitted(w, now) // the stream ended while waiting
-		rs.release(w)
-		return
-	}
-	s.rwait = nil
-	if rs.p.resume(s, w, now) == abi.ActionContinue {
-		rs.gh.ContinueStream()
-	}
-	rs.release(w)
+	rs.p.completeWait(rs, rs.gh, w, now)
 }
 
 // take gives RLS rule r (index i) its outcome in w: the service's decision
@@ -417,16 +408,7 @@ func (rs *rlsState) take(r *rule, rw remoteWait, i int) (*slotStore, error) {
 		r.d = res.d
 		return nil, nil
 	}
-	var by *slotStore
-	switch rs.p.cfg.FailureMode {
-	case config.FailOpen:
-		rs.p.host.IncrementMetric(rs.m.failOpen, 1)
-	case config.FailClosed:
-		rs.p.host.IncrementMetric(rs.m.failClosed, 1)
-	case config.FailLocal:
-		rs.p.host.IncrementMetric(rs.m.failLocal, 1)
-		by = r.rls.fallback
-	}
+	by := rs.p.failover(&rs.m.failMetrics, r.rls.fallback)
 	return by, errors.New("rls: " + res.why)
 }
 
