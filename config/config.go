@@ -42,6 +42,11 @@ type Rule struct {
 	// MaxKeys bounds the live keys this rule keeps in shared data (extension;
 	// default DefaultMaxKeys).
 	MaxKeys int
+	// Lease is the number of admissions a proxy reserves from the remote
+	// state at once and spends locally (backend "redis", token_bucket and
+	// fixed_window; 0 = no lease: one remote call per request). See
+	// filter/lease.go.
+	Lease int64
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter
 	// Fallback is a remote rule's local limiter, used while Redis (or the

@@ -261,7 +261,7 @@ func (c *Config) HasRLSRules() bool {
 
 var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls"}
-	ruleFields     = []string{"name", "match", "key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys"}
+	ruleFields     = []string{"name", "match", "key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
 	headerFields   = []string{"name", "exact"}
 	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
@@ -365,6 +365,15 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 			r.MaxKeys = int(n)
 		}
 	}
+	if x, ok := f["lease"]; ok {
+		if n, ok := p.integer(path+".lease", x, 1, MaxLimit); ok {
+			if msg := leaseRefusal(r, n); msg != "" {
+				p.fail(x, path+".lease", msg)
+			} else {
+				r.Lease = n
+			}
+		}
+	}
 	if valid {
 		l, err := algorithms.New(r.Algorithm, algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst})
 		if err != nil {
@@ -374,6 +383,24 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 		}
 	}
 	return r
+}
+
+// leaseRefusal says why a rule cannot have "lease": n, or "" when it can.
+func leaseRefusal(r *Rule, n int64) string {
+	switch {
+	case r.Backend == BackendRLS:
+		return `applies only to backend "redis": the rate-limit service decides each request itself (its protocol has no reservation)`
+	case r.Backend != BackendRedis:
+		return `applies only to backend "redis": a local rule is decided in this proxy's shared data already`
+	case r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.FixedWindow:
+		return "applies only to token_bucket and fixed_window, not " + r.Algorithm.String() +
+			": a reserved admission of leaky_bucket, sliding_window or sliding_log would be spent at a later time than the one its script charged, which these algorithms do not allow"
+	case r.Algorithm == algorithms.TokenBucket && r.Burst > 0 && n > r.Burst:
+		return "must not exceed the burst (" + strconv.FormatInt(r.Burst, 10) + "): no lease can be larger than the bucket"
+	case r.Algorithm == algorithms.FixedWindow && r.Limit > 0 && n > r.Limit:
+		return "must not exceed the limit (" + strconv.FormatInt(r.Limit, 10) + "): no lease can be larger than the window's quota"
+	}
+	return ""
 }
 
 func checkRuleName(s string) string {

@@ -81,7 +81,7 @@ func (m *Match) String() string {
 //	api-per-key: token_bucket 100/1m burst 20 key=header:x-api-key match=path_prefix:/api/ methods:GET,POST local enforce
 //
 // "burst N" appears for token_bucket and leaky_bucket only, "max_keys=N" only
-// when it is not DefaultMaxKeys.
+// when it is not DefaultMaxKeys, "lease=N" only when the rule has a lease.
 func (r *Rule) Summary() string {
 	var b strings.Builder
 	b.WriteString(r.Name)
@@ -111,6 +111,10 @@ func (r *Rule) Summary() string {
 	if r.MaxKeys != DefaultMaxKeys {
 		b.WriteString(" max_keys=")
 		b.WriteString(strconv.Itoa(r.MaxKeys))
+	}
+	if r.Lease > 0 {
+		b.WriteString(" lease=")
+		b.WriteString(strconv.FormatInt(r.Lease, 10))
 	}
 	return b.String()
 }
