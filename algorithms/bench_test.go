@@ -92,3 +92,64 @@ func TestTokenBucketAgreesWithXTimeRate(t *testing.T) {
 		t.Fatalf("workload not discriminating: %d allowed", allowed)
 	}
 }
+
+// BenchmarkFullLog: sliding_log with its log full against token_bucket on
+// the same workload, limit 1000 per second, Decide+encode as a caller
+// holding the state does it. admitted: a full window of requests 1 ms
+// apart first, then one every 1 ms, all admitted — each sliding_log
+// decision prunes one entry and appends one to a log of 1000. denied: the
+// log (or bucket) filled, then requests at the instant of the last one, all
+// denied with the full log read.
+func BenchmarkFullLog(b *testing.B) {
+	p := Params{Limit: 1000, Window: time.Second}
+	step := p.Window / time.Duration(p.Limit)
+	for _, k := range []Kind{TokenBucket, SlidingLog} {
+		b.Run(k.String()+"/admitted", func(b *testing.B) {
+			l := mustNew(b, k, p)
+			state, now := fill(b, l, step)
+			benchSteady(b, l, state, now+int64(step), step, true)
+		})
+		b.Run(k.String()+"/denied", func(b *testing.B) {
+			l := mustNew(b, k, p)
+			fillStep := step
+			if k == TokenBucket {
+				fillStep = 0 // drain the bucket at one instant
+			}
+			state, now := fill(b, l, fillStep)
+			benchSteady(b, l, state, now, 0, false)
+		})
+	}
+}
+
+// fill admits Limit cost-1 requests step apart from t0 and returns the
+// state and the instant of the last one.
+func fill(b *testing.B, l Limiter, step time.Duration) ([]byte, int64) {
+	var state []byte
+	now := t0
+	for i := range l.Params().Limit {
+		now = t0 + i*int64(step)
+		var d Decision
+		state, d = decide(b, l, state, now, 1)
+		if !d.Allowed {
+			b.Fatalf("fill: request %d denied", i)
+		}
+	}
+	return state, now
+}
+
+// benchSteady decides cost-1 requests step apart from now on state, each
+// of which must be allowed (or denied) as want says.
+func benchSteady(b *testing.B, l Limiter, state []byte, now int64, step time.Duration, want bool) {
+	a := append(make([]byte, 0, l.MaxStateSize()), state...)
+	c := make([]byte, 0, l.MaxStateSize())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		out, d, err := l.Decide(c[:0], a, now, 1)
+		if err != nil || d.Allowed != want {
+			b.Fatalf("at %d: %+v %v, want allowed=%v", now, d, err, want)
+		}
+		a, c = out, a
+		now += int64(step)
+	}
+}
