@@ -5,8 +5,11 @@
 //
 // The guest speaks raw RESP: proxy_redis_init binds a cluster name to
 // credentials and a timeout (Init); proxy_redis_call hands over one command
-// as a RESP array of bulk strings (Call); the reply comes back, re-encoded as
-// RESP2 bytes, in proxy_on_redis_call_response (the callback), where the
+// as a RESP array of bulk strings (Call). Script calls (EVAL, EVALSHA, FCALL
+// with a key: all the sluice guest sends) go as they are over pipelined
+// connections and their reply is Redis's own bytes (pipe.go); other commands
+// go through go-redis and their reply is re-encoded as RESP2. The reply is
+// delivered in proxy_on_redis_call_response (the callback), where the
 // guest reads it as buffer type 9. Timeouts and connection failures are a
 // nonzero Status with no reply, never a panic; errors Redis itself answers
 // (NOSCRIPT, WRONGTYPE, a CLUSTERDOWN that outlived the redirects) are
@@ -84,6 +87,7 @@ type Clusters struct {
 	mu      sync.Mutex
 	bound   map[string]*binding // by cluster name
 	clients map[clientKey]*goredis.ClusterClient
+	routers map[clientKey]*router
 	closed  bool
 }
 
@@ -94,6 +98,7 @@ type clientKey struct {
 
 type binding struct {
 	client  *goredis.ClusterClient
+	router  *router // the script path (pipe.go)
 	timeout time.Duration
 }
 
@@ -105,7 +110,7 @@ func New(clusters map[string][]string, opts Options) *Clusters {
 	for name, a := range clusters {
 		addrs[name] = append([]string(nil), a...)
 	}
-	return &Clusters{opts: opts, addrs: addrs, bound: map[string]*binding{}, clients: map[clientKey]*goredis.ClusterClient{}}
+	return &Clusters{opts: opts, addrs: addrs, bound: map[string]*binding{}, clients: map[clientKey]*goredis.ClusterClient{}, routers: map[clientKey]*router{}}
 }
 
 // ParseFlag parses the value of a --redis-cluster flag,
@@ -168,8 +173,9 @@ func (c *Clusters) Init(name, username, password string, timeout time.Duration) 
 			PoolSize:     c.opts.PoolSize,
 		})
 		c.clients[k] = cl
+		c.routers[k] = newRouter(k, cl, maxRedirects)
 	}
-	c.bound[name] = &binding{client: cl, timeout: timeout}
+	c.bound[name] = &binding{client: cl, router: c.routers[k], timeout: timeout}
 	return nil
 }
 
@@ -178,8 +184,17 @@ func (c *Clusters) Init(name, username, password string, timeout time.Duration) 
 // it. Call returns an error at once if the cluster is unknown or not
 // initialized or cmd is malformed; otherwise it returns nil and calls cb
 // exactly once, on another goroutine, with the status and the RESP2 reply,
-// no later than the Init timeout after Call (plus scheduling).
+// no later than the Init timeout after Call (plus scheduling; on the script
+// path, plus the janitor's tick). Script calls (pipe.go) ignore ctx.
 func (c *Clusters) Call(ctx context.Context, name string, cmd []byte, cb func(Status, []byte)) error {
+	if b, err := c.binding(name); err != nil {
+		return err
+	} else if slot, ok := scriptSlot(cmd); ok {
+		pc := &pcall{cmd: append([]byte(nil), cmd...), slot: slot, cb: cb, deadline: time.Now().Add(b.timeout)}
+		if b.router.call(pc) {
+			return nil
+		}
+	}
 	b, args, err := c.prepare(name, cmd)
 	if err != nil {
 		return err
@@ -193,6 +208,18 @@ func (c *Clusters) Call(ctx context.Context, name string, cmd []byte, cb func(St
 
 // Do is the synchronous form of Call: it returns the status and the reply.
 func (c *Clusters) Do(ctx context.Context, name string, cmd []byte) (Status, []byte, error) {
+	if _, ok := scriptSlot(cmd); ok {
+		type result struct {
+			st    Status
+			reply []byte
+		}
+		done := make(chan result, 1)
+		if err := c.Call(ctx, name, cmd, func(st Status, reply []byte) { done <- result{st, reply} }); err != nil {
+			return 0, nil, err
+		}
+		r := <-done
+		return r.st, r.reply, nil
+	}
 	b, args, err := c.prepare(name, cmd)
 	if err != nil {
 		return 0, nil, err
@@ -213,19 +240,35 @@ func (c *Clusters) Close() error {
 		}
 		delete(c.clients, k)
 	}
+	for k, r := range c.routers {
+		r.close()
+		delete(c.routers, k)
+	}
 	clear(c.bound)
 	return first
 }
 
-func (c *Clusters) prepare(name string, cmd []byte) (*binding, []any, error) {
+func (c *Clusters) binding(name string) (*binding, error) {
 	c.mu.Lock()
 	b := c.bound[name]
 	c.mu.Unlock()
 	if b == nil {
 		if _, ok := c.addrs[name]; !ok {
-			return nil, nil, ErrUnknownCluster
+			return nil, ErrUnknownCluster
 		}
-		return nil, nil, ErrNotInitialized
+		return nil, ErrNotInitialized
+	}
+	return b, nil
+}
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+func (c *Clusters) prepare(name string, cmd []byte) (*binding, []any, error) {
+	b, err := c.binding(name)
+	if err != nil {
+		return nil, nil, err
 	}
 	args, err := ParseCommand(cmd)
 	if err != nil {

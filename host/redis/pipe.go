@@ -1,0 +1,564 @@
+package redis
+
+// The script path: EVAL, EVALSHA, FCALL (and their _RO forms) with at least
+// one key — every command the sluice guest sends — bypass go-redis. They go,
+// as the guest's own RESP bytes, over one pipelined connection per cluster
+// node, and the reply is handed to the callback as Redis's own RESP bytes:
+// no goroutine, timer, string conversion or re-encoding per call. The slot
+// of the first key picks the node from a slot table read with CLUSTER SLOTS
+// (at Init, and again after every MOVED); MOVED and ASK replies are followed
+// (ASK with ASKING pipelined before the command) up to MaxRedirects times.
+// Concurrent calls from every VM share the node's connection, so Redis reads
+// and answers them in batches (fewer system calls on its side per decision).
+//
+// Timeouts: one janitor goroutine per binding looks at the oldest call of
+// each connection every timeout/8 (between 1 and 25 ms); when it is overdue,
+// the connection is closed and every call on it gets StatusTimeout (their
+// replies would come behind the overdue one). A dial, AUTH or read failure
+// fails the calls on that connection with StatusNetworkError; the next call
+// dials again. Nothing is retried but redirects: a retried script could
+// charge twice.
+//
+// Other commands (and scripts called before the first slot table arrived)
+// take the general path through go-redis.
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-proxy/sluice/internal/resp"
+)
+
+const numSlots = 16384
+
+// pcall is one call on the script path.
+type pcall struct {
+	cmd       []byte // the guest's command (a copy)
+	slot      int
+	cb        func(Status, []byte)
+	deadline  time.Time
+	redirects int
+	discard   bool // the reply of an ASKING sent before an ASK redirect
+}
+
+// router is the script path of one binding (one client key).
+type router struct {
+	k            clientKey
+	client       *goredis.ClusterClient // for CLUSTER SLOTS
+	maxRedirects int
+
+	slotsMu    sync.RWMutex
+	slots      []string // node address by slot; nil until the first CLUSTER SLOTS
+	refreshing atomic.Bool
+
+	sent atomic.Int64 // calls that took the script path (tests)
+
+	mu     sync.Mutex
+	conns  map[string]*pconn
+	closed bool
+	stop   chan struct{}
+}
+
+func newRouter(k clientKey, client *goredis.ClusterClient, maxRedirects int) *router {
+	r := &router{k: k, client: client, maxRedirects: maxRedirects, conns: map[string]*pconn{}, stop: make(chan struct{})}
+	r.refresh()
+	go r.janitor()
+	return r
+}
+
+// refresh reads the slot table in the background (at most one at a time).
+func (r *router) refresh() {
+	if !r.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer r.refreshing.Store(false)
+		ctx, cancel := contextWithTimeout(r.k.timeout)
+		defer cancel()
+		ranges, err := r.client.ClusterSlots(ctx).Result()
+		if err != nil || len(ranges) == 0 {
+			return
+		}
+		t := make([]string, numSlots)
+		for _, s := range ranges {
+			if len(s.Nodes) == 0 || s.Start < 0 || s.End >= numSlots || s.Start > s.End {
+				continue
+			}
+			for i := s.Start; i <= s.End; i++ {
+				t[i] = s.Nodes[0].Addr
+			}
+		}
+		r.slotsMu.Lock()
+		r.slots = t
+		r.slotsMu.Unlock()
+	}()
+}
+
+func (r *router) addrOf(slot int) string {
+	r.slotsMu.RLock()
+	defer r.slotsMu.RUnlock()
+	if r.slots == nil {
+		return ""
+	}
+	return r.slots[slot]
+}
+
+// moved records a MOVED answer at once (the full table is read again too).
+func (r *router) moved(slot int, addr string) {
+	r.slotsMu.Lock()
+	if r.slots != nil {
+		r.slots[slot] = addr
+	}
+	r.slotsMu.Unlock()
+	r.refresh()
+}
+
+// call sends c to the node owning its slot; false if the slot is unknown.
+func (r *router) call(c *pcall) bool {
+	addr := r.addrOf(c.slot)
+	if addr == "" {
+		return false
+	}
+	r.sent.Add(1)
+	r.send(addr, c, false)
+	return true
+}
+
+func (r *router) send(addr string, c *pcall, asking bool) {
+	for {
+		pc := r.conn(addr)
+		if pc == nil {
+			c.cb(StatusNetworkError, nil)
+			return
+		}
+		if pc.send(c, asking) {
+			return
+		}
+		// The connection died between lookup and send: take a new one.
+	}
+}
+
+func (r *router) conn(addr string) *pconn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	pc := r.conns[addr]
+	if pc == nil {
+		pc = &pconn{r: r, addr: addr}
+		r.conns[addr] = pc
+		go pc.run()
+	}
+	return pc
+}
+
+func (r *router) drop(pc *pconn) {
+	r.mu.Lock()
+	if r.conns[pc.addr] == pc {
+		delete(r.conns, pc.addr)
+	}
+	r.mu.Unlock()
+}
+
+func (r *router) close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	close(r.stop)
+	conns := make([]*pconn, 0, len(r.conns))
+	for _, pc := range r.conns {
+		conns = append(conns, pc)
+	}
+	clear(r.conns)
+	r.mu.Unlock()
+	for _, pc := range conns {
+		pc.fail(StatusNetworkError)
+	}
+}
+
+func (r *router) janitor() {
+	tick := r.k.timeout / 8
+	tick = max(min(tick, 25*time.Millisecond), time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case now := <-t.C:
+			r.mu.Lock()
+			var late []*pconn
+			for _, pc := range r.conns {
+				if pc.overdue(now) {
+					late = append(late, pc)
+				}
+			}
+			r.mu.Unlock()
+			for _, pc := range late {
+				pc.fail(StatusTimeout)
+			}
+		}
+	}
+}
+
+// pconn is one pipelined connection to a node. Calls are answered in the
+// order they were written; queue holds them in that order.
+type pconn struct {
+	r    *router
+	addr string
+
+	mu      sync.Mutex
+	nc      net.Conn // nil while dialing
+	pending []byte   // written once the dial completes
+	queue   []*pcall
+	dead    bool
+	status  Status // why it died
+}
+
+var asking = []byte("*1\r\n$6\r\nASKING\r\n")
+
+// send queues c (after an ASKING when asking) and writes it; false if the
+// connection is dead.
+func (pc *pconn) send(c *pcall, ask bool) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.dead {
+		return false
+	}
+	if ask {
+		pc.queue = append(pc.queue, &pcall{discard: true, deadline: c.deadline})
+	}
+	pc.queue = append(pc.queue, c)
+	if pc.nc == nil {
+		if ask {
+			pc.pending = append(pc.pending, asking...)
+		}
+		pc.pending = append(pc.pending, c.cmd...)
+		return true
+	}
+	var err error
+	if ask {
+		_, err = pc.nc.Write(append(append([]byte(nil), asking...), c.cmd...))
+	} else {
+		_, err = pc.nc.Write(c.cmd)
+	}
+	if err != nil {
+		// The reader sees the broken connection too and fails the queue.
+		pc.nc.Close()
+	}
+	return true
+}
+
+func (pc *pconn) overdue(now time.Time) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return !pc.dead && len(pc.queue) > 0 && now.After(pc.queue[0].deadline)
+}
+
+// fail kills the connection and fails every queued call with st.
+func (pc *pconn) fail(st Status) {
+	pc.mu.Lock()
+	if pc.dead {
+		pc.mu.Unlock()
+		return
+	}
+	pc.dead, pc.status = true, st
+	q := pc.queue
+	pc.queue = nil
+	if pc.nc != nil {
+		pc.nc.Close()
+	}
+	pc.mu.Unlock()
+	pc.r.drop(pc)
+	for _, c := range q {
+		if !c.discard {
+			c.cb(st, nil)
+		}
+	}
+}
+
+func (pc *pconn) run() {
+	k := pc.r.k
+	nc, err := net.DialTimeout("tcp", pc.addr, k.timeout)
+	if err != nil {
+		pc.fail(dialStatus(err))
+		return
+	}
+	br := bufio.NewReaderSize(nc, 16<<10)
+	if k.pass != "" {
+		var auth []byte
+		if k.user != "" {
+			auth = appendCmd(nil, "AUTH", k.user, k.pass)
+		} else {
+			auth = appendCmd(nil, "AUTH", k.pass)
+		}
+		nc.SetDeadline(time.Now().Add(k.timeout))
+		var line string
+		if _, err = nc.Write(auth); err == nil {
+			line, err = br.ReadString('\n')
+		}
+		nc.SetDeadline(time.Time{})
+		if err != nil || line != "+OK\r\n" {
+			// A refused AUTH: every call fails, as on a connection
+			// that could not be made.
+			nc.Close()
+			pc.fail(StatusNetworkError)
+			return
+		}
+	}
+	pc.mu.Lock()
+	if pc.dead {
+		pc.mu.Unlock()
+		nc.Close()
+		return
+	}
+	pc.nc = nc
+	if len(pc.pending) > 0 {
+		if _, err := nc.Write(pc.pending); err != nil {
+			nc.Close()
+		}
+		pc.pending = nil
+	}
+	pc.mu.Unlock()
+	pc.read(br)
+}
+
+func dialStatus(err error) Status {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return StatusTimeout
+	}
+	return StatusNetworkError
+}
+
+// read delivers replies in order until the connection breaks.
+func (pc *pconn) read(br *bufio.Reader) {
+	var raw []byte
+	for {
+		var err error
+		raw, err = readReply(br, raw[:0], 0)
+		if err != nil {
+			pc.fail(StatusNetworkError)
+			return
+		}
+		pc.mu.Lock()
+		if pc.dead || len(pc.queue) == 0 {
+			// Dead: fail already answered the queue. A reply with
+			// nothing queued breaks the protocol: give up on it.
+			dead := pc.dead
+			pc.mu.Unlock()
+			if !dead {
+				pc.fail(StatusNetworkError)
+			}
+			return
+		}
+		c := pc.queue[0]
+		pc.queue[0] = nil
+		pc.queue = pc.queue[1:]
+		pc.mu.Unlock()
+		if c.discard {
+			continue
+		}
+		pc.reply(c, raw)
+	}
+}
+
+func (pc *pconn) reply(c *pcall, raw []byte) {
+	if raw[0] == '-' && c.redirects < pc.r.maxRedirects {
+		msg := raw[1 : len(raw)-2]
+		if code, slot, addr, ok := resp.Redirect(msg); ok {
+			c.redirects++
+			if code == resp.CodeMoved {
+				pc.r.moved(slot, string(addr))
+			}
+			pc.r.send(string(addr), c, code == resp.CodeAsk)
+			return
+		}
+	}
+	c.cb(StatusOK, append([]byte(nil), raw...))
+}
+
+// maxReplyDepth bounds the nesting of arrays in a reply.
+const maxReplyDepth = 32
+
+var errProtocol = errors.New("host/redis: malformed reply")
+
+// readReply appends one complete RESP2 reply read from br to dst.
+func readReply(br *bufio.Reader, dst []byte, depth int) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return dst, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return dst, errProtocol
+	}
+	dst = append(dst, line...)
+	switch line[0] {
+	case '+', '-', ':':
+		return dst, nil
+	case '$':
+		n, err := strconv.Atoi(string(line[1 : len(line)-2]))
+		if err != nil || n < -1 {
+			return dst, errProtocol
+		}
+		if n == -1 {
+			return dst, nil
+		}
+		start := len(dst)
+		dst = append(dst, make([]byte, n+2)...)
+		if _, err := io.ReadFull(br, dst[start:]); err != nil {
+			return dst, err
+		}
+		if dst[len(dst)-2] != '\r' || dst[len(dst)-1] != '\n' {
+			return dst, errProtocol
+		}
+		return dst, nil
+	case '*':
+		n, err := strconv.Atoi(string(line[1 : len(line)-2]))
+		if err != nil || n < -1 || depth >= maxReplyDepth {
+			return dst, errProtocol
+		}
+		for i := 0; i < n; i++ {
+			if dst, err = readReply(br, dst, depth+1); err != nil {
+				return dst, err
+			}
+		}
+		return dst, nil
+	}
+	return dst, errProtocol
+}
+
+func appendCmd(dst []byte, args ...string) []byte {
+	dst = resp.AppendArrayHeader(dst, len(args))
+	for _, a := range args {
+		dst = resp.AppendBulkString(dst, a)
+	}
+	return dst
+}
+
+// scriptSlot reports whether cmd (a RESP array of bulk strings) is a script
+// call with at least one key, and the slot of its first key.
+func scriptSlot(cmd []byte) (int, bool) {
+	var args [4][]byte
+	n, ok := splitCommand(cmd, args[:])
+	if !ok || n < 4 {
+		return 0, false
+	}
+	switch {
+	case eqFold(args[0], "EVALSHA"), eqFold(args[0], "EVAL"), eqFold(args[0], "FCALL"),
+		eqFold(args[0], "EVALSHA_RO"), eqFold(args[0], "EVAL_RO"), eqFold(args[0], "FCALL_RO"):
+	default:
+		return 0, false
+	}
+	nk, err := strconv.Atoi(string(args[2]))
+	if err != nil || nk < 1 || nk > n-3 {
+		return 0, false
+	}
+	return keySlot(args[3]), true
+}
+
+// splitCommand validates cmd as one RESP array of bulk strings with nothing
+// after it, puts its first len(args) elements in args and returns the count.
+func splitCommand(b []byte, args [][]byte) (int, bool) {
+	n, i, ok := header(b, 0, '*')
+	if !ok || n < 1 {
+		return 0, false
+	}
+	for k := 0; k < n; k++ {
+		var l int
+		l, i, ok = header(b, i, '$')
+		if !ok || l < 0 || len(b)-i < l+2 || b[i+l] != '\r' || b[i+l+1] != '\n' {
+			return 0, false
+		}
+		if k < len(args) {
+			args[k] = b[i : i+l]
+		}
+		i += l + 2
+	}
+	return n, i == len(b)
+}
+
+// header parses "<t><decimal>\r\n" at b[i:].
+func header(b []byte, i int, t byte) (n, next int, ok bool) {
+	if i >= len(b) || b[i] != t {
+		return 0, 0, false
+	}
+	i++
+	neg := i < len(b) && b[i] == '-'
+	if neg {
+		i++
+	}
+	start := i
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		if i-start >= 10 {
+			return 0, 0, false
+		}
+		n = n*10 + int(b[i]-'0')
+	}
+	if i == start || len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
+		return 0, 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, i + 2, true
+}
+
+func eqFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		c := b[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// keySlot is Redis Cluster's slot of a key: CRC16 (XMODEM) of its hash tag
+// (the bytes between the first '{' and the next '}', when not empty) or of
+// the whole key, modulo 16384.
+func keySlot(key []byte) int {
+	for i, c := range key {
+		if c == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j > i+1 {
+						key = key[i+1 : j]
+					}
+					break
+				}
+			}
+			break
+		}
+	}
+	var crc uint16
+	for _, c := range key {
+		crc ^= uint16(c) << 8
+		for k := 0; k < 8; k++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % numSlots)
+}

@@ -1,0 +1,259 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitScriptPath polls until the binding's slot table has arrived.
+func waitScriptPath(t *testing.T, c *Clusters) *router {
+	t.Helper()
+	b, err := c.binding("rc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.router.addrOf(0) == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no slot table")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return b.router
+}
+
+const echoScript = "return {KEYS[1], tonumber(ARGV[1]), {redis.status_reply('OK')}, false}"
+
+func evalEcho(t *testing.T, c *Clusters, key string, n int) (Status, string) {
+	t.Helper()
+	return do(t, c, "EVAL", echoScript, "1", key, strconv.Itoa(n))
+}
+
+func TestScriptCommand(t *testing.T) {
+	for _, tc := range []struct {
+		cmd  []byte
+		slot int
+		ok   bool
+	}{
+		{cmd("EVALSHA", "abc", "1", "foo", "x"), 12182, true},
+		{cmd("evalsha", "abc", "2", "{user1000}.following", "bar"), keySlot([]byte("user1000")), true},
+		{cmd("EVAL", "return 1", "1", "bar"), 5061, true},
+		{cmd("FCALL_RO", "f", "1", "{}x"), keySlot([]byte("{}x")), true},
+		{cmd("EVAL", "return 1", "0"), 0, false},
+		{cmd("EVAL", "return 1", "2", "k"), 0, false},
+		{cmd("EVAL", "return 1", "x", "k"), 0, false},
+		{cmd("GET", "foo", "a", "b"), 0, false},
+		{[]byte("*4\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n1\r\n$1\r\nk\r\nextra"), 0, false},
+		{[]byte("*4\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n1\r\n$2\r\nk\r\n"), 0, false},
+		{[]byte("*4\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n1\r\n:1\r\n"), 0, false},
+		{[]byte("*-1\r\n"), 0, false},
+		{nil, 0, false},
+	} {
+		slot, ok := scriptSlot(tc.cmd)
+		if ok != tc.ok || (ok && slot != tc.slot) {
+			t.Errorf("%q: slot %d %v, want %d %v", tc.cmd, slot, ok, tc.slot, tc.ok)
+		}
+	}
+	if got := keySlot([]byte("123456789")); got != 0x31C3%numSlots {
+		t.Errorf("keySlot(123456789) = %d", got)
+	}
+}
+
+// Script calls go over the pipelined connections and come back as Redis's
+// own bytes, on every node.
+func TestScriptPathReplies(t *testing.T) {
+	c := newClusters(t, 5*time.Second)
+	r := waitScriptPath(t, c)
+	before := r.sent.Load()
+	nodes := map[int]bool{}
+	for i := 0; i < 30; i++ {
+		key := "script-path-" + strconv.Itoa(i)
+		st, reply := evalEcho(t, c, key, i)
+		want := "*4\r\n$" + strconv.Itoa(len(key)) + "\r\n" + key + "\r\n:" + strconv.Itoa(i) + "\r\n*1\r\n+OK\r\n$-1\r\n"
+		if st != StatusOK || reply != want {
+			t.Fatalf("%v %q, want %q", st, reply, want)
+		}
+		n, err := cluster.NodeOf(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[n] = true
+	}
+	if len(nodes) != len(cluster.Addrs) {
+		t.Fatalf("keys reached %d nodes", len(nodes))
+	}
+	if st, reply := do(t, c, "EVALSHA", strings.Repeat("0", 40), "1", "k"); st != StatusOK || !strings.HasPrefix(reply, "-NOSCRIPT") {
+		t.Fatalf("unknown script: %v %q", st, reply)
+	}
+	if got := r.sent.Load() - before; got != 31 {
+		t.Fatalf("%d calls took the script path, want 31", got)
+	}
+	// Concurrent calls share the connections and each gets its own reply.
+	var wg sync.WaitGroup
+	errs := make(chan string, 400)
+	for i := 0; i < 400; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "conc-" + strconv.Itoa(i%7)
+			st, reply, err := c.Do(context.Background(), "rc", cmd("EVAL", echoScript, "1", key, strconv.Itoa(i)))
+			if err != nil || st != StatusOK || !strings.Contains(reply2s(reply), ":"+strconv.Itoa(i)+"\r\n") {
+				errs <- strconv.Itoa(i) + ": " + st.String() + " " + reply2s(reply)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+func reply2s(b []byte) string { return string(b) }
+
+// A wrong slot table is corrected by MOVED, which is followed.
+func TestScriptPathFollowsMoved(t *testing.T) {
+	c := newClusters(t, 5*time.Second)
+	r := waitScriptPath(t, c)
+	key := "moved-key"
+	slot := keySlot([]byte(key))
+	owner := r.addrOf(slot)
+	wrong := ""
+	for _, a := range cluster.Addrs {
+		if a != owner {
+			wrong = a
+			break
+		}
+	}
+	if owner == "" || wrong == "" {
+		t.Fatalf("owner %q wrong %q", owner, wrong)
+	}
+	r.slotsMu.Lock()
+	r.slots[slot] = wrong
+	r.slotsMu.Unlock()
+	if st, reply := evalEcho(t, c, key, 7); st != StatusOK || !strings.Contains(reply, ":7\r\n") {
+		t.Fatalf("after MOVED: %v %q", st, reply)
+	}
+	if got := r.addrOf(slot); got != owner {
+		t.Fatalf("slot table not corrected: %q, want %q", got, owner)
+	}
+	// With no redirects allowed, the MOVED error itself is the reply.
+	r.maxRedirects = 0
+	r.slotsMu.Lock()
+	r.slots[slot] = wrong
+	r.slotsMu.Unlock()
+	if st, reply := evalEcho(t, c, key, 7); st != StatusOK || !strings.HasPrefix(reply, "-MOVED "+strconv.Itoa(slot)+" ") {
+		t.Fatalf("MOVED without redirects: %v %q", st, reply)
+	}
+}
+
+// A paused node: StatusTimeout within the timeout (plus the janitor's tick);
+// a killed node: a failure at once; both recover.
+func TestScriptPathTimeoutAndNodeFailure(t *testing.T) {
+	const timeout = 150 * time.Millisecond
+	c := newClusters(t, timeout)
+	waitScriptPath(t, c)
+	const key = "script-failing-node"
+	if st, _ := evalEcho(t, c, key, 1); st != StatusOK {
+		t.Fatal(st)
+	}
+	n, err := cluster.NodeOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Pause(n); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		st, reply := evalEcho(t, c, key, 1)
+		el := time.Since(start)
+		if st != StatusTimeout || reply != "" || el < timeout || el > timeout+200*time.Millisecond {
+			t.Fatalf("paused node: %v %q after %v", st, reply, el)
+		}
+	}
+	if err := cluster.Resume(n); err != nil {
+		t.Fatal(err)
+	}
+	waitScriptOK(t, c, key)
+	if err := cluster.Kill(n); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if st, reply := evalEcho(t, c, key, 1); st == StatusOK || reply != "" || time.Since(start) > timeout+200*time.Millisecond {
+		t.Fatalf("dead node: %v %q after %v", st, reply, time.Since(start))
+	}
+	if err := cluster.Restart(n); err != nil {
+		t.Fatal(err)
+	}
+	waitScriptOK(t, c, key)
+}
+
+func waitScriptOK(t *testing.T, c *Clusters, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, reply := evalEcho(t, c, key, 1)
+		if st == StatusOK && strings.Contains(reply, ":1\r\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery: %v %q", st, reply)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The script path's connections authenticate with Init's credentials; a
+// refused AUTH fails the call.
+func TestScriptPathAuth(t *testing.T) {
+	ctx := context.Background()
+	for i := range cluster.Addrs {
+		pc := cluster.Client(i)
+		err := pc.Do(ctx, "ACL", "SETUSER", "sluice-s", "on", ">s3cret", "~sluice-s*", "+@all").Err()
+		pc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		pass, key string
+		ok        bool
+		prefix    string
+	}{
+		{"s3cret", "sluice-s-k", true, "*4\r\n"},
+		{"s3cret", "other-k", true, "-NOPERM"},
+		{"wrong", "sluice-s-k", false, ""},
+	} {
+		c := New(map[string][]string{"rc": cluster.Addrs}, Options{})
+		if err := c.Init("rc", "sluice-s", tc.pass, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		var sent func() int64
+		if tc.ok {
+			r := waitScriptPath(t, c)
+			sent = r.sent.Load
+		} else {
+			// No slot table can be read (CLUSTER SLOTS is refused too):
+			// force one, so that the call does take the script path.
+			b, _ := c.binding("rc")
+			t0 := make([]string, numSlots)
+			for i := range t0 {
+				t0[i] = cluster.Addrs[0]
+			}
+			b.router.slotsMu.Lock()
+			b.router.slots = t0
+			b.router.slotsMu.Unlock()
+			sent = b.router.sent.Load
+		}
+		st, reply := evalEcho(t, c, tc.key, 3)
+		c.Close()
+		if (st == StatusOK) != tc.ok || !strings.HasPrefix(reply, tc.prefix) || sent() != 1 {
+			t.Errorf("%+v: %v %q (%d on the script path)", tc, st, reply, sent())
+		}
+	}
+}
