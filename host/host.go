@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // Options configures a Host. Wasm is required; everything else has a default.
@@ -235,11 +236,14 @@ func (h *Host) addExtensions(exts []Extension) error {
 // whose imports the profile provides, and instantiates the WASI and env host modules it
 // links against.
 func (h *Host) compileAndLink(ctx context.Context) error {
-	compiled, err := h.rt.CompileModule(ctx, h.opts.Wasm)
+	// Compile functions on every CPU (wazero compiles one function at a time otherwise):
+	// compiling is most of the time to the first response when nothing is cached.
+	compiled, err := h.rt.CompileModule(experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0)), h.opts.Wasm)
 	if err != nil {
 		return fmt.Errorf("host: compiling module: %w", err)
 	}
 	h.compiled = compiled
+	h.opts.Wasm = nil // compiled: the module's bytes (megabytes) are not needed again
 	for name := range compiled.ExportedFunctions() {
 		h.exports[name] = true
 	}
@@ -372,7 +376,8 @@ func (h *Host) Profile() Profile { return h.profile }
 // ABIVersion reports the Proxy-Wasm ABI the module declared ("0.2.1" or "0.2.0").
 func (h *Host) ABIVersion() string { return h.abi }
 
-// Options returns the options the Host runs with (defaults filled in).
+// Options returns the options the Host runs with (defaults filled in; Wasm is nil: the
+// host lets go of the module's bytes once it has compiled them).
 func (h *Host) Options() Options { return h.opts }
 
 // SharedData is the shared-data map of the Host's vm_id.
