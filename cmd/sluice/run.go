@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -212,6 +213,9 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 		fmt.Fprintf(stdout, "sluice: admin on http://%s (/dashboard/ /metrics /status /healthz)\n", rs.adminAddr)
 	}
 	rs.serve(ctx, ln, adminLn)
+	// Compiling the module leaves tens of MB of garbage that the Go runtime would keep
+	// (and only slowly return): collect it and give it back now, off the serving path.
+	go debug.FreeOSMemory()
 	return rs, nil
 }
 
