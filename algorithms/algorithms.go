@@ -20,8 +20,9 @@
 //	leaky_bucket    26 bytes  theoretical arrival time (ns + fraction), last admission
 //	fixed_window    18 bytes  window start, count
 //	sliding_window  26 bytes  current window start, previous count, current count
-//	sliding_log     ~3 bytes per distinct admission instant in the window
-//	                (varint deltas; at most 2 + 12 × Limit)
+//	sliding_log     11 bytes, then w bytes per request (cost unit) admitted
+//	                in the window: w = 4 up to a 2.1 s window, 5 up to
+//	                9 min, 6 up to 1.6 days, 7 beyond (at most 11 + w × Limit)
 package algorithms
 
 import (

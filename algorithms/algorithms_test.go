@@ -229,8 +229,9 @@ func TestSlidingLogQuietKeyIsFullyAvailable(t *testing.T) {
 		state, _ = decide(t, l, state, t0+int64(i)*int64(time.Millisecond), 1)
 	}
 	full := len(state)
-	if full > headerSize+9+99*3 { // 1 ms deltas take 3 bytes, counts of 1 none
-		t.Fatalf("100 entries 1 ms apart take %d bytes", full)
+	w := logWidth(uint64(time.Minute)) // 5 bytes hold 2 minutes in ns
+	if full != logHeaderSize+100*w {
+		t.Fatalf("100 entries 1 ms apart take %d bytes, want %d + 100 × %d", full, logHeaderSize, w)
 	}
 	if _, d := decide(t, l, state, t0+int64(time.Minute)-1, 1); d.Allowed {
 		t.Fatal("admitted before anything expired")
@@ -244,7 +245,7 @@ func TestSlidingLogQuietKeyIsFullyAvailable(t *testing.T) {
 	if !d.Allowed || d.Remaining != 99 {
 		t.Fatalf("after a quiet window: %+v, want allowed with 99 remaining", d)
 	}
-	if len(state) >= full || len(state) > headerSize+2*binaryLen(uint64(quiet))+1 {
+	if len(state) != logHeaderSize+w {
 		t.Fatalf("state not pruned: %d bytes (was %d)", len(state), full)
 	}
 	for i := 1; i < 100; i++ {
@@ -252,15 +253,6 @@ func TestSlidingLogQuietKeyIsFullyAvailable(t *testing.T) {
 			t.Fatalf("request %d after the quiet window denied", i+1)
 		}
 	}
-}
-
-func binaryLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
 }
 
 // Remaining counts down honestly, for every algorithm.
@@ -432,7 +424,7 @@ func TestCorruptStates(t *testing.T) {
 		bad := map[string][]byte{
 			"one byte":      {stateVersion},
 			"version 0":     append([]byte{0}, good[1:]...),
-			"version 2":     append([]byte{2}, good[1:]...),
+			"next version":  append([]byte{good[0] + 1}, good[1:]...),
 			"foreign kind":  append([]byte{stateVersion, byte(other)}, good[2:]...),
 			"truncated":     good[:len(good)-1],
 			"trailing byte": append(append([]byte{}, good...), 0x01),

@@ -59,8 +59,19 @@ func fuzzDecoder(f *testing.F, k Kind) {
 	})
 }
 
-func FuzzDecodeTokenBucket(f *testing.F)   { fuzzDecoder(f, TokenBucket) }
-func FuzzDecodeLeakyBucket(f *testing.F)   { fuzzDecoder(f, LeakyBucket) }
-func FuzzDecodeFixedWindow(f *testing.F)   { fuzzDecoder(f, FixedWindow) }
-func FuzzDecodeSlidingLog(f *testing.F)    { fuzzDecoder(f, SlidingLog) }
+func FuzzDecodeTokenBucket(f *testing.F) { fuzzDecoder(f, TokenBucket) }
+func FuzzDecodeLeakyBucket(f *testing.F) { fuzzDecoder(f, LeakyBucket) }
+func FuzzDecodeFixedWindow(f *testing.F) { fuzzDecoder(f, FixedWindow) }
+func FuzzDecodeSlidingLog(f *testing.F) {
+	// Also seeds of the version-1 format and of a log out of order.
+	var adm []admission
+	for i := range int64(4) {
+		adm = append(adm, admission{t0 + i*int64(90*ms), 1 + i%2})
+	}
+	f.Add(legacyState(adm, time.Second), t0+int64(300*ms), int64(1))
+	f.Add(legacyState(adm[:2], time.Second), t0+int64(950*ms), int64(2))
+	f.Add(outOfOrder(), t0+int64(time.Second), int64(1))
+	f.Add(outOfOrder(), t0+int64(1200*ms), int64(3))
+	fuzzDecoder(f, SlidingLog)
+}
 func FuzzDecodeSlidingWindow(f *testing.F) { fuzzDecoder(f, SlidingWindow) }

@@ -17,7 +17,7 @@ const (
 	MaxWindow = 366 * 24 * time.Hour
 	// MaxSlidingLogLimit is the largest Limit New accepts for SlidingLog:
 	// its state holds one entry per admitted request in the window, so its
-	// size grows with Limit (at most 12 bytes per entry).
+	// size grows with Limit (at most 7 bytes per entry).
 	MaxSlidingLogLimit = 10_000
 	// MaxFillTime bounds Burst × Window / Limit, the time an empty token or
 	// leaky bucket takes to refill (100 × 366 days).
