@@ -5,10 +5,11 @@
 //
 // Each round starts `sluice run --workers N --cache-dir "" --listen 127.0.0.1:0` as a child
 // process, polls GET / on the address it prints until an answer comes (any status), and
-// reports the time from the process start to that answer. It then waits -idle with no
-// traffic and reads VmRSS from /proc/PID/status (Linux only), and stops the child. The
-// last line is the median of the rounds. Several binaries are measured in turn within each
-// round, so that a busy machine slows them alike and their ratio holds.
+// reports the time from the process start to that answer and the CPU time the process had
+// used by then (a busy machine inflates it much less than the wall time). It then waits
+// -idle with no traffic, reads VmRSS from /proc/PID/status (Linux only) and stops the
+// child. The last lines are the medians of the rounds. Several binaries are measured in
+// turn within each round, so that a busy machine slows them alike and their ratio holds.
 package main
 
 import (
@@ -34,42 +35,56 @@ func main() {
 	idle := flag.Duration("idle", 2*time.Second, "idle time after the first answer before RSS is read")
 	flag.Parse()
 	names := strings.Split(*bins, ",")
-	firsts := make([][]time.Duration, len(names))
-	rss := make([][]int, len(names))
+	samples := make([][]sample, len(names))
 	for i := 0; i < *rounds; i++ {
 		for j, bin := range names {
-			first, kb, err := round(bin, *wasm, *workers, *idle)
+			sm, err := round(bin, *wasm, *workers, *idle)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "sluice-startup: %s, round %d: %v\n", bin, i+1, err)
 				os.Exit(1)
 			}
-			fmt.Printf("%s round %d: first response %v, idle VmRSS %.1f MB\n", bin, i+1, first.Round(time.Millisecond), float64(kb)/1024)
-			firsts[j], rss[j] = append(firsts[j], first), append(rss[j], kb)
+			fmt.Printf("%s round %d: first response %v (CPU %v), idle VmRSS %.1f MB\n", bin, i+1, sm.first.Round(time.Millisecond), sm.cpu, mb(sm.kb))
+			samples[j] = append(samples[j], sm)
 		}
 	}
 	for j, bin := range names {
-		f, r := firsts[j], rss[j]
+		var f, c []time.Duration
+		var r []int
+		for _, sm := range samples[j] {
+			f, c, r = append(f, sm.first), append(c, sm.cpu), append(r, sm.kb)
+		}
 		slices.Sort(f)
+		slices.Sort(c)
 		slices.Sort(r)
-		fmt.Printf("%s: median of %d: first response %v (min %v, max %v), idle VmRSS %.1f MB (min %.1f, max %.1f), %d workers, no compilation cache\n",
+		fmt.Printf("%s: median of %d: first response %v (min %v, max %v), CPU until then %v (min %v, max %v), idle VmRSS %.1f MB (min %.1f, max %.1f), %d workers, no compilation cache\n",
 			bin, *rounds, f[len(f)/2].Round(time.Millisecond), f[0].Round(time.Millisecond), f[len(f)-1].Round(time.Millisecond),
-			float64(r[len(r)/2])/1024, float64(r[0])/1024, float64(r[len(r)-1])/1024, *workers)
+			c[len(c)/2], c[0], c[len(c)-1], mb(r[len(r)/2]), mb(r[0]), mb(r[len(r)-1]), *workers)
 	}
 }
 
-// round runs one child: the time to its first answer and its VmRSS in KiB after idle.
-func round(bin, wasm string, workers int, idle time.Duration) (time.Duration, int, error) {
+func mb(kb int) float64 { return float64(kb) / 1024 }
+
+// sample is one round's figures.
+type sample struct {
+	first time.Duration // wall time from the process start to the first answer
+	cpu   time.Duration // CPU time (user + system) the process used until then
+	kb    int           // VmRSS in KiB after the idle time
+}
+
+// round runs one child and measures it.
+func round(bin, wasm string, workers int, idle time.Duration) (sample, error) {
+	var cpu time.Duration
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "run", "--wasm", wasm, "--workers", strconv.Itoa(workers), "--cache-dir", "", "--listen", "127.0.0.1:0", "--log-level", "warn")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, 0, err
+		return sample{}, err
 	}
 	cmd.Stderr = os.Stderr
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, 0, err
+		return sample{}, err
 	}
 	defer func() {
 		cmd.Process.Signal(os.Interrupt)
@@ -97,7 +112,7 @@ func round(bin, wasm string, workers int, idle time.Duration) (time.Duration, in
 	case a := <-addr:
 		url = "http://" + a + "/"
 	case <-ctx.Done():
-		return 0, 0, errors.New("sluice run printed no listening line within 60s")
+		return sample{}, errors.New("sluice run printed no listening line within 60s")
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
 	var first time.Duration
@@ -106,17 +121,41 @@ func round(bin, wasm string, workers int, idle time.Duration) (time.Duration, in
 		if err == nil {
 			resp.Body.Close()
 			first = time.Since(start)
+			cpu, err = cpuTime(cmd.Process.Pid)
+			if err != nil {
+				return sample{}, err
+			}
 			break
 		}
 		if ctx.Err() != nil {
-			return 0, 0, fmt.Errorf("no answer from %s: %v", url, err)
+			return sample{}, fmt.Errorf("no answer from %s: %v", url, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	client.CloseIdleConnections()
 	time.Sleep(idle)
 	kb, err := vmRSS(cmd.Process.Pid)
-	return first, kb, err
+	return sample{first, cpu, kb}, err
+}
+
+// cpuTime reads the user and system CPU time a process has used so far from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s).
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')') // the command name may hold spaces
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	utime, err1 := strconv.Atoi(f[11])
+	stime, err2 := strconv.Atoi(f[12])
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("bad /proc stat")
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
 // vmRSS reads VmRSS (KiB) from /proc/PID/status.
