@@ -146,6 +146,7 @@ type redisRule struct {
 	kind     algorithms.Kind
 	params   algorithms.Params
 	fallback *slotStore // failure_mode local: shared data, the limit divided by redis.instances
+	lease    *leaseRule // "lease": N (lease.go); nil without
 }
 
 // redisWait is one paused request.
@@ -167,6 +168,14 @@ type redisCall struct {
 	why    string
 	res    redisrl.Result
 	refund redisrl.Result // what req.Refund points at, for refunds
+	// Leases (lease.go): lr is the lease script's call of an acquire
+	// (fetch) or a return (neither w nor fetch); leaseOf its rule's lease.
+	// A decision spent from a lease has leased set and the grant's stamp.
+	lr      *redisrl.LeaseRequest
+	fetch   *leaseFetch
+	leaseOf *leaseRule
+	leased  bool
+	stamp   int64
 }
 
 func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, error) {
@@ -196,6 +205,12 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		r.remote = true
 		r.redis = &redisRule{kind: lim.Kind(), params: lim.Params(),
 			fallback: newSlotStore(p.host, r.cfg.Fallback, "sluice:"+p.name+":"+r.id+":fallback:", r.cfg.MaxKeys)}
+		if r.cfg.Lease > 0 {
+			var err error
+			if r.redis.lease, err = newLeaseRule(p, r, cfg.Redis.Instances); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for _, m := range []struct {
 		id   *uint32
@@ -279,6 +294,11 @@ func (rs *redisState) dispatch(s *stream, now int64) remoteWait {
 		}
 		c := &w.calls[i]
 		*c = redisCall{w: w, rule: i, key: c.key[:0]}
+		if rr.lease != nil {
+			c.key = redisrl.AppendLeaseKey(c.key, rr.kind, r.id, unsafeString(r.key))
+			rs.leaseDispatch(r, i, c, w, now)
+			continue
+		}
 		c.key = redisrl.AppendKey(c.key, rr.kind, r.id, unsafeString(r.key))
 		c.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.key, Cost: 1}
 		w.missing++
@@ -303,12 +323,17 @@ func (rs *redisState) send(c *redisCall, now int64) {
 		rs.fail(c, "proxy_redis_init failed", false)
 		return
 	}
-	if k := c.req.Kind & 7; !c.eval && (!rs.scriptSeen[k] || now < rs.evalUntil[k]) {
+	if k := c.script(); !c.eval && (!rs.scriptSeen[k] || now < rs.evalUntil[k]) {
 		c.eval = true
 	}
-	if c.eval {
+	switch {
+	case c.lr != nil && c.eval:
+		rs.cmd = c.lr.AppendEval(rs.cmd[:0])
+	case c.lr != nil:
+		rs.cmd = c.lr.AppendEvalSHA(rs.cmd[:0])
+	case c.eval:
 		rs.cmd = c.req.AppendEval(rs.cmd[:0])
-	} else {
+	default:
 		rs.cmd = c.req.AppendEvalSHA(rs.cmd[:0])
 	}
 	token, st := rs.rh.RedisCall(rs.cfg.Cluster, rs.cmd)
@@ -316,9 +341,10 @@ func (rs *redisState) send(c *redisCall, now int64) {
 		rs.fail(c, "proxy_redis_call: "+st.String(), false)
 		return
 	}
-	if c.w != nil {
+	if c.w != nil || c.lr != nil {
 		rs.p.host.IncrementMetric(rs.m.calls, 1)
-	} else {
+	}
+	if c.w == nil {
 		c.due = now + rs.guard
 		if rs.nextDue == 0 || c.due < rs.nextDue {
 			rs.nextDue = c.due
@@ -327,8 +353,26 @@ func (rs *redisState) send(c *redisCall, now int64) {
 	rs.calls[token] = c
 }
 
+// script is the index of c's script in scriptSeen/evalUntil: the
+// algorithm's Kind, 7 for the lease script.
+func (c *redisCall) script() int {
+	if c.lr != nil {
+		return 7
+	}
+	return int(c.req.Kind & 7)
+}
+
 // fail marks c failed. For a decision it counts down its wait.
 func (rs *redisState) fail(c *redisCall, why string, timeout bool) {
+	if c.lr != nil && c.w == nil {
+		// A lease call: an acquire fails its waiters (leaseAcquire), a
+		// lost return counts as a refund that did not land.
+		c.done, c.failed, c.why = true, true, why
+		if c.fetch == nil {
+			rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
+		}
+		return
+	}
 	if c.w == nil {
 		rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
 		return
@@ -350,6 +394,7 @@ func (rs *redisState) onReply(token, status uint32, size int) {
 	delete(rs.calls, token)
 	now := rs.p.host.Now()
 	var res redisrl.Result
+	var lres redisrl.LeaseResult
 	var err error
 	if status != 0 {
 		err = errors.New("redis call status " + strconv.FormatUint(uint64(status), 10))
@@ -359,18 +404,31 @@ func (rs *redisState) onReply(token, status uint32, size int) {
 			err = errors.New("reading the redis reply: " + st.String())
 		} else {
 			var v resp.Value
-			if v, err = rs.dec.Parse(b); err == nil {
+			if v, err = rs.dec.Parse(b); err == nil && c.lr != nil {
+				lres, err = redisrl.ParseLeaseReply(v, c.lr.N)
+			} else if err == nil {
 				res, err = redisrl.ParseReply(v)
 			}
 		}
 	}
 	if redisrl.IsNoScript(err) && !c.eval {
 		rs.p.host.IncrementMetric(rs.m.noscript, 1)
-		rs.evalUntil[c.req.Kind&7] = now + noScriptEvalPeriod
+		rs.evalUntil[c.script()] = now + noScriptEvalPeriod
 		c.eval = true
 		rs.send(c, now) // still counted in missing unless send fails it
+		if c.fetch != nil && c.failed {
+			rs.leaseFail(c.fetch, c.why, false, now, true)
+			return
+		}
 		if c.w != nil && c.w.missing == 0 {
 			rs.complete(c.w, now)
+		}
+		return
+	}
+	if c.lr != nil {
+		rs.onLeaseReply(c, lres, err, status == 2, now)
+		if rs.nextDue != 0 && now >= rs.nextDue {
+			rs.expire(now)
 		}
 		return
 	}
@@ -407,7 +465,14 @@ func (rs *redisState) expire(now int64) {
 		}
 		if c.due <= now {
 			delete(rs.calls, t)
-			rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
+			if c.fetch != nil {
+				if f := c.fetch; c.leaseOf.fetch[f.hash] == f {
+					delete(c.leaseOf.fetch, f.hash)
+				}
+				rs.leaseFail(c.fetch, "no reply within redis.timeout_ms", true, now, true)
+			} else {
+				rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
+			}
 		} else if rs.nextDue == 0 || c.due < rs.nextDue {
 			rs.nextDue = c.due
 		}
@@ -464,6 +529,10 @@ func (rs *redisState) refundAdmitted(rw remoteWait, now int64) {
 		if c.w != w || !c.done || c.failed || !c.res.Allowed {
 			continue
 		}
+		if lr := rs.p.rules[i].redis.lease; lr != nil {
+			rs.leaseRefund(lr, c, w.hashes[i], now)
+			continue
+		}
 		rf := &redisCall{rule: i, key: append([]byte(nil), c.key...)}
 		rf.refund = c.res
 		rf.req = c.req
@@ -484,7 +553,7 @@ func (rs *redisState) newWait(s *stream) *redisWait {
 		n := len(rs.p.rules)
 		w = &redisWait{waitBase: waitBase{applies: make([]bool, n), hashes: make([]uint64, n)}, calls: make([]redisCall, n)}
 		for i := range w.calls {
-			w.calls[i].key = make([]byte, 0, redisrl.MaxKeyLen)
+			w.calls[i].key = make([]byte, 0, redisrl.MaxLeaseKeyLen)
 		}
 	}
 	w.id, w.s, w.missing, w.deadline = s.id, s, 0, 0
@@ -508,6 +577,7 @@ func (rs *redisState) release(rw remoteWait) {
 // tick runs the guard (proxy_on_tick: a root-context callback).
 func (rs *redisState) tick() {
 	now := rs.p.host.Now()
+	rs.leaseTick(now, false)
 	if rs.nextDue != 0 && now >= rs.nextDue {
 		rs.expire(now)
 	}

@@ -275,8 +275,19 @@ func (vm *VM) OnLog(id uint32) {
 	}
 }
 
-// OnDone implements abi.Handler.
-func (vm *VM) OnDone(id uint32) bool { return true }
+// OnDone implements abi.Handler. A root context that ends (the proxy stops,
+// or a new configuration replaced it and it drained) gives back the
+// admissions its leases still hold (lease.go).
+func (vm *VM) OnDone(id uint32) bool {
+	if root := vm.plugins[id]; root != nil {
+		for i := 0; i < root.configs(); i++ {
+			if p := root.configAt(i); p.redis != nil {
+				p.redis.leaseTick(vm.host.Now(), true)
+			}
+		}
+	}
+	return true
+}
 
 // OnDelete implements abi.Handler.
 func (vm *VM) OnDelete(id uint32) {
