@@ -3,6 +3,7 @@ package filter_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,5 +153,66 @@ func TestLeaseReturnedAtTheEnd(t *testing.T) {
 	ok, _, _ := burst([]*redisProxy{q}, 100, "dan")
 	if ok != 29 {
 		t.Fatalf("admitted %d after the return, want 29", ok)
+	}
+}
+
+// The key's master killed: requests keep being served from the pool while it
+// holds admissions; then the acquire fails and failure_mode decides, within
+// about timeout_ms, as without leases. After the restart leases resume.
+func TestLeaseRedisNodeDown(t *testing.T) {
+	testCluster(t)
+	for _, mode := range []string{"closed", "open"} {
+		t.Run(mode, func(t *testing.T) {
+			rule := unique("lease-down-" + mode)
+			cfg := strings.Replace(leaseClusterConfig(rule, "fixed_window", 100, 10, mode), `"timeout_ms":5000`, `"timeout_ms":100`, 1)
+			p := startRedisProxy(t, cfg, 1)
+			if r := p.get(t, "erin"); r.Status != 200 {
+				t.Fatalf("status %d", r.Status)
+			}
+			node := keyNode(t, rule)
+			if err := cluster.Kill(node); err != nil {
+				t.Fatal(err)
+			}
+			restarted := false
+			defer func() {
+				if !restarted {
+					cluster.Restart(node)
+				}
+			}()
+			for i := 0; i < 9; i++ {
+				if r := p.get(t, "erin"); r.Status != 200 {
+					t.Fatalf("pool request %d with the node down: %d", i, r.Status)
+				}
+			}
+			want := 503
+			if mode == "open" {
+				want = 200
+			}
+			start := time.Now()
+			r := p.get(t, "erin")
+			el := time.Since(start)
+			t.Logf("%s: pool spent, node down: %d in %v", mode, r.Status, el.Round(time.Millisecond))
+			if r.Status != want || el > 2*time.Second {
+				t.Fatalf("%s: status %d after %v, want %d", mode, r.Status, el, want)
+			}
+			if p.metric(filter.MetricRedisFailures) < 1 {
+				t.Fatalf("failures %d", p.metric(filter.MetricRedisFailures))
+			}
+			if err := cluster.Restart(node); err != nil {
+				t.Fatal(err)
+			}
+			restarted = true
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				r := p.get(t, "erin")
+				if r.Status == 200 && p.metric(filter.MetricRedisLeased) > 10 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no lease after the restart: %d, leased %d", r.Status, p.metric(filter.MetricRedisLeased))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }
