@@ -538,15 +538,32 @@ func (rs *redisState) leaseRefund(lr *leaseRule, c *redisCall, hash uint64, now 
 	rs.leaseReturn(lr, c.key, 1, c.stamp, now)
 }
 
-// leaseTick returns the expired admissions of every pool this VM filled
+// The tick looks at the pools this VM filled at most every leaseScanPeriod
+// and at most leaseScanMax of them per rule (in map order, which Go
+// randomises, so every pool is seen soon); a request that finds an expired
+// pool returns it too.
+const (
+	leaseScanPeriod = int64(100 * time.Millisecond)
+	leaseScanMax    = 256
+)
+
+// leaseTick returns the expired admissions of the pools this VM filled
 // (root context's tick), or all of them when all is set (the root ends).
 func (rs *redisState) leaseTick(now int64, all bool) {
+	if !all && now < rs.leaseScan {
+		return
+	}
+	rs.leaseScan = now + leaseScanPeriod
 	for _, r := range rs.p.rules {
 		if r.redis == nil || r.redis.lease == nil {
 			continue
 		}
 		lr := r.redis.lease
+		n := 0
 		for slot := range lr.known {
+			if n++; !all && n > leaseScanMax {
+				break
+			}
 			rs.leaseReclaim(lr, slot, now, all)
 		}
 	}

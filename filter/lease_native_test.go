@@ -2,6 +2,7 @@ package filter_test
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -153,7 +154,7 @@ func TestLeaseReturnOnExpiryAndAtTheEnd(t *testing.T) {
 	if len(r.f.order) != 1 {
 		t.Fatalf("returned before the lifetime: %d calls", len(r.f.order))
 	}
-	r.f.Now_ += 1_000_000
+	r.f.Now_ += 100_000_000 // the tick looks at the pools every 100 ms
 	r.vm.OnTick(1)
 	if len(r.f.order) != 2 || !returnOf(r.f.sent[r.lastToken()], 6) {
 		t.Fatalf("after the lifetime: %d calls, last %.400q", len(r.f.order), r.f.sent[r.lastToken()])
@@ -307,5 +308,53 @@ func TestLeaseAcquireTimeout(t *testing.T) {
 	r.request("gina")
 	if len(r.f.order) != 2 {
 		t.Fatalf("%d calls", len(r.f.order))
+	}
+}
+
+// askOf returns the n of a lease acquire query (after the key, limit, window
+// and burst).
+func askOf(t *testing.T, q string) int {
+	t.Helper()
+	m := regexp.MustCompile(`\}:fwl\r\n\$3\r\n100\r\n\$10\r\n3600000000\r\n\$3\r\n100\r\n\$\d+\r\n(\d+)\r\n`).FindStringSubmatch(q)
+	if m == nil {
+		t.Fatalf("not an acquire: %.300q", q)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// The acquire size: the lease, then what an unused pool served, doubling
+// back to the lease while acquires follow each other within a second.
+func TestLeaseAdaptiveSize(t *testing.T) {
+	r := startRedisRig(t, leaseConfig("closed", 10, ""))
+	var asks []int
+	acquire := func(grant int64) {
+		id, act := r.request("hank")
+		if act != abi.ActionPause {
+			t.Fatalf("%v, want an acquire", act)
+		}
+		asks = append(asks, askOf(t, r.f.sent[r.lastToken()]))
+		r.answer(r.lastToken(), 0, leaseReply(grant, 50, 0, hourUS))
+		if !r.continuedOnce(id) {
+			t.Fatal("not admitted")
+		}
+		r.end(id)
+	}
+	acquire(10) // 1 spent, 9 go back after a second without a spend
+	r.f.Now_ += 1_100_000_000
+	r.vm.OnTick(1)
+	for _, g := range []int64{1, 1, 2, 4, 8, 10} {
+		acquire(g)
+		for i := int64(1); i < g; i++ { // spend the pool
+			id, act := r.request("hank")
+			if act != abi.ActionContinue {
+				t.Fatalf("pool of %d, spend %d: %v", g, i, act)
+			}
+			r.end(id)
+		}
+		r.f.Now_ += 100_000_000
+	}
+	if fmt.Sprint(asks) != "[10 1 1 2 4 8 10]" {
+		t.Fatalf("acquire sizes %v, want [10 1 1 2 4 8 10]", asks)
 	}
 }

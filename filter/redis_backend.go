@@ -139,6 +139,7 @@ type redisState struct {
 	cmd        []byte
 	dec        resp.Decoder
 	m          redisMetrics
+	leaseScan  int64 // next time the tick looks at the lease pools (lease.go)
 }
 
 // redisRule is the Redis side of one rule (rule.redis).
