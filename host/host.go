@@ -270,25 +270,47 @@ func (h *Host) compileAndLink(ctx context.Context) error {
 }
 
 // startWorkers creates the workers, each with its own VM started and configured with every
-// plugin's configuration, and starts their loops. If one fails, those already started are
-// stopped.
+// plugin's configuration, and starts their loops. The VMs start at the same time, as Envoy's
+// worker threads start theirs; if one fails, the others are closed and no loop starts.
 func (h *Host) startWorkers(ctx context.Context) error {
 	configs := append([][]byte{h.opts.PluginConfig}, h.opts.MorePlugins...)
 	h.workers = make([]*worker, h.opts.Workers)
+	vms := make([]*vm, len(h.workers))
+	errs := make([]error, len(h.workers))
+	var wg sync.WaitGroup
 	for i := range h.workers {
 		w := newWorker(h, i)
 		w.configs = append([][]byte(nil), configs...)
-		v, err := h.newVM(ctx, w)
-		if err != nil {
-			for _, w := range h.workers[:i] {
-				w.stop()
+		h.workers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vms[i], errs[i] = h.newVM(ctx, w)
+		}()
+	}
+	wg.Wait()
+	if err := firstError(errs...); err != nil {
+		for _, v := range vms {
+			if v != nil {
+				v.close()
 			}
+		}
+		return err
+	}
+	for i, w := range h.workers {
+		w.vm = vms[i]
+		w.updateMemory()
+		go w.loop()
+	}
+	return nil
+}
+
+// firstError returns the first non-nil error.
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
 			return err
 		}
-		w.vm = v
-		w.updateMemory()
-		h.workers[i] = w
-		go w.loop()
 	}
 	return nil
 }
