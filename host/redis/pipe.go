@@ -11,16 +11,18 @@ package redis
 // Concurrent calls from every VM share the node's connection, so Redis reads
 // and answers them in batches (fewer system calls on its side per decision).
 //
-// Timeouts: one janitor goroutine per binding looks at the oldest call of
-// each connection every timeout/8 (between 1 and 25 ms); when it is overdue,
-// the connection is closed and every call on it gets StatusTimeout (their
-// replies would come behind the overdue one). A dial, AUTH or read failure
+// Timeouts: one janitor goroutine per binding looks at the calls of each
+// connection every timeout/8 (between 1 and 25 ms) and answers those past
+// their deadline with StatusTimeout (a late reply is then dropped); a
+// connection whose oldest call is still unanswered max(4 × timeout, 1 s)
+// after its deadline is closed. A dial, AUTH or read failure
 // fails the calls on that connection with StatusNetworkError; the next call
 // dials again. Nothing is retried but redirects: a retried script could
 // charge twice.
 //
-// Other commands (and scripts called before the first slot table arrived)
-// take the general path through go-redis.
+// Script calls made before the first slot table wait for it (up to their
+// deadline); once it arrives, a connection to every master is opened at
+// once. Other commands take the general path through go-redis.
 
 import (
 	"bufio"
@@ -47,6 +49,7 @@ type pcall struct {
 	deadline  time.Time
 	redirects int
 	discard   bool // the reply of an ASKING sent before an ASK redirect
+	expired   bool // answered StatusTimeout; its reply is dropped (pconn.mu)
 }
 
 // router is the script path of one binding (one client key).
@@ -57,6 +60,7 @@ type router struct {
 
 	slotsMu    sync.RWMutex
 	slots      []string // node address by slot; nil until the first CLUSTER SLOTS
+	waiting    []*pcall // calls made before the first slot table
 	refreshing atomic.Bool
 
 	sent atomic.Int64 // calls that took the script path (tests)
@@ -85,6 +89,14 @@ func (r *router) refresh() {
 		defer cancel()
 		ranges, err := r.client.ClusterSlots(ctx).Result()
 		if err != nil || len(ranges) == 0 {
+			// Calls waiting for a first table fail; the next call asks again.
+			r.slotsMu.Lock()
+			w := r.waiting
+			r.waiting = nil
+			r.slotsMu.Unlock()
+			for _, c := range w {
+				c.cb(StatusNetworkError, nil)
+			}
 			return
 		}
 		t := make([]string, numSlots)
@@ -96,9 +108,31 @@ func (r *router) refresh() {
 				t[i] = s.Nodes[0].Addr
 			}
 		}
+		var masters []string
+		for _, s := range ranges {
+			if len(s.Nodes) > 0 {
+				masters = append(masters, s.Nodes[0].Addr)
+			}
+		}
 		r.slotsMu.Lock()
+		first := r.slots == nil
 		r.slots = t
+		w := r.waiting
+		r.waiting = nil
 		r.slotsMu.Unlock()
+		if first {
+			// Connect to every master now, not in the first burst.
+			for _, a := range masters {
+				r.conn(a)
+			}
+		}
+		for _, c := range w {
+			if addr := r.addrOf(c.slot); addr != "" {
+				r.send(addr, c, false)
+			} else {
+				c.cb(StatusNetworkError, nil)
+			}
+		}
 	}()
 }
 
@@ -121,9 +155,19 @@ func (r *router) moved(slot int, addr string) {
 	r.refresh()
 }
 
-// call sends c to the node owning its slot; false if the slot is unknown.
+// call sends c to the node owning its slot; false if the table has no node
+// for it. Before the first table, c waits for it (or its deadline).
 func (r *router) call(c *pcall) bool {
-	addr := r.addrOf(c.slot)
+	r.slotsMu.Lock()
+	if r.slots == nil {
+		r.waiting = append(r.waiting, c)
+		r.slotsMu.Unlock()
+		r.sent.Add(1)
+		r.refresh()
+		return true
+	}
+	addr := r.slots[c.slot]
+	r.slotsMu.Unlock()
 	if addr == "" {
 		return false
 	}
@@ -169,6 +213,26 @@ func (r *router) drop(pc *pconn) {
 	r.mu.Unlock()
 }
 
+// expireWaiting fails the calls that waited for a first slot table past
+// their deadline.
+func (r *router) expireWaiting(now time.Time) {
+	r.slotsMu.Lock()
+	var late []*pcall
+	kept := r.waiting[:0]
+	for _, c := range r.waiting {
+		if now.After(c.deadline) {
+			late = append(late, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	r.waiting = kept
+	r.slotsMu.Unlock()
+	for _, c := range late {
+		c.cb(StatusTimeout, nil)
+	}
+}
+
 func (r *router) close() {
 	r.mu.Lock()
 	if r.closed {
@@ -186,6 +250,13 @@ func (r *router) close() {
 	for _, pc := range conns {
 		pc.fail(StatusNetworkError)
 	}
+	r.slotsMu.Lock()
+	w := r.waiting
+	r.waiting = nil
+	r.slotsMu.Unlock()
+	for _, c := range w {
+		c.cb(StatusNetworkError, nil)
+	}
 }
 
 func (r *router) janitor() {
@@ -199,16 +270,23 @@ func (r *router) janitor() {
 			return
 		case now := <-t.C:
 			r.mu.Lock()
-			var late []*pconn
+			var stuck []*pconn
+			var late []*pcall
 			for _, pc := range r.conns {
-				if pc.overdue(now) {
-					late = append(late, pc)
+				var dead bool
+				late, dead = pc.expire(now, late)
+				if dead {
+					stuck = append(stuck, pc)
 				}
 			}
 			r.mu.Unlock()
-			for _, pc := range late {
+			for _, c := range late {
+				c.cb(StatusTimeout, nil)
+			}
+			for _, pc := range stuck {
 				pc.fail(StatusTimeout)
 			}
+			r.expireWaiting(now)
 		}
 	}
 }
@@ -261,10 +339,34 @@ func (pc *pconn) send(c *pcall, ask bool) bool {
 	return true
 }
 
-func (pc *pconn) overdue(now time.Time) bool {
+// expire marks the calls past their deadline as expired and appends them to
+// late (their replies, if they come, are dropped); dead reports a
+// connection whose oldest call has waited stuckAfter past its deadline.
+func (pc *pconn) expire(now time.Time, late []*pcall) (_ []*pcall, dead bool) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	return !pc.dead && len(pc.queue) > 0 && now.After(pc.queue[0].deadline)
+	if pc.dead || len(pc.queue) == 0 {
+		return late, false
+	}
+	for _, c := range pc.queue {
+		if !now.After(c.deadline) {
+			break // queued in order, with one timeout: the rest are later
+		}
+		if !c.expired {
+			c.expired = true
+			if !c.discard {
+				late = append(late, c)
+			}
+		}
+	}
+	return late, now.Sub(pc.queue[0].deadline) > stuckAfter(pc.r.k.timeout)
+}
+
+// stuckAfter is how long past its deadline the oldest call of a connection
+// may wait before the connection is given up (a node that stopped
+// answering); until then only the calls past their deadline fail.
+func stuckAfter(timeout time.Duration) time.Duration {
+	return max(4*timeout, time.Second)
 }
 
 // fail kills the connection and fails every queued call with st.
@@ -283,7 +385,7 @@ func (pc *pconn) fail(st Status) {
 	pc.mu.Unlock()
 	pc.r.drop(pc)
 	for _, c := range q {
-		if !c.discard {
+		if !c.discard && !c.expired {
 			c.cb(st, nil)
 		}
 	}
@@ -367,8 +469,9 @@ func (pc *pconn) read(br *bufio.Reader) {
 		c := pc.queue[0]
 		pc.queue[0] = nil
 		pc.queue = pc.queue[1:]
+		expired := c.expired
 		pc.mu.Unlock()
-		if c.discard {
+		if c.discard || expired {
 			continue
 		}
 		pc.reply(c, raw)

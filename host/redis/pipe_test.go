@@ -141,8 +141,14 @@ func TestScriptPathFollowsMoved(t *testing.T) {
 	if got := r.addrOf(slot); got != owner {
 		t.Fatalf("slot table not corrected: %q, want %q", got, owner)
 	}
-	// With no redirects allowed, the MOVED error itself is the reply.
-	r.maxRedirects = 0
+	// With no redirects allowed (MaxRedirects -1), the MOVED error itself
+	// is the reply.
+	c = New(map[string][]string{"rc": cluster.Addrs}, Options{MaxRedirects: -1})
+	defer c.Close()
+	if err := c.Init("rc", "", "", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r = waitScriptPath(t, c)
 	r.slotsMu.Lock()
 	r.slots[slot] = wrong
 	r.slotsMu.Unlock()
@@ -255,5 +261,31 @@ func TestScriptPathAuth(t *testing.T) {
 		if (st == StatusOK) != tc.ok || !strings.HasPrefix(reply, tc.prefix) || sent() != 1 {
 			t.Errorf("%+v: %v %q (%d on the script path)", tc, st, reply, sent())
 		}
+	}
+}
+
+// Script calls made at once after Init wait for the first slot table and
+// then take the script path.
+func TestScriptPathBeforeTheSlotTable(t *testing.T) {
+	c := New(map[string][]string{"rc": cluster.Addrs}, Options{})
+	defer c.Close()
+	if err := c.Init("rc", "", "", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.binding("rc")
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, reply, err := c.Do(context.Background(), "rc", cmd("EVAL", echoScript, "1", "early-"+strconv.Itoa(i), strconv.Itoa(i)))
+			if err != nil || st != StatusOK || !strings.Contains(string(reply), ":"+strconv.Itoa(i)+"\r\n") {
+				t.Errorf("%d: %v %v %q", i, err, st, reply)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := b.router.sent.Load(); got != 20 {
+		t.Fatalf("%d calls on the script path, want 20", got)
 	}
 }
