@@ -27,8 +27,12 @@ import (
 // (an acquire of 1).
 //
 // Acquire. A request that finds the pool empty waits for an acquire of its
-// (rule, key): the one this VM has in flight, or a new one for N (each VM
-// has at most one per key, so a burst costs one call per worker). When the
+// (rule, key): the one this VM has in flight, or a new one (each VM has at
+// most one per key, so a burst costs one call per worker). It asks for N,
+// or after a pool went back unspent for what that pool served, doubling
+// back towards N while acquires follow each other within leaseIdle (the
+// entry keeps want, spent and acquired); the script grants at most
+// ⌈available / instances⌉ of it. When the
 // reply grants g, the waiters are served from g first, and what is left
 // goes into the pool (merged with what other workers put there). Waiters
 // still unserved take from the pool, then ask again while Redis still
@@ -37,10 +41,11 @@ import (
 // Expiry and return. A pool's admissions expire when none was spent for
 // leaseIdle, at the latest leaseLifetime after the acquire was sent, and
 // for fixed_window at the end of the window it was granted in (measured
-// from the send: the script ran later, so the window ends no earlier). Expired admissions are taken out of the pool with
-// compare-and-swap — so exactly one worker gets them — and given back with
-// the lease script's return: on the root context's tick (every known slot
-// of this VM), when a request finds them, and for all of them when the root
+// from the send: the script ran later, so the window ends no earlier).
+// Expired admissions are taken out of the pool with compare-and-swap — so
+// exactly one worker gets them — and given back with the lease script's
+// return: on the root context's tick (the slots this VM filled, see
+// leaseTick), when a request finds them, and for all of them when the root
 // context ends (proxy_on_done: the proxy stops, or a new configuration
 // replaced this one and the old root drains). A denied request gives its
 // admission back to the pool (or to Redis when the pool moved on).
