@@ -3,8 +3,9 @@ package algorithms
 import "encoding/binary"
 
 // Format version 1 of the sliding_log state, still read so that a log
-// written by an earlier sluice (shared data outlives a module upgrade in
-// the same proxy) keeps counting: Decide converts it (see load), Idle and
+// written by an earlier sluice keeps counting (shared data can outlive a
+// module upgrade in the same proxy: proxy-wasm-cpp-host drops a vm_id's
+// data only when its last VM goes): Decide converts it (see load), Idle and
 // Used measure it in place.
 //
 // It is the header (stateVersion, Kind), then entries oldest first.
