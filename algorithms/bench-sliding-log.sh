@@ -6,8 +6,8 @@
 # module in wazero, process CPU per request); the ratio is taken per round
 # and the median and range over ROUNDS rounds (default 5) are printed.
 #
-#	scripts/bench-sliding-log.sh            # native only
-#	ROUNDS=7 WASM=1 scripts/bench-sliding-log.sh
+#	algorithms/bench-sliding-log.sh            # native only
+#	ROUNDS=7 WASM=1 algorithms/bench-sliding-log.sh
 set -eu
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-5}
