@@ -218,21 +218,9 @@ type LeaseResult struct {
 
 // ParseLeaseReply converts the lease script's reply; errors as ParseReply.
 func ParseLeaseReply(v resp.Value, n int64) (LeaseResult, error) {
-	if v.Type == resp.Error {
-		return LeaseResult{}, v.Err()
-	}
-	if v.Type != resp.Array || v.Null {
-		return LeaseResult{}, badReply("a " + v.Type.String() + " instead of an array")
-	}
-	if len(v.Elems) != ReplyLen {
-		return LeaseResult{}, badReply(strconv.Itoa(len(v.Elems)) + " elements instead of " + strconv.Itoa(ReplyLen))
-	}
-	var x [ReplyLen]int64
-	for i, e := range v.Elems {
-		if e.Type != resp.Integer {
-			return LeaseResult{}, badReply("element " + strconv.Itoa(i) + " is a " + e.Type.String())
-		}
-		x[i] = e.Int
+	x, err := replyInts(v)
+	if err != nil {
+		return LeaseResult{}, err
 	}
 	const maxDur = int64(1<<63-1) / int64(time.Microsecond)
 	switch {

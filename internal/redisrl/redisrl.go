@@ -214,26 +214,37 @@ type replyError struct{ msg string }
 func (e *replyError) Error() string { return "redisrl: unexpected script reply: " + e.msg }
 func (e *replyError) Unwrap() error { return ErrBadReply }
 
+// replyInts checks that v is a script's reply, an array of ReplyLen
+// integers (both scripts, decision and lease, answer with one), and returns
+// them; an error reply is returned as v.Err().
+func replyInts(v resp.Value) ([ReplyLen]int64, error) {
+	var n [ReplyLen]int64
+	if v.Type == resp.Error {
+		return n, v.Err()
+	}
+	if v.Type != resp.Array || v.Null {
+		return n, badReply("a " + v.Type.String() + " instead of an array")
+	}
+	if len(v.Elems) != ReplyLen {
+		return n, badReply(strconv.Itoa(len(v.Elems)) + " elements instead of " + strconv.Itoa(ReplyLen))
+	}
+	for i, e := range v.Elems {
+		if e.Type != resp.Integer {
+			return n, badReply("element " + strconv.Itoa(i) + " is a " + e.Type.String())
+		}
+		n[i] = e.Int
+	}
+	return n, nil
+}
+
 // ParseReply converts a script's reply into a Result. An error reply is
 // returned as a *resp.ReplyError (check NOSCRIPT with IsNoScript); anything
 // that is not an array of ReplyLen integers with values in range is an
 // error wrapping ErrBadReply.
 func ParseReply(v resp.Value) (Result, error) {
-	if v.Type == resp.Error {
-		return Result{}, v.Err()
-	}
-	if v.Type != resp.Array || v.Null {
-		return Result{}, badReply("a " + v.Type.String() + " instead of an array")
-	}
-	if len(v.Elems) != ReplyLen {
-		return Result{}, badReply(strconv.Itoa(len(v.Elems)) + " elements instead of " + strconv.Itoa(ReplyLen))
-	}
-	var n [ReplyLen]int64
-	for i, e := range v.Elems {
-		if e.Type != resp.Integer {
-			return Result{}, badReply("element " + strconv.Itoa(i) + " is a " + e.Type.String())
-		}
-		n[i] = e.Int
+	n, err := replyInts(v)
+	if err != nil {
+		return Result{}, err
 	}
 	const maxDur = int64(1<<63-1) / int64(time.Microsecond)
 	switch {
