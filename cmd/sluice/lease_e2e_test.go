@@ -3,12 +3,9 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -53,45 +50,18 @@ func TestRunThreeInstancesLeases(t *testing.T) {
 		addrs = append(addrs, rs.listenAddr)
 		admins = append(admins, rs.adminAddr)
 	}
-	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
-	defer client.CloseIdleConnections()
 	const requests = 3000
-	var ok, denied, other atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for i := 0; i < requests; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			req, _ := http.NewRequest("GET", "http://"+addrs[i%3]+"/v1/items", nil)
-			req.Header.Set("x-api-key", "k1")
-			resp, err := client.Do(req)
-			if err != nil {
-				other.Add(1)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			switch {
-			case resp.StatusCode == 200:
-				ok.Add(1)
-			case resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "":
-				denied.Add(1)
-			default:
-				other.Add(1)
-			}
-		}(i)
-	}
-	wg.Wait()
+	r := fire(t, addrs, requests, 0, "k1")
 	var calls, leased int64
 	for _, a := range admins {
 		calls += metricValue(t, a, "sluice_redis_calls")
 		leased += metricValue(t, a, "sluice_redis_leased")
 	}
 	t.Logf("%d HTTP requests through 3 sluice run instances with lease 10 in %v: %d admitted, %d denied, %d other; %d Redis calls, %d leased",
-		requests, time.Since(start).Round(time.Millisecond), ok.Load(), denied.Load(), other.Load(), calls, leased)
-	if ok.Load() < 70 || ok.Load() > 100 || ok.Load()+denied.Load() != requests {
-		t.Fatalf("admitted %d denied %d other %d, want 70..100 admitted", ok.Load(), denied.Load(), other.Load())
+		requests, time.Since(start).Round(time.Millisecond), r.ok, r.denied, r.other, calls, leased)
+	if r.ok < 70 || r.ok > 100 || r.ok+r.denied != requests {
+		t.Fatalf("admitted %d denied %d other %d, want 70..100 admitted", r.ok, r.denied, r.other)
 	}
 	if calls <= 0 || calls > requests/10 || leased > 100 {
 		t.Fatalf("%d Redis calls, %d leased for %d requests", calls, leased, requests)

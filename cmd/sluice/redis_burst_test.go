@@ -2,10 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -32,44 +28,14 @@ func TestRunRedisBurstWithinTimeout(t *testing.T) {
 				rs, _, _ := startTestRun(t, runConfig{wasm: buildRedisWasm(t), configPath: cfgPath, clusters: clusterFlag{}, workers: 2})
 				addrs = append(addrs, rs.listenAddr)
 			}
-			client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 150, MaxIdleConnsPerHost: 150}, Timeout: 30 * time.Second}
-			defer client.CloseIdleConnections()
 			const requests, inFlight = 3000, 150
-			var ok, denied, unavailable, other atomic.Int64
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, inFlight)
 			start := time.Now()
-			for i := 0; i < requests; i++ {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func(i int) {
-					defer func() { <-sem; wg.Done() }()
-					req, _ := http.NewRequest("GET", "http://"+addrs[i%3]+"/v1/items", nil)
-					req.Header.Set("x-api-key", "k1")
-					resp, err := client.Do(req)
-					if err != nil {
-						other.Add(1)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					switch {
-					case resp.StatusCode == 200:
-						ok.Add(1)
-					case resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "":
-						denied.Add(1)
-					case resp.StatusCode == 503:
-						unavailable.Add(1)
-					default:
-						other.Add(1)
-					}
-				}(i)
-			}
-			wg.Wait()
+			r := fire(t, addrs, requests, inFlight, "k1")
+			ok, denied, unavailable, other := r.ok, r.denied, r.unavailable, r.other-r.unavailable
 			t.Logf("%s: %d requests (%d in flight) in %v: %d admitted, %d denied, %d 503, %d other", alg, requests, inFlight,
-				time.Since(start).Round(time.Millisecond), ok.Load(), denied.Load(), unavailable.Load(), other.Load())
-			if ok.Load() > 100 || other.Load() != 0 || ok.Load()+denied.Load()+unavailable.Load() != requests {
-				t.Fatalf("admitted %d denied %d 503 %d other %d, want at most 100 admitted and only 429 or 503 otherwise", ok.Load(), denied.Load(), unavailable.Load(), other.Load())
+				time.Since(start).Round(time.Millisecond), ok, denied, unavailable, other)
+			if ok > 100 || other != 0 || ok+denied+unavailable != requests {
+				t.Fatalf("admitted %d denied %d 503 %d other %d, want at most 100 admitted and only 429 or 503 otherwise", ok, denied, unavailable, other)
 			}
 		})
 	}

@@ -2,13 +2,10 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,38 +61,11 @@ func TestRunThreeInstancesShareRedisLimits(t *testing.T) {
 		rs, _, _ := startTestRun(t, runConfig{wasm: buildRedisWasm(t), configPath: cfgPath, clusters: clusterFlag{}, workers: 2})
 		addrs = append(addrs, rs.listenAddr)
 	}
-	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
-	defer client.CloseIdleConnections()
 	const requests = 3000
-	var ok, denied, other atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for i := 0; i < requests; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			req, _ := http.NewRequest("GET", "http://"+addrs[i%3]+"/v1/items", nil)
-			req.Header.Set("x-api-key", "k1")
-			resp, err := client.Do(req)
-			if err != nil {
-				other.Add(1)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			switch {
-			case resp.StatusCode == 200:
-				ok.Add(1)
-			case resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "":
-				denied.Add(1)
-			default:
-				other.Add(1)
-			}
-		}(i)
-	}
-	wg.Wait()
-	t.Logf("%d HTTP requests through 3 sluice run instances in %v: %d admitted, %d denied, %d other", requests, time.Since(start).Round(time.Millisecond), ok.Load(), denied.Load(), other.Load())
-	if ok.Load() != 100 || denied.Load() != requests-100 {
-		t.Fatalf("admitted %d denied %d other %d, want exactly 100 admitted", ok.Load(), denied.Load(), other.Load())
+	r := fire(t, addrs, requests, 0, "k1")
+	t.Logf("%d HTTP requests through 3 sluice run instances in %v: %d admitted, %d denied, %d other", requests, time.Since(start).Round(time.Millisecond), r.ok, r.denied, r.other)
+	if r.ok != 100 || r.denied != requests-100 {
+		t.Fatalf("admitted %d denied %d other %d, want exactly 100 admitted", r.ok, r.denied, r.other)
 	}
 }

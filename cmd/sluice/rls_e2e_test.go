@@ -59,25 +59,49 @@ func startLoggedRun(t *testing.T, cfg runConfig) (*runServer, *syncBuffer) {
 	return rs, errOut
 }
 
-// fire sends n concurrent GETs with header x-api-key: key, spread over addrs, and counts
-// 200s, 429s carrying Retry-After, and anything else (described in others).
-func fire(t *testing.T, addrs []string, n int, key string) (ok, denied, other int64, others []string) {
+// fired counts the answers of fire: 200s, 429s carrying Retry-After, and
+// anything else (other, each described in others), of which unavailable
+// are the 503s.
+type fired struct {
+	ok, denied, other, unavailable int64
+	others                         []string
+}
+
+// fire sends n concurrent GETs with header x-api-key: key, spread over
+// addrs, at most inFlight at a time (0: all at once, over 64 connections
+// per proxy), and counts the answers.
+func fire(t *testing.T, addrs []string, n, inFlight int, key string) fired {
 	t.Helper()
-	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
+	conns := 64
+	if inFlight > 0 {
+		conns = inFlight
+	}
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: conns, MaxIdleConnsPerHost: conns}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
-	var okN, deniedN, otherN atomic.Int64
+	var okN, deniedN, otherN, unavailableN atomic.Int64
 	var mu sync.Mutex
+	var others []string
 	note := func(s string) {
 		otherN.Add(1)
 		mu.Lock()
 		others = append(others, s)
 		mu.Unlock()
 	}
+	var sem chan struct{}
+	if inFlight > 0 {
+		sem = make(chan struct{}, inFlight)
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
+		if sem != nil {
+			sem <- struct{}{}
+		}
 		go func(i int) {
 			defer wg.Done()
+			if sem != nil {
+				defer func() { <-sem }()
+			}
 			req, _ := http.NewRequest("GET", "http://"+addrs[i%len(addrs)]+"/v1/items", nil)
 			req.Header.Set("x-api-key", key)
 			resp, err := client.Do(req)
@@ -93,12 +117,15 @@ func fire(t *testing.T, addrs []string, n int, key string) (ok, denied, other in
 			case resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "":
 				deniedN.Add(1)
 			default:
+				if resp.StatusCode == 503 {
+					unavailableN.Add(1)
+				}
 				note(fmt.Sprintf("%d %q", resp.StatusCode, body))
 			}
 		}(i)
 	}
 	wg.Wait()
-	return okN.Load(), deniedN.Load(), otherN.Load(), others
+	return fired{ok: okN.Load(), denied: deniedN.Load(), other: otherN.Load(), unavailable: unavailableN.Load(), others: others}
 }
 
 // Mesh-wide limits on the standard sluice.wasm: three `sluice run` proxies with backend
@@ -128,7 +155,8 @@ func TestRunThreeProxiesShareRLSLimits(t *testing.T) {
 			}
 			const requests = 3000
 			start := time.Now()
-			ok, denied, other, others := fire(t, addrs, requests, "k1")
+			r := fire(t, addrs, requests, 0, "k1")
+			ok, denied, other, others := r.ok, r.denied, r.other, r.others
 			t.Logf("%s: %d HTTP requests through 3 sluice run instances and 2 sluice serve replicas in %v: %d admitted, %d denied, %d other",
 				alg, requests, time.Since(start).Round(time.Millisecond), ok, denied, other)
 			if ok != 100 || denied != requests-100 {
