@@ -147,6 +147,10 @@ type Request struct {
 	// Refund, when set, undoes the admission this earlier reply reported
 	// (same Kind, Params, Key and Cost) instead of deciding.
 	Refund *Result
+	// N > 1 decides N requests of Cost each in one call, as if they came
+	// one after the other at the same instant (ParseBatchReply reads the
+	// reply); 0 and 1 decide one. Not with Refund.
+	N int64
 }
 
 // AppendEvalSHA appends the EVALSHA command of r.
@@ -172,7 +176,11 @@ func (r *Request) appendCall(dst []byte, cmd, script string) []byte {
 	if burst == 0 || (r.Kind != algorithms.TokenBucket && r.Kind != algorithms.LeakyBucket) {
 		burst = r.Params.Limit
 	}
-	dst = resp.AppendArrayHeader(dst, 3+1+8)
+	args := 8
+	if r.N > 1 && r.Refund == nil {
+		args = 9
+	}
+	dst = resp.AppendArrayHeader(dst, 3+1+args)
 	dst = resp.AppendBulkString(dst, cmd)
 	dst = resp.AppendBulkString(dst, script)
 	dst = resp.AppendBulkString(dst, "1")
@@ -185,7 +193,11 @@ func (r *Request) appendCall(dst []byte, cmd, script string) []byte {
 	if r.Refund == nil {
 		dst = resp.AppendBulkString(dst, "0")
 		dst = resp.AppendBulkString(dst, "0")
-		return resp.AppendBulkString(dst, "0")
+		dst = resp.AppendBulkString(dst, "0")
+		if args == 9 {
+			dst = resp.AppendBulkInt(dst, r.N)
+		}
+		return dst
 	}
 	dst = resp.AppendBulkString(dst, "1")
 	dst = resp.AppendBulkInt(dst, r.Refund.Stamp)
@@ -274,6 +286,69 @@ func ParseReply(v resp.Value) (Result, error) {
 		Stamp: n[5],
 		Ref:   n[6],
 	}, nil
+}
+
+// Batch is the reply of a call deciding N requests (Request.N).
+type Batch struct {
+	// Admitted is how many of the N requests were admitted: the first
+	// Admitted, in order.
+	Admitted int64
+	// Last holds the reply's fields: Remaining and ResetAfter are those
+	// after the admissions, RetryAfter the first denied request's (0 when
+	// none was), Ref the first admission's.
+	Last Result
+}
+
+// ParseBatchReply converts the reply of a call deciding n requests (n >= 1)
+// into a Batch, checking it as ParseReply does.
+func ParseBatchReply(v resp.Value, n int64) (Batch, error) {
+	ints, err := replyInts(v)
+	if err != nil {
+		return Batch{}, err
+	}
+	a := ints[0]
+	if a < 0 || a > n {
+		return Batch{}, badReply("admitted " + strconv.FormatInt(a, 10) + " of " + strconv.FormatInt(n, 10))
+	}
+	// The admitted count aside, the reply is one request's: admitted when
+	// all were (no retry after), else denied (a retry after).
+	allowed := v.Elems[0]
+	if a == n {
+		v.Elems[0].Int = 1
+	} else {
+		v.Elems[0].Int = 0
+	}
+	r, err := ParseReply(v)
+	v.Elems[0] = allowed
+	if err != nil {
+		return Batch{}, err
+	}
+	return Batch{Admitted: a, Last: r}, nil
+}
+
+// At is the decision of the i-th request (0-based) of the batch, each of
+// cost c, as the algorithm decides it one after the other at the same
+// instant: the first Admitted are admitted, with the remaining each one
+// left (Remaining + (Admitted−1−i) × c) and the ref of its own admission;
+// the rest are denied with the reply's remaining and retry after. Every
+// request gets the reset after of the state after the batch (for the
+// buckets at most (Admitted−1−i) × c / rate later than deciding it alone
+// would say; the windows' is the same).
+func (b *Batch) At(i, c int64) Result {
+	r := b.Last
+	if i >= b.Admitted {
+		if r.RetryAfter == 0 { // cannot happen for a parsed reply
+			r.RetryAfter = time.Microsecond
+		}
+		r.Allowed = false
+		return r
+	}
+	r.Allowed, r.RetryAfter = true, 0
+	r.Remaining = min(r.Remaining+(b.Admitted-1-i)*c, r.Limit)
+	if r.Ref > 0 {
+		r.Ref += i * c
+	}
+	return r
 }
 
 // IsNoScript reports whether err is Redis's NOSCRIPT error: the node does not

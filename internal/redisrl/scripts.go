@@ -4,7 +4,7 @@ package redisrl
 // body, so that the five stay consistent in their arguments, their time
 // source, their arithmetic and their reply.
 //
-// Calling convention (one key, eight arguments, all decimal integers):
+// Calling convention (one key, eight or nine arguments, all decimal integers):
 //
 //	KEYS[1]  the limiter's key (see AppendKey)
 //	ARGV[1]  limit            requests per window
@@ -15,10 +15,20 @@ package redisrl
 //	ARGV[6]  op               0 = decide, 1 = refund an earlier admission
 //	ARGV[7]  stamp            refund only: the stamp of the admission's reply
 //	ARGV[8]  ref              refund only: the ref of the admission's reply
+//	ARGV[9]  n                optional (default 1): decide n requests of cost
+//	                          c each, in order, at the one instant (decide only)
 //
 // Reply: an array of seven integers
 //
-//	{allowed (0/1), limit, remaining, reset_after_us, retry_after_us, stamp_us, ref}
+//	{allowed, limit, remaining, reset_after_us, retry_after_us, stamp_us, ref}
+//
+// allowed is the number of the n requests admitted (0/1 for one): as n
+// requests decided one after the other at the same time, the first allowed
+// are admitted and the rest denied, since a denial changes nothing and an
+// admission only takes. remaining and reset_after are those of the state
+// after the admissions; retry_after that of the first denied request (0 when
+// all were admitted); ref that of the first admission (sliding_log: the i-th
+// admission's is ref + i × c).
 //
 // stamp is the effective time of the decision and ref an algorithm-specific
 // handle (sliding_log: the index of its first log entry); a refund passes both
@@ -39,7 +49,8 @@ local B = tonumber(ARGV[3])
 local c = tonumber(ARGV[4])
 local now = tonumber(ARGV[5])
 local op = ARGV[6]
-if not (L and W and B and c and now) or L < 1 or W < 1 or B < 1 or c < 1 or now < 0 or (op ~= '0' and op ~= '1') then
+local n = tonumber(ARGV[9] or '1')
+if not (L and W and B and c and now and n) or L < 1 or W < 1 or B < 1 or c < 1 or now < 0 or n < 1 or (op ~= '0' and op ~= '1') or (n > 1 and op ~= '0') then
   return redis.error_reply('ERR sluice: bad arguments')
 end
 local stamp = tonumber(ARGV[7]) or 0
@@ -85,13 +96,16 @@ if op == '1' then
   return {1, B, idiv(S, W), late(cdiv(BW - S, L)), 0, eff, 0}
 end
 if c > B then return {0, B, idiv(S, W), late(cdiv(BW - S, L)), W, eff, 0} end
-if S < cW then
+local a = math.min(n, idiv(S, cW))
+if a < 1 then
   return {0, B, idiv(S, W), late(cdiv(BW - S, L)), late(cdiv(cW - S, L)), eff, 0}
 end
-S = S - cW
+S = S - a * cW
 redis.call('HSET', key, 's', S, 'ts', eff)
 expire(cdiv(BW - S, L))
-return {1, B, idiv(S, W), late(cdiv(BW - S, L)), 0, eff, 0}
+local retry = 0
+if a < n then retry = late(cdiv(cW - S, L)) end
+return {a, B, idiv(S, W), late(cdiv(BW - S, L)), retry, eff, 0}
 `
 
 // leaky_bucket (GCRA, virtual scheduling). State: hash {tat, f, ts}: the
@@ -119,17 +133,22 @@ if op == '1' then
   return {1, B, remaining(lv), late(cdiv(lv, L)), 0, eff, 0}
 end
 if c > B then return {0, B, remaining(lv), late(cdiv(lv, L)), W, eff, 0} end
-local after = lv + cW
-if after > BW then
-  return {0, B, remaining(lv), late(cdiv(lv, L)), late(cdiv(after - BW, L)), eff, 0}
+local a = 0
+if lv <= BW then a = math.min(n, idiv(BW - lv, cW)) end
+if a < 1 then
+  return {0, B, remaining(lv), late(cdiv(lv, L)), late(cdiv(lv + cW - BW, L)), eff, 0}
 end
-local q = idiv(cW, L)
-f = f + (cW - q * L)
+local tot = a * cW
+local after = lv + tot
+local q = idiv(tot, L)
+f = f + (tot - q * L)
 if f >= L then f, q = f - L, q + 1 end
 tat = tat + q
 redis.call('HSET', key, 'tat', tat, 'f', f, 'ts', eff)
 expire(cdiv(after, L))
-return {1, B, remaining(after), late(cdiv(after, L)), 0, eff, 0}
+local retry = 0
+if a < n then retry = late(cdiv(after + cW - BW, L)) end
+return {a, B, remaining(after), late(cdiv(after, L)), retry, eff, 0}
 `
 
 // fixed_window. State: hash {w = window start (µs since the epoch, a multiple
@@ -153,11 +172,14 @@ end
 local reset = late(untilNext)
 if count == 0 then reset = 0 end
 if c > L then return {0, L, math.max(L - count, 0), reset, W, eff, 0} end
-if count + c > L then return {0, L, math.max(L - count, 0), reset, late(untilNext), eff, 0} end
-count = count + c
+local a = math.min(n, idiv(L - count, c))
+if a < 1 then return {0, L, math.max(L - count, 0), reset, late(untilNext), eff, 0} end
+count = count + a * c
 if ws == start then redis.call('HSET', key, 'n', count) else redis.call('HSET', key, 'w', ws, 'n', count) end
 expire(untilNext)
-return {1, L, L - count, late(untilNext), 0, eff, 0}
+local retry = 0
+if a < n then retry = late(untilNext) end
+return {a, L, L - count, late(untilNext), retry, eff, 0}
 `
 
 // sliding_window. State: hash {w = current window start, p = previous
@@ -197,18 +219,22 @@ if op == '1' then
   return {1, L, remaining(prev, cur), late(resetAfter(prev, cur)), 0, eff, 0}
 end
 if c > L then return {0, L, remaining(prev, cur), late(resetAfter(prev, cur)), W, eff, 0} end
-if weighted(prev, cur + c) > LW then
-  local wait = 0
+local a, room = 0, LW - weighted(prev, cur)
+if room >= 0 then a = math.min(n, idiv(room, c * W)) end
+if a > 0 then
+  cur = cur + a * c
+  save()
+end
+local wait = 0
+if a < n then
   if cur + c <= L then
     local at = admitFrom(prev, L - cur - c)
     if at < W then wait = at - e end
   end
   if wait == 0 then wait = start + W + admitFrom(cur, L - c) - eff end
-  return {0, L, remaining(prev, cur), late(resetAfter(prev, cur)), late(wait), eff, 0}
+  wait = late(wait)
 end
-cur = cur + c
-save()
-return {1, L, remaining(prev, cur), late(resetAfter(prev, cur)), 0, eff, 0}
+return {a, L, remaining(prev, cur), late(resetAfter(prev, cur)), wait, eff, 0}
 `
 
 // sliding_log. State: a sorted set with one member per admitted unit of
@@ -230,7 +256,9 @@ if op == '1' then
   return {1, L, math.max(L - used, 0), 0, 0, eff, 0}
 end
 local used = redis.call('ZCOUNT', key, live, '+inf')
-if c > L or used + c > L then
+local a = 0
+if c <= L and used + c <= L then a = math.min(n, idiv(L - used, c)) end
+if a < 1 then
   -- A denial writes nothing (not even the pruning): the state stays exactly
   -- as it was, so a clock that later goes backwards sees it unchanged.
   local reset, retry = 0, W
@@ -252,7 +280,18 @@ for _, m in ipairs(same) do
   if i and i >= base then base = i + 1 end
 end
 local s = num(eff)
-for i = base, base + c - 1 do redis.call('ZADD', key, s, s .. ':' .. num(i)) end
+local add, m = {}, 0
+for i = base, base + a * c - 1 do
+  add[m + 1], add[m + 2], m = s, s .. ':' .. num(i), m + 2
+  if m >= 512 then redis.call('ZADD', key, unpack(add, 1, m)) m = 0 end
+end
+if m > 0 then redis.call('ZADD', key, unpack(add, 1, m)) end
 expire(W)
-return {1, L, L - used - c, late(W), 0, eff, base}
+used = used + a * c
+local retry = 0
+if a < n then
+  local o = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
+  retry = late(tonumber(o[2]) - cutoff)
+end
+return {a, L, L - used, late(W), retry, eff, base}
 `
