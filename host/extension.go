@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/api"
 )
@@ -79,6 +80,32 @@ func (g *Guest) Post(fn func(g *Guest)) {
 		}
 		fn(&Guest{vm: v})
 	}})
+}
+
+// Start registers a call the extension makes for this VM — one whose outcome comes back
+// later — and returns the function that hands the outcome to the VM's worker: deliver(fn)
+// runs fn there as Post does (fn nil: the call ended without anything to deliver, e.g. it
+// was refused). Call Start during the host call that makes the call, and deliver exactly
+// once, from any goroutine (later calls are ignored). Close waits, up to its deadline,
+// until every started call has been delivered before it tears the VM down: a call made
+// from proxy_on_done reaches its server, and its reply reaches a root context that answered
+// false and waits for it to call proxy_done.
+func (g *Guest) Start() (deliver func(fn func(g *Guest))) {
+	v := g.vm
+	v.extCalls++
+	var once atomic.Bool
+	return func(fn func(g *Guest)) {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		v.w.postAsync(job{fn: func(w *worker) {
+			v.extCalls--
+			if fn == nil || w.vm != v || v.dead {
+				return
+			}
+			fn(&Guest{vm: v})
+		}})
+	}
 }
 
 // Callback calls the guest export name with params, with contextID as the effective context

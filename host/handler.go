@@ -30,12 +30,11 @@ func (h *Host) PluginHandler(plugin int, upstream http.Handler) http.Handler {
 }
 
 func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, upstream http.Handler) {
-	select {
-	case <-h.closed:
+	if !h.enter() {
 		http.Error(rw, "host closed", http.StatusServiceUnavailable)
 		return
-	default:
 	}
+	defer h.leave()
 	if err := h.checkPlugin(plugin); err != nil {
 		http.Error(rw, err.Error(), http.StatusInternalServerError)
 		return

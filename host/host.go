@@ -88,10 +88,16 @@ type Host struct {
 	metrics  *metricRegistry
 	start    time.Time
 	rr       atomic.Uint32
-	closed   chan struct{}
+	closed   chan struct{} // closed when Close has finished draining: workers stop, calls are abandoned
 	closeMu  sync.Once
 	client   *http.Client
 	exports  map[string]bool
+
+	// stopping is closed when Close begins: new requests are refused. inflight counts the
+	// requests (Exchange, Handler) in progress; drainedReq wakes Close when it reaches 0.
+	stopping   chan struct{}
+	inflight   atomic.Int64
+	drainedReq chan struct{}
 
 	unimplMu   sync.Mutex
 	unimplSeen map[string]bool
@@ -202,6 +208,8 @@ func bareHost(opts Options, profile Profile) *Host {
 		metrics:    newMetricRegistry(),
 		start:      time.Now(),
 		closed:     make(chan struct{}),
+		stopping:   make(chan struct{}),
+		drainedReq: make(chan struct{}, 1),
 		client:     opts.HTTPClient,
 		unimplSeen: map[string]bool{},
 		extFuncs:   map[string]HostFunc{},
@@ -381,15 +389,117 @@ func (h *Host) unimplemented(name string) {
 	}
 }
 
-// Close stops the workers and releases the runtime. Requests in flight fail with ErrClosed.
+// DefaultCloseTimeout bounds Close when its context has no deadline.
+const DefaultCloseTimeout = 5 * time.Second
+
+// Close stops the Host as Envoy stops a Wasm filter (host/doc.go, Stopping): new requests
+// are refused at once (ErrClosed; Handler answers 503); requests in flight may finish; then
+// every worker fails the streams still waiting on it and runs proxy_on_done for every root
+// context. A root that answers true gets proxy_on_delete at once (its HTTP and gRPC calls
+// are cancelled); one that answers false stays until it calls proxy_done, and the replies to
+// its calls are delivered to it meanwhile; extension calls (Redis) still in flight complete.
+// When ctx's deadline comes first (DefaultCloseTimeout when ctx has none), roots still
+// waiting get proxy_on_delete, calls still in flight are abandoned, and requests still in
+// flight fail with ErrClosed. Then the workers stop and the runtime is released. Close
+// may be called more than once; later calls wait for the first.
 func (h *Host) Close(ctx context.Context) error {
 	h.closeMu.Do(func() {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, DefaultCloseTimeout)
+			defer cancel()
+		}
+		close(h.stopping)
+		h.waitRequests(ctx)
+		h.shutdownWorkers(ctx)
 		close(h.closed)
 		for _, w := range h.workers {
 			w.stop()
 		}
 	})
-	return h.rt.Close(ctx)
+	return h.rt.Close(context.Background())
+}
+
+// enter admits a request (Exchange, Handler) unless Close has begun; leave ends it.
+func (h *Host) enter() bool {
+	h.inflight.Add(1)
+	select {
+	case <-h.stopping:
+		h.leave()
+		return false
+	default:
+		return true
+	}
+}
+
+func (h *Host) leave() {
+	if h.inflight.Add(-1) == 0 {
+		select {
+		case <-h.stopping:
+			select {
+			case h.drainedReq <- struct{}{}:
+			default:
+			}
+		default:
+		}
+	}
+}
+
+// waitRequests waits until no request is in progress, or ctx ends.
+func (h *Host) waitRequests(ctx context.Context) {
+	for h.inflight.Load() > 0 {
+		select {
+		case <-h.drainedReq:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// shutdownWorkers runs every worker's shutdown (worker.beginShutdown) and waits until each
+// has drained or ctx ends; then roots still waiting for proxy_done are deleted
+// (worker.finishShutdown). A worker stuck in a guest call cannot be interrupted: it is
+// waited for at most a second past the deadline.
+func (h *Host) shutdownWorkers(ctx context.Context) {
+	drained := make([]chan struct{}, len(h.workers))
+	for i, w := range h.workers {
+		ch := make(chan struct{})
+		drained[i] = ch
+		w.postAsync(job{fn: func(w *worker) { w.beginShutdown(ch) }})
+	}
+	late := false
+	for _, ch := range drained {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			late = true
+		}
+		if late {
+			break
+		}
+	}
+	if !late {
+		return
+	}
+	h.log.Warn("host: closing: the deadline passed before every root context was done; deleting the rest", "error", ctx.Err())
+	finished := make([]chan struct{}, len(h.workers))
+	for i, w := range h.workers {
+		ch := make(chan struct{})
+		finished[i] = ch
+		w.postAsync(job{fn: func(w *worker) {
+			w.finishShutdown()
+			close(ch)
+		}})
+	}
+	stuck := time.NewTimer(time.Second)
+	defer stuck.Stop()
+	for _, ch := range finished {
+		select {
+		case <-ch:
+		case <-stuck.C:
+			return
+		}
+	}
 }
 
 // Profile returns the cpp-host profile the Host reproduces.
@@ -534,7 +644,7 @@ func (h *Host) Reconfigure(ctx context.Context, plugin int, config []byte) error
 		return err
 	}
 	select {
-	case <-h.closed:
+	case <-h.stopping:
 		return ErrClosed
 	default:
 	}

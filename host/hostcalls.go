@@ -69,6 +69,7 @@ func init() {
 		"proxy_grpc_send":                    {sig(4), r, hcGrpcSend},
 		"proxy_grpc_cancel":                  {sig(1), r, hcGrpcCancel},
 		"proxy_grpc_close":                   {sig(1), r, hcGrpcClose},
+		"proxy_done":                         {sig(0), r, hcDone},
 	}
 }
 
@@ -647,6 +648,22 @@ func (v *vm) continueStream(t int) Status {
 		v.w.wake(c)
 	}
 	return StatusOK
+}
+
+// hcDone is proxy_done: the root of the effective context, which answered false from
+// proxy_on_done, has finished. It gets proxy_on_delete once the current guest call has
+// returned (worker.deleteDone). NOT_FOUND when that root is not waiting for it — it has not
+// had proxy_on_done, answered true, or called proxy_done already (cpp-host's WasmBase::done,
+// src/wasm.cc, finds no pending_done_ entry for the plugin).
+func hcDone(v *vm, s []uint64) {
+	r := v.curRoot
+	if r == nil || !r.pendingDone {
+		ret(s, StatusNotFound)
+		return
+	}
+	r.pendingDone = false
+	v.doneRoots = append(v.doneRoots, r)
+	ret(s, StatusOK)
 }
 
 func hcSetEffectiveContext(v *vm, s []uint64) {

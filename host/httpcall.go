@@ -12,6 +12,13 @@ import (
 	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
+// callout is one proxy_http_call in flight: the root context it belongs to and how to
+// abandon it (its root was deleted: Envoy cancels a deleted context's requests).
+type callout struct {
+	root   uint32
+	cancel context.CancelFunc
+}
+
 type httpCallResult struct {
 	headers, trailers headerMap
 	body              []byte
@@ -73,17 +80,19 @@ func hcHTTPCall(v *vm, s []uint64) {
 			req.Header.Add(p[0], p[1])
 		}
 	}
-	v.callouts[id] = root.id // the reply goes to the root of the calling context
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	v.callouts[id] = callout{root: root.id, cancel: cancel} // the reply goes to the root of the calling context
 	h, w := v.h, v.w
 	go func() {
-		res := h.doHTTPCall(req, timeout)
+		res := h.doHTTPCall(ctx, req)
+		cancel()
 		w.postAsync(job{fn: func(w *worker) { w.deliverHTTPCall(v, id, res) }})
 	}()
 	ret(s, StatusOK)
 }
 
-func (h *Host) doHTTPCall(req *http.Request, timeout time.Duration) *httpCallResult {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+func (h *Host) doHTTPCall(ctx context.Context, req *http.Request) *httpCallResult {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
@@ -128,10 +137,11 @@ func (w *worker) deliverHTTPCall(v *vm, id uint32, res *httpCallResult) {
 	if w.vm != v || v.dead {
 		return
 	}
-	rootID, ok := v.callouts[id]
+	c, ok := v.callouts[id]
 	if !ok {
 		return
 	}
+	rootID := c.root
 	delete(v.callouts, id)
 	if v.onHTTPCallResponse == nil {
 		return
@@ -145,5 +155,28 @@ func (w *worker) deliverHTTPCall(v *vm, id uint32, res *httpCallResult) {
 	v.callResp = nil
 	if err != nil {
 		w.trap(v, "proxy_on_http_call_response", err)
+	}
+}
+
+// callsInFlight counts the VM's host calls whose outcome has not been delivered yet: HTTP
+// and gRPC calls, and extension calls (Guest.Start).
+func (v *vm) callsInFlight() int {
+	return len(v.callouts) + len(v.grpcCalls) + v.extCalls
+}
+
+// cancelCalls abandons the HTTP and gRPC calls of a deleted root context, as Envoy's Context
+// destructor cancels its outstanding requests (no callback follows).
+func (v *vm) cancelCalls(root uint32) {
+	for id, c := range v.callouts {
+		if c.root == root {
+			c.cancel()
+			delete(v.callouts, id)
+		}
+	}
+	for token, c := range v.grpcCalls {
+		if c.root == root {
+			c.cancel()
+			delete(v.grpcCalls, token)
+		}
 	}
 }

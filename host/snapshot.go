@@ -63,7 +63,7 @@ func (h *Host) Snapshot() Snapshot {
 		Metrics:          h.Metrics(),
 	}
 	select {
-	case <-h.closed:
+	case <-h.stopping:
 		s.Closed = true
 	default:
 	}

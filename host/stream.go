@@ -178,11 +178,10 @@ type Upstream func(*Request) *Response
 // req.Plugin does not exist, ctx ends or the Host is closed; a trapping guest gives a 500
 // Response with Failed set (or, with FailOpen, the upstream's response with Failed set).
 func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*Response, error) {
-	select {
-	case <-h.closed:
+	if !h.enter() {
 		return nil, ErrClosed
-	default:
 	}
+	defer h.leave()
 	if err := h.checkPlugin(req.Plugin); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,9 @@ type rootCtx struct {
 	nextTick time.Time // when the next proxy_on_tick is due (tickMS > 0)
 	streams  int       // live streams created with this root as parent
 	draining bool      // replaced by a newer root of its plugin
+	// done: proxy_on_done has run; pendingDone: it answered false and the root waits, alive,
+	// for its proxy_done (worker.retire).
+	done, pendingDone bool
 }
 
 type vmKey struct{}
@@ -64,7 +67,7 @@ type vm struct {
 
 	tickChanged bool // a root's tick period or the set of roots changed: re-arm the timer
 
-	callouts    map[uint32]uint32 // callout id -> id of the root context that made the call
+	callouts    map[uint32]callout // proxy_http_call id -> the call in flight
 	nextCallout uint32
 	callResp    *httpCallResult // during proxy_on_http_call_response
 
@@ -72,6 +75,9 @@ type vm struct {
 	nextGrpcCall uint32              // the last token issued (cpp-host: 1 + 4n)
 
 	extBuffers map[uint32][]byte // buffers set by extensions for their callbacks
+	extCalls   int               // extension calls started (Guest.Start) and not yet delivered
+
+	doneRoots []*rootCtx // roots that called proxy_done in the current guest call (worker.deleteDone)
 
 	// Restricted callbacks (Profile.InitAllow / AllocAllow): nil = unrestricted.
 	allow            map[string]bool
@@ -119,7 +125,7 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 		h: h, w: w, gen: gen,
 		nextContext:  rootContextID,
 		streams:      map[uint32]*stream{},
-		callouts:     map[uint32]uint32{},
+		callouts:     map[uint32]callout{},
 		grpcCalls:    map[uint32]grpcCall{},
 		nextGrpcCall: calloutGrpcCall,
 		log:          h.log.With("worker", w.id),

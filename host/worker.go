@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -30,6 +31,12 @@ type worker struct {
 	configs [][]byte
 	// inForce publishes configs for Snapshot (nil: still the Options' configurations).
 	inForce atomic.Pointer[[][]byte]
+
+	// closing is set when Close has begun the worker's shutdown (beginShutdown): no new
+	// streams, no fresh VM after a trap. drained, while non-nil, is closed once the VM has
+	// no root context left and no host call in flight (or has died).
+	closing bool
+	drained chan struct{}
 
 	callStart atomic.Int64 // UnixNano when the current guest call started; 0 when idle
 	callVM    atomic.Pointer[vm]
@@ -136,6 +143,8 @@ func (w *worker) loop() {
 			w.pending = w.pending[1:]
 			w.advance(s)
 		}
+		w.deleteDone()
+		w.checkDrained()
 		w.updateMemory()
 	}
 }
@@ -162,7 +171,7 @@ func (w *worker) current() *vm {
 	if w.vm != nil && !w.vm.dead {
 		return w.vm
 	}
-	if time.Since(w.lastAttempt) < time.Second {
+	if w.closing || time.Since(w.lastAttempt) < time.Second {
 		return nil
 	}
 	w.restart()
@@ -202,7 +211,9 @@ func (w *worker) trap(v *vm, where string, err error) {
 	if w.vm == v {
 		w.vm = nil
 		w.healthy.Store(false)
-		w.restart()
+		if !w.closing { // a closing host starts no fresh VM
+			w.restart()
+		}
 	}
 }
 
@@ -262,23 +273,139 @@ func (w *worker) reconfigure(plugin int, config []byte) error {
 	return nil
 }
 
-// retire ends root context r — a replaced root that no stream has as parent any more, or one
-// whose configuration the guest refused: proxy_on_done and proxy_on_delete (cpp-host's
-// WasmBase::startShutdown for one plugin, which Envoy runs when the last user of the old
-// plugin configuration is gone). proxy_done, for a root that answers false from
-// proxy_on_done, is not implemented: the root is deleted anyway.
+// retire ends root context r — a replaced root that no stream has as parent any more, one
+// whose configuration the guest refused, or, when the Host closes, every root: proxy_on_done,
+// then, if it answers true (or does not export it), proxy_on_delete at once (deleteRoot). A
+// root that answers false stays, pending, until it calls proxy_done (hcDone; it is deleted
+// after the guest call it did that in) — or, when the Host closes, until Close's deadline.
+// Meanwhile it keeps its ticks and its calls' replies. This is cpp-host's
+// WasmBase::startShutdown(plugin_key) / startShutdown() with pending_done_, and
+// WasmBase::done / finishShutdown (src/wasm.cc).
 func (w *worker) retire(v *vm, r *rootCtx) {
+	if r.done {
+		return // proxy_on_done ran already
+	}
+	r.done = true
 	v.setRoot(r)
-	if err := v.callOpt(v.onDone, r.id); err != nil {
-		w.trap(v, "proxy_on_done", err)
+	ok := true
+	if v.onDone != nil {
+		res, err := v.call(v.onDone, uint64(r.id))
+		if err != nil {
+			w.trap(v, "proxy_on_done", err)
+			return
+		}
+		ok = uint32(res) != 0
+	}
+	if !ok {
+		r.pendingDone = true
+		w.h.log.Debug("host: root context answered false from proxy_on_done; it is deleted when it calls proxy_done", "worker", w.id, "root", r.id)
 		return
 	}
+	w.deleteRoot(v, r)
+}
+
+// deleteRoot runs proxy_on_delete for root r and forgets it. Its HTTP and gRPC calls still in
+// flight are cancelled, as Envoy's Context destructor cancels a deleted context's requests
+// (envoyproxy/envoy source/extensions/common/wasm/context.cc, Context::~Context); calls of
+// extensions (Redis) are not: their replies are dropped (their root is gone), but Close waits
+// for them, so what was sent reaches its server.
+func (w *worker) deleteRoot(v *vm, r *rootCtx) {
 	v.setRoot(r)
 	if err := v.callOpt(v.onDelete, r.id); err != nil {
 		w.trap(v, "proxy_on_delete", err)
 		return
 	}
 	v.removeRoot(r)
+	v.cancelCalls(r.id)
+}
+
+// deleteDone deletes the roots that called proxy_done during the last guest call (cpp-host
+// defers their onDelete until the call has returned: WasmBase::done's after-VM-call action).
+func (w *worker) deleteDone() {
+	v := w.vm
+	for v != nil && !v.dead && len(v.doneRoots) > 0 {
+		r := v.doneRoots[0]
+		v.doneRoots = v.doneRoots[1:]
+		if v.root(r.id) == r {
+			w.deleteRoot(v, r)
+		}
+	}
+}
+
+// beginShutdown starts the worker's part of Close once requests have drained (or the drain
+// deadline passed): streams still waiting on the worker fail (they get proxy_on_log,
+// proxy_on_done and proxy_on_delete first), no stream starts after this, and every root
+// context gets proxy_on_done (retire), as cpp-host's WasmBase::startShutdown() does when
+// Envoy lets go of the VM. drained is closed when the VM has no root left and no host call in
+// flight — roots that answered false having called proxy_done, their calls' replies
+// delivered, extension calls of deleted roots completed — or has died.
+func (w *worker) beginShutdown(drained chan struct{}) {
+	w.closing = true
+	w.drained = drained
+	v := w.vm
+	if v != nil && !v.dead {
+		ids := make([]uint32, 0, len(v.streams))
+		for id, s := range v.streams {
+			if s.waiting.Load() {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			s := v.streams[id]
+			if s == nil || v.dead {
+				continue
+			}
+			w.abort(s) // log, done, delete
+			s.failed = true
+			s.waiting.Store(true)
+			s.signal()
+		}
+		for _, r := range slices.Clone(v.roots) {
+			if v.dead {
+				break
+			}
+			if v.root(r.id) == r {
+				w.retire(v, r)
+			}
+		}
+		w.deleteDone()
+	}
+	w.checkDrained()
+}
+
+// checkDrained closes drained once the closing worker's VM has nothing left to wait for.
+func (w *worker) checkDrained() {
+	if w.drained == nil {
+		return
+	}
+	if v := w.vm; v != nil && !v.dead && (len(v.roots) > 0 || v.callsInFlight() > 0) {
+		return
+	}
+	close(w.drained)
+	w.drained = nil
+}
+
+// finishShutdown runs after Close's deadline: roots still waiting to call proxy_done get
+// proxy_on_delete now (what cpp-host's finishShutdown does for them when they call it).
+func (w *worker) finishShutdown() {
+	w.closing = true
+	v := w.vm
+	for v != nil && !v.dead {
+		var r *rootCtx
+		for _, x := range v.roots {
+			if x.pendingDone {
+				r = x
+				break
+			}
+		}
+		if r == nil {
+			return
+		}
+		r.pendingDone = false
+		w.h.log.Warn("host: closing: root context did not call proxy_done before the deadline; deleting it", "worker", w.id, "root", r.id)
+		w.deleteRoot(v, r)
+	}
 }
 
 // wake schedules a paused stream to continue after the current guest call.
@@ -392,6 +519,10 @@ func (w *worker) advance(s *stream) {
 // It returns nil (and marks the stream failed) when that VM is gone.
 func (w *worker) vmFor(s *stream, step uint8) *vm {
 	if !s.created {
+		if w.closing { // Close has begun: the roots are ending, no stream starts
+			s.failed = true
+			return nil
+		}
 		v := w.current()
 		if v == nil {
 			s.failed = true
@@ -449,7 +580,7 @@ func (w *worker) finish(s *stream) {
 	if v.cur == s {
 		v.setRoot(r)
 	}
-	if r.draining && r.streams == 0 {
+	if r.draining && r.streams == 0 && !w.closing {
 		w.retire(v, r)
 	}
 }

@@ -130,11 +130,15 @@ func (x *ext) call(g *host.Guest, stack []uint64) {
 		token = x.token.Add(1)
 	}
 	root := g.RootContextID() // calls belong to the caller's root context, as in Higress's Envoy
+	// The host waits for started calls when it closes (a return sent from proxy_on_done
+	// reaches Redis before the VM goes).
+	deliver := g.Start()
 	// Call copies query before returning, so the view of guest memory may go stale.
 	err := x.c.Call(context.Background(), string(name), query, func(st Status, reply []byte) {
-		g.Post(func(g *host.Guest) { x.deliver(g, root, token, st, reply) })
+		deliver(func(g *host.Guest) { x.deliver(g, root, token, st, reply) })
 	})
 	if err != nil {
+		deliver(nil)
 		x.st.Refused.Add(1)
 		status(stack, mapErr(err))
 		return
