@@ -69,6 +69,7 @@ type runConfig struct {
 	failOpen                                                  bool
 	memoryMB                                                  int
 	callTimeout                                               time.Duration
+	drainTimeout                                              time.Duration // --drain-timeout: Close's deadline on SIGTERM/SIGINT
 	cacheDir                                                  string
 	clusters                                                  clusterFlag
 	profile                                                   string
@@ -112,6 +113,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.vmID, "vm-id", "sluice", "vm_id: names the shared-data map")
 	fs.IntVar(&cfg.memoryMB, "memory-limit-mb", 256, "linear memory cap per VM, in MiB")
 	fs.Var(durationFlag{&cfg.callTimeout}, "call-timeout", "abort a filter call that runs longer (a stuck filter) and replace its VM; 0: off (it slows every call)")
+	cfg.drainTimeout = defaultDrainTimeout
+	fs.Var(durationFlag{&cfg.drainTimeout}, "drain-timeout", "on SIGTERM/SIGINT, after the requests in flight: how long the filter's root contexts may take to finish (proxy_on_done; leases go back to Redis) and host calls in flight to complete; 0: do not wait")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error (also what the filter's proxy_get_log_level sees)")
 	fs.StringVar(&cfg.profile, "profile", host.DefaultProfile, "proxy-wasm-cpp-host behaviour to reproduce: "+profileNames()+" (the default is the strictest: Envoy 1.33–1.38)")
 	fs.StringVar(&cfg.cacheDir, "cache-dir", defaultCacheDir(), "directory for compiled modules, so later starts skip compilation; empty: compile every time")
@@ -160,7 +163,13 @@ type runServer struct {
 	servers             []*http.Server
 	cleanups            []func()
 	shutdownGracePeriod time.Duration
+	drainTimeout        time.Duration
 }
+
+// defaultDrainTimeout is --drain-timeout's default: time for the filter's root contexts to
+// end (a Redis round trip or a few, for returning leases) well inside Kubernetes' default
+// 30 s termination grace period.
+const defaultDrainTimeout = 5 * time.Second
 
 // defaultCacheDir is where `sluice run` keeps compiled modules: $XDG_CACHE_HOME/sluice/wazero
 // or ~/.cache/sluice/wazero; empty when there is no cache directory.
@@ -187,7 +196,7 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: in.level}))
 	opts := runHostOptions(cfg, in, logger)
-	rs := &runServer{errc: make(chan error, 2), done: make(chan struct{}), shutdownGracePeriod: 10 * time.Second}
+	rs := &runServer{errc: make(chan error, 2), done: make(chan struct{}), shutdownGracePeriod: 10 * time.Second, drainTimeout: cfg.drainTimeout}
 	fail := func(err error) (*runServer, error) {
 		for _, c := range rs.cleanups {
 			c()
@@ -242,6 +251,9 @@ func readRunInputs(cfg runConfig) (runInputs, error) {
 	in.level = level
 	if cfg.workers < 1 {
 		return in, fmt.Errorf("--workers must be at least 1, got %d", cfg.workers)
+	}
+	if cfg.drainTimeout < 0 {
+		return in, fmt.Errorf("--drain-timeout must not be negative, got %v", cfg.drainTimeout)
 	}
 	if cfg.memoryMB < 1 || cfg.memoryMB > 4096 {
 		return in, fmt.Errorf("--memory-limit-mb must be in 1..4096, got %d", cfg.memoryMB)
@@ -400,11 +412,20 @@ func serveOrClosed(s *http.Server, ln net.Listener) error {
 	return nil
 }
 
-// shutdown stops accepting, lets requests in flight finish (bounded), then closes the host.
+// shutdown stops accepting, lets requests in flight finish (bounded), then closes the host
+// within --drain-timeout — its root contexts' proxy_on_done and the host calls they make
+// (leases returned to Redis) — before the admin server and the extensions' connections
+// (Redis) close.
 func (rs *runServer) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), rs.shutdownGracePeriod)
 	defer cancel()
-	for _, s := range rs.servers {
+	rs.servers[0].Shutdown(ctx)
+	drain, cancelDrain := context.WithTimeout(context.Background(), max(rs.drainTimeout, 0))
+	start := time.Now()
+	rs.host.Close(drain)
+	cancelDrain()
+	rs.host.Options().Logger.Info("sluice run: filter stopped", "took", time.Since(start).Round(time.Millisecond))
+	for _, s := range rs.servers[1:] {
 		s.Shutdown(ctx)
 	}
 	for _, c := range rs.cleanups {
