@@ -33,8 +33,9 @@
 // PluginHandler; its stream is created with that plugin's active root as parent.
 // Reconfigure(ctx, plugin, config) gives the plugin a new root context on every worker
 // (proxy_on_context_create, proxy_on_vm_start, proxy_on_configure); new streams get it, and
-// the old root drains — it gets proxy_on_done and proxy_on_delete once no live stream has it
-// as parent, as Envoy keeps the old plugin until its last stream ends. A refusal (or trap)
+// the old root drains — it gets proxy_on_done once no live stream has it as parent, as Envoy
+// keeps the old plugin until its last stream ends, then proxy_on_delete, at once or, if it
+// answered false, after it calls proxy_done (see Stopping). A refusal (or trap)
 // leaves the old root in force on that worker; Reconfigure tries every worker and names the
 // ones that refused. A VM re-created after a trap gets, for every plugin, the configuration
 // last in force on its worker. What belongs to a root is per root: tick periods
@@ -135,6 +136,35 @@
 // unchanged (send_local_response, src/exports.cc), and Envoy 1.33.0's context.cc checks it
 // as main's does. See grpc.go.
 //
+// # Stopping
+//
+// Close(ctx) stops the Host as Envoy lets go of a Wasm VM (proxy-wasm-cpp-host 52a0291:
+// WasmHandleBase's destructor → WasmBase::startShutdown(), PluginHandleBase's →
+// startShutdown(plugin_key), src/wasm.cc and include/proxy-wasm/wasm.h): new requests are
+// refused at once (Exchange: ErrClosed; Handler: 503; the snapshot says closed); requests in
+// flight may finish; then on every worker the streams still waiting fail (after
+// proxy_on_log, proxy_on_done and proxy_on_delete) and every root context gets proxy_on_done
+// (ContextBase::onDone, src/context.cc). A root that answers true (or a module without
+// proxy_on_done) gets proxy_on_delete at once. One that answers false is kept, as cpp-host
+// keeps it in pending_done_: its ticks go on, the replies of its calls are delivered to it,
+// and it ends by calling proxy_done — exports.cc's done() → WasmBase::done, which moves the
+// root to pending_delete_ and runs its onDelete after the current VM call
+// (finishShutdown, via an after-VM-call action); here: proxy_on_delete once the guest call
+// that called proxy_done has returned. proxy_done answers NOT_FOUND when the effective
+// context's root is not waiting for it. The same holds for a root retired by Reconfigure.
+// A deleted root's proxy_http_call and proxy_grpc_call calls in flight are cancelled, as
+// Envoy's Context destructor cancels a context's outstanding HTTP and gRPC requests
+// (Context::~Context, envoyproxy/envoy source/extensions/common/wasm/context.cc); extension
+// calls registered with Guest.Start (the Redis calls) are not cancelled — a command already
+// sent is not unsent — and Close waits for them, their replies dropped when their root is
+// gone, so what a root sends from proxy_on_done reaches its server. Close returns when no
+// worker has a root or a call in flight left, or at ctx's deadline (DefaultCloseTimeout
+// without one): then the roots still waiting get proxy_on_delete and calls still in flight
+// are abandoned. Envoy itself bounds none of this: at server shutdown it holds its
+// ShutdownExit stage until the Wasm is destroyed (Wasm::initializeLifecycle and ~Wasm in
+// source/extensions/common/wasm/wasm.cc), and what bounds it is the process manager's
+// grace period, which is the deadline's role here (`sluice run --drain-timeout`).
+//
 // # Traps
 //
 // A guest call that fails (unreachable, Go panic → proc_exit, out of memory at the memory cap,
@@ -164,7 +194,7 @@
 // proxy_define_metric / proxy_increment_metric / proxy_record_metric / proxy_get_metric,
 // proxy_http_call, proxy_grpc_call / proxy_grpc_cancel / proxy_grpc_close (see gRPC calls),
 // proxy_get_current_time_nanoseconds, proxy_get_shared_data /
-// proxy_set_shared_data. proxy_set_effective_context accepts any live root context (active
+// proxy_set_shared_data, proxy_done (see Stopping). proxy_set_effective_context accepts any live root context (active
 // or draining) and the streams the worker owns at that moment (paused, or the one being
 // processed). Buffers returned to the guest are allocated with its exported
 // proxy_on_memory_allocate; an empty result is returned as pointer 0, size 0 without calling it.
@@ -225,7 +255,7 @@
 // proxy_grpc_stream → UNIMPLEMENTED (cpp-host's ContextBase answer), proxy_grpc_send →
 // BAD_ARGUMENT for a non-stream id (as Envoy), NOT_FOUND otherwise. proxy_get_status (the
 // close message) is not implemented. A reply for a root deleted meanwhile is dropped;
-// calls in flight are abandoned when the Host closes.
+// the calls of a deleted root are cancelled (see Stopping).
 //
 // # Go API
 //
@@ -275,7 +305,9 @@
 // inside the guest's call and sees the calling VM as a *Guest: memory access, ReturnBytes
 // (allocates in the guest like every built-in call), the effective context id and its root
 // context's id (RootContextID: where a call's reply belongs), Post (hand
-// work back to this VM's worker from any goroutine) and, inside a Post callback, Callback
+// work back to this VM's worker from any goroutine), Start (register a call in flight and
+// get the function that delivers its outcome: Close waits for it) and, inside a Post
+// callback, Callback
 // (call a guest export for a context, with extra buffer types readable through
 // proxy_get_buffer_bytes, e.g. type 9 for a Redis reply). A request paused in
 // on_request_headers resumes when the callback calls proxy_continue_stream.
