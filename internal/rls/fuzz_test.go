@@ -28,6 +28,8 @@ func (admitAll) Do(ctx context.Context, cmd []byte) ([]byte, error) {
 func FuzzShouldRateLimit(f *testing.F) {
 	f.Add("mesh", "sluice.rule=r|sluice.algorithm=token_bucket|sluice.limit=10|sluice.window_us=1000000|sluice.burst=0|sluice.key=k", uint32(1), uint64(7), uint32(0))
 	f.Add("mesh", "sluice.rule=r|sluice.algorithm=sliding_log|sluice.limit=10|sluice.window_us=1|sluice.burst=0|sluice.key=k|sluice.refund=1:2", uint32(0), uint64(0), uint32(2))
+	f.Add("mesh", "sluice.rule=r|sluice.algorithm=fixed_window|sluice.limit=10|sluice.window_us=1000000|sluice.burst=0|sluice.key=k|sluice.lease=5:3\nuser=x", uint32(1), uint64(0), uint32(0))
+	f.Add("mesh", "sluice.rule=r|sluice.algorithm=token_bucket|sluice.limit=10|sluice.window_us=1000000|sluice.burst=0|sluice.key=k|sluice.return=1:17", uint32(1), uint64(0), uint32(0))
 	f.Add("web", "user=x\nfree=1\nspecial=a|b=c", uint32(3), uint64(1<<63), uint32(9))
 	f.Add("web", "files=shared-a\nquota_a=1\nquota_b=2", uint32(1), uint64(0), uint32(0))
 	cfg, err := ParseConfig([]string{"c"}, [][]byte{[]byte(compatConfig)})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/internal/redisrl"
 )
 
 // The entry keys of an inline descriptor, in the order the wire contract
@@ -22,13 +23,21 @@ const (
 	EntryBurst     = "sluice.burst"
 	EntryKey       = "sluice.key"
 	EntryRefund    = "sluice.refund"
+	EntryLease     = "sluice.lease"  // a lease acquire: "<n>:<instances>"
+	EntryReturn    = "sluice.return" // a lease return: "<n>:<stamp>"
 
 	// RefundHeader is the response header that carries a refund token
 	// "<i>:<stamp>:<ref>" for inline descriptor i.
 	RefundHeader = "x-sluice-refund"
+	// LeaseHeader is the response header that carries a granted acquire's
+	// "<i>:<stamp>:<valid_us>" for inline descriptor i.
+	LeaseHeader = "x-sluice-lease"
 )
 
 var inlineOrder = [...]string{EntryRule, EntryAlgorithm, EntryLimit, EntryWindowUS, EntryBurst, EntryKey, EntryRefund}
+
+// optional7 are the keys the seventh entry of an inline descriptor may have.
+const optional7 = EntryRefund + ", " + EntryLease + " or " + EntryReturn
 
 // IsInline reports whether d is an inline (sluice) descriptor: its first
 // entry's key is sluice.rule.
@@ -44,9 +53,15 @@ type inline struct {
 	params algorithms.Params // normalised by algorithms.New
 	key    string            // the filter's (escaped) key, opaque
 	refund bool
-	stamp  int64
+	stamp  int64 // refund, return
 	ref    int64
+	// A lease call (sluice.lease: acquire n; sluice.return: give back n).
+	lease, ret bool
+	n, inst    int64
 }
+
+// leaseCall reports whether the descriptor is a lease acquire or return.
+func (in *inline) leaseCall() bool { return in.lease || in.ret }
 
 // inlineError is a malformed inline descriptor: gRPC INVALID_ARGUMENT.
 type inlineError struct {
@@ -67,19 +82,29 @@ func (e *inlineError) Error() string {
 func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	es := d.GetEntries()
 	if n := len(es); n != 6 && n != 7 {
-		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor has 6 entries (7 for a refund), not " + strconv.Itoa(n) +
-			"; the order is " + strings.Join(inlineOrder[:], ", ")}
+		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor has 6 entries (7 for a refund, a lease or a return), not " + strconv.Itoa(n) +
+			"; the order is " + strings.Join(inlineOrder[:6], ", ") + " and then " + optional7}
 	}
 	if d.GetLimit() != nil {
 		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor carries its limit in its entries; a limit override is not allowed"}
 	}
 	for j, e := range es {
+		if j == 6 {
+			if k := e.GetKey(); k != EntryRefund && k != EntryLease && k != EntryReturn {
+				return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(k), msg: "expected " + optional7 + " here"}
+			}
+			break
+		}
 		if e.GetKey() != inlineOrder[j] {
 			return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(e.GetKey()), msg: "expected " + inlineOrder[j] + " here"}
 		}
 	}
 	bad := func(j int, msg string) error {
-		return &inlineError{desc: i, entry: j, name: inlineOrder[j], msg: msg}
+		name := inlineOrder[min(j, 5)]
+		if j == 6 {
+			name = es[6].GetKey()
+		}
+		return &inlineError{desc: i, entry: j, name: name, msg: msg}
 	}
 	in := &inline{rule: es[0].GetValue(), key: es[5].GetValue()}
 	if msg := checkRuleName(in.rule); msg != "" {
@@ -127,14 +152,46 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	if len(es) == 7 {
 		s := es[6].GetValue()
 		a, b, ok := strings.Cut(s, ":")
-		st, err1 := strconv.ParseInt(a, 10, 64)
-		rf, err2 := strconv.ParseInt(b, 10, 64)
-		if !ok || err1 != nil || err2 != nil || st < 0 || rf < 0 {
-			return nil, bad(6, "must be <stamp>:<ref> (two non-negative decimal integers), not "+strconv.Quote(s))
+		x, err1 := strconv.ParseInt(a, 10, 64)
+		y, err2 := strconv.ParseInt(b, 10, 64)
+		ok = ok && err1 == nil && err2 == nil && x >= 0 && y >= 0
+		switch es[6].GetKey() {
+		case EntryRefund:
+			if !ok {
+				return nil, bad(6, "must be <stamp>:<ref> (two non-negative decimal integers), not "+strconv.Quote(s))
+			}
+			in.refund, in.stamp, in.ref = true, x, y
+		case EntryLease:
+			if !ok || x < 1 || y < 1 || y > config.MaxRedisInstances {
+				return nil, bad(6, "must be <n>:<instances> (n >= 1, instances 1.."+strconv.Itoa(config.MaxRedisInstances)+"), not "+strconv.Quote(s))
+			}
+			in.lease, in.n, in.inst = true, x, y
+		case EntryReturn:
+			if !ok || x < 1 {
+				return nil, bad(6, "must be <n>:<stamp> (n >= 1, stamp >= 0), not "+strconv.Quote(s))
+			}
+			in.ret, in.n, in.stamp = true, x, y
 		}
-		in.refund, in.stamp, in.ref = true, st, rf
+		if in.leaseCall() {
+			if !redisrl.LeaseSupported(k) {
+				return nil, bad(6, "leases apply only to token_bucket and fixed_window, not "+k.String())
+			}
+			capacity := in.params.Limit
+			if k == algorithms.TokenBucket && in.params.Burst > 0 {
+				capacity = in.params.Burst
+			}
+			if in.n > capacity {
+				return nil, bad(6, "n ("+strconv.FormatInt(in.n, 10)+") must not exceed the capacity ("+strconv.FormatInt(capacity, 10)+")")
+			}
+		}
 	}
 	return in, nil
+}
+
+// leaseRequest is the lease script's call of a lease descriptor of domain.
+func (in *inline) leaseRequest(domain string) *redisrl.LeaseRequest {
+	return &redisrl.LeaseRequest{Kind: in.kind, Params: in.params, Key: redisrl.AppendLeaseKey(nil, in.kind, domain+"/"+in.rule, in.key),
+		N: in.n, Instances: max(in.inst, 1), Return: in.ret, Stamp: in.stamp}
 }
 
 // maxRuleIDLen bounds sluice.rule: a rule name, or "<scope>.<name>" for a

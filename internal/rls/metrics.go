@@ -22,7 +22,10 @@ const (
 	outcomeShadow    = "shadow_over_limit" // over its limit in shadow mode: answered OK
 	outcomeUnlimited = "unlimited"
 	outcomeNoLimit   = "no_limit"
-	outcomeRefund    = "refund" // an inline refund descriptor
+	outcomeRefund    = "refund"           // an inline refund descriptor
+	outcomeLease     = "lease"            // a lease acquire that was granted admissions
+	outcomeLeaseOver = "lease_over_limit" // a lease acquire that got none
+	outcomeReturn    = "return"           // a lease return
 )
 
 // latencyBounds are the upper bounds (seconds) of the call latency
@@ -42,6 +45,8 @@ type Metrics struct {
 	noscripts    uint64
 	refunds      uint64
 	refundFails  uint64
+	leasedN      uint64 // admissions granted to lease acquires
+	returnedN    uint64 // admissions given back by lease returns
 	globalShadow uint64
 	buckets      []uint64
 	sum          float64
@@ -105,6 +110,21 @@ func (m *Metrics) refund(ok bool) {
 	}
 }
 
+func (m *Metrics) leased(granted, returned int64) {
+	m.mu.Lock()
+	m.leasedN += uint64(max(granted, 0))
+	m.returnedN += uint64(max(returned, 0))
+	m.mu.Unlock()
+}
+
+// Leases returns the admissions granted to lease acquires and given back
+// by lease returns.
+func (m *Metrics) Leases() (leased, returned uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.leasedN, m.returnedN
+}
+
 // Calls returns the number of calls answered with code (OK, OVER_LIMIT or
 // a gRPC status code name) for a domain label.
 func (m *Metrics) Calls(domain, code string) uint64 {
@@ -165,7 +185,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 	}
 	family("sluice_rls_calls_total", "counter", "ShouldRateLimit calls by domain and answer (OK, OVER_LIMIT or the gRPC error code).")
 	labelled("sluice_rls_calls_total", "domain", "code", m.calls)
-	family("sluice_rls_descriptors_total", "counter", "Descriptors decided, by domain and outcome (ok, over_limit, shadow_over_limit, unlimited, no_limit, refund).")
+	family("sluice_rls_descriptors_total", "counter", "Descriptors decided, by domain and outcome (ok, over_limit, shadow_over_limit, unlimited, no_limit, refund, lease, lease_over_limit, return).")
 	labelled("sluice_rls_descriptors_total", "domain", "outcome", m.descriptors)
 	for _, c := range []struct {
 		name, help string
@@ -175,6 +195,8 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 		{"sluice_rls_redis_noscript_total", "Scripts re-sent with EVAL after NOSCRIPT.", m.noscripts},
 		{"sluice_rls_refunds_total", "Admissions refunded because another descriptor of the call denied it (or the call failed).", m.refunds},
 		{"sluice_rls_refund_failures_total", "Refunds that failed: that admission stays charged until its window passes.", m.refundFails},
+		{"sluice_rls_leased_total", "Admissions granted to lease acquires (sluice.lease descriptors).", m.leasedN},
+		{"sluice_rls_returned_total", "Admissions given back by lease returns (sluice.return descriptors).", m.returnedN},
 		{"sluice_rls_global_shadow_total", "Calls over a limit answered OK because of --shadow-mode.", m.globalShadow},
 	} {
 		family(c.name, "counter", c.help)

@@ -61,28 +61,47 @@ func (e *errRedis) Unwrap() error { return e.err }
 // run sends r's script (EVALSHA; EVAL after NOSCRIPT) and parses the
 // reply. noscript counts the fallbacks.
 func run(ctx context.Context, b Backend, r *redisrl.Request, noscript func()) (redisrl.Result, error) {
-	cmd := r.AppendEvalSHA(make([]byte, 0, 256))
-	res, err := once(ctx, b, cmd)
+	return runScript(ctx, b, r, noscript, redisrl.ParseReply)
+}
+
+// runLease runs the lease script's call q as run does the algorithms'.
+func runLease(ctx context.Context, b Backend, q *redisrl.LeaseRequest, noscript func()) (redisrl.LeaseResult, error) {
+	return runScript(ctx, b, q, noscript, func(v resp.Value) (redisrl.LeaseResult, error) {
+		return redisrl.ParseLeaseReply(v, q.N)
+	})
+}
+
+// scriptCall is a script's call: redisrl.Request or LeaseRequest.
+type scriptCall interface {
+	AppendEvalSHA(dst []byte) []byte
+	AppendEval(dst []byte) []byte
+}
+
+// runScript sends c (EVALSHA; EVAL after NOSCRIPT) and parses the reply.
+func runScript[R any](ctx context.Context, b Backend, c scriptCall, noscript func(), parse func(resp.Value) (R, error)) (R, error) {
+	res, err := once(ctx, b, c.AppendEvalSHA(make([]byte, 0, 256)), parse)
 	if err != nil && redisrl.IsNoScript(err) {
 		if noscript != nil {
 			noscript()
 		}
-		res, err = once(ctx, b, r.AppendEval(nil))
+		res, err = once(ctx, b, c.AppendEval(nil), parse)
 	}
 	if err != nil {
-		return redisrl.Result{}, &errRedis{err}
+		var zero R
+		return zero, &errRedis{err}
 	}
 	return res, nil
 }
 
-func once(ctx context.Context, b Backend, cmd []byte) (redisrl.Result, error) {
+func once[R any](ctx context.Context, b Backend, cmd []byte, parse func(resp.Value) (R, error)) (R, error) {
+	var zero R
 	reply, err := b.Do(ctx, cmd)
 	if err != nil {
-		return redisrl.Result{}, err
+		return zero, err
 	}
 	v, err := resp.Parse(reply)
 	if err != nil {
-		return redisrl.Result{}, fmt.Errorf("redis reply: %w", err)
+		return zero, fmt.Errorf("redis reply: %w", err)
 	}
-	return redisrl.ParseReply(v)
+	return parse(v)
 }

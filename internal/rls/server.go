@@ -18,6 +18,17 @@
 // request is charged to no descriptor. The filter can also refund an
 // admission later with the token the service returns for each admitted
 // inline descriptor (response header x-sluice-refund "<i>:<stamp>:<ref>").
+//
+// Leases (a sluice rule's "lease"): an inline descriptor whose seventh
+// entry is sluice.lease = "<n>:<instances>" runs redisrl's lease script,
+// reserving up to n admissions for the caller (OK with quota.requests =
+// the grant and x-sluice-lease "<i>:<stamp>:<valid_us>"; OVER_LIMIT when
+// nothing is left, duration_until_reset the wait); sluice.return =
+// "<n>:<stamp>" gives unspent ones back (OK). Lease descriptors are no
+// decisions: they take no part in overall_code or in the all-or-nothing
+// refund (a grant is the caller's until it returns it), except that a call
+// answered with an error returns the grants it made, since the caller never
+// learns of them.
 package rls
 
 import (
@@ -145,6 +156,9 @@ type item struct {
 	res       redisrl.Result
 	err       error
 	denied    bool // the limit denied the request (before shadow mode)
+	// A lease descriptor (in.leaseCall()): the lease script's call and reply.
+	lq   *redisrl.LeaseRequest
+	lres redisrl.LeaseResult
 }
 
 func (it *item) limit() *Limit {
@@ -192,6 +206,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
 			it.in = in
+			if in.leaseCall() {
+				it.lq = in.leaseRequest(domain)
+				continue
+			}
 			it.req = redisrl.Request{Kind: in.kind, Params: in.params,
 				Key: redisrl.AppendKey(nil, in.kind, domain+"/"+in.rule, in.key)}
 			if in.refund {
@@ -230,6 +248,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	for i := range items {
 		it := &items[i]
 		switch {
+		case it.lq != nil:
+			// A lease call ignores hits_addend: it reserves or returns n.
+			it.call = true
+			it.lq.Now = now
 		case it.in == nil && it.m == nil:
 		case it.cost == 0:
 			// hits_addend 0 charges nothing: OK without a call.
@@ -251,6 +273,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				if it.lq != nil {
+					it.lres, it.err = runLease(dctx, s.opts.Backend, it.lq, s.Metrics.noscript)
+					return
+				}
 				it.res, it.err = run(dctx, s.opts.Backend, &it.req, s.Metrics.noscript)
 				if it.err == nil && it.req.Refund == nil {
 					it.denied = !it.res.Allowed
@@ -284,7 +310,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		over = true
 	}
 	if failed != nil || over || ctx.Err() != nil {
-		s.refundAdmitted(dctx, domain, items)
+		s.refundAdmitted(dctx, domain, items, failed != nil || ctx.Err() != nil)
 	}
 	if failed != nil {
 		return nil, status.Errorf(codes.Unavailable, "redis: %v", failed)
@@ -314,13 +340,25 @@ func clampCost(c int64, p algorithms.Params) int64 {
 	return min(c, capacity+1)
 }
 
-// refundAdmitted undoes every admission of the call, in parallel, and waits.
-func (s *Server) refundAdmitted(ctx context.Context, domain string, items []item) {
+// refundAdmitted undoes every admission of the call, in parallel, and
+// waits. Lease grants are the caller's, except when the call fails
+// (returnGrants): then they are returned too.
+func (s *Server) refundAdmitted(ctx context.Context, domain string, items []item, returnGrants bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.RefundTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range items {
 		it := &items[i]
+		if it.lq != nil {
+			if returnGrants && it.err == nil && !it.lq.Return && it.lres.Granted > 0 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s.returnGrant(ctx, domain, it)
+				}()
+			}
+			continue
+		}
 		if !it.call || it.err != nil || it.req.Refund != nil || !it.res.Allowed {
 			continue
 		}
@@ -345,6 +383,20 @@ func (s *Server) refundAdmitted(ctx context.Context, domain string, items []item
 	wg.Wait()
 }
 
+// returnGrant gives back what a lease acquire of a failed call granted
+// (the caller never learns of it).
+func (s *Server) returnGrant(ctx context.Context, domain string, it *item) {
+	q := *it.lq
+	q.N, q.Return, q.Stamp = it.lres.Granted, true, it.lres.Stamp
+	if _, err := runLease(ctx, s.opts.Backend, &q, s.Metrics.noscript); err != nil {
+		s.Metrics.refund(false)
+		s.opts.Logger.Warn("lease return failed: the grant stays charged until its window passes or the bucket refills",
+			"domain", domain, "key", string(q.Key), "err", err)
+		return
+	}
+	s.Metrics.refund(true)
+}
+
 func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitResponse {
 	out := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(items))}
 	if over {
@@ -364,6 +416,10 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 				Unit: unitOf(it.in.params.Window), Name: it.in.rule}
 			if it.in.refund {
 				outcome = outcomeRefund
+				break
+			}
+			if it.lq != nil {
+				outcome = s.fillLease(out, st, i, it)
 				break
 			}
 			outcome = s.fill(st, it, false)
@@ -393,6 +449,34 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 		}
 	}
 	return out
+}
+
+// fillLease answers a lease descriptor: an acquire's grant in
+// quota.requests (OK) with its stamp and validity in an x-sluice-lease
+// header, or OVER_LIMIT with the wait when nothing was granted; a return is
+// OK (quota.requests = what it gave back, when anything).
+func (s *Server) fillLease(out *pb.RateLimitResponse, st *pb.RateLimitResponse_DescriptorStatus, i int, it *item) string {
+	r := &it.lres
+	st.LimitRemaining = clampU32(r.Remaining)
+	if it.lq.Return {
+		st.DurationUntilReset = durationpb.New(r.ResetAfter)
+		if r.Granted > 0 {
+			st.Quota = &pb.RateLimitResponse_Quota{Requests: clampU32(r.Granted)}
+		}
+		s.Metrics.leased(0, r.Granted)
+		return outcomeReturn
+	}
+	s.Metrics.leased(r.Granted, 0)
+	if r.Granted == 0 {
+		st.Code = pb.RateLimitResponse_OVER_LIMIT
+		st.DurationUntilReset = durationpb.New(r.RetryAfter)
+		return outcomeLeaseOver
+	}
+	st.DurationUntilReset = durationpb.New(r.ResetAfter)
+	st.Quota = &pb.RateLimitResponse_Quota{Requests: clampU32(r.Granted)}
+	out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: LeaseHeader,
+		Value: strconv.Itoa(i) + ":" + strconv.FormatInt(r.Stamp, 10) + ":" + strconv.FormatInt(int64(r.Valid/time.Microsecond), 10)})
+	return outcomeLease
 }
 
 // fill sets a decided descriptor's code, remaining and reset.
@@ -431,8 +515,8 @@ func closest(sts []*pb.RateLimitResponse_DescriptorStatus, items []item) *pb.Rat
 	var best *pb.RateLimitResponse_DescriptorStatus
 	minRem := uint32(math.MaxUint32)
 	for i, st := range sts {
-		if it := &items[i]; !it.call && !it.denied || it.in != nil && it.in.refund {
-			continue // no limit, unlimited, hits_addend 0 (nothing known), or a refund
+		if it := &items[i]; !it.call && !it.denied || it.in != nil && (it.in.refund || it.in.leaseCall()) {
+			continue // no limit, unlimited, hits_addend 0 (nothing known), a refund or a lease call
 		}
 		if st.CurrentLimit != nil && st.LimitRemaining < minRem {
 			best, minRem = st, st.LimitRemaining
