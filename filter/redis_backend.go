@@ -40,6 +40,15 @@ import (
 //     is sent a refund (fire and forget; redisrl documents the exact effect),
 //     and local rules were never charged.
 //
+// Coalescing: a VM keeps at most one decision call in flight per (rule,
+// key). A request for a key whose call is in flight waits, and the key's
+// waiting requests go together in the next call, which decides them in
+// arrival order at one instant (redisrl Request.N: as many admitted as the
+// algorithm admits of that many requests one after the other) — a hot key
+// costs a call per round trip instead of one per request; a request for a
+// quiet key goes at once. Each request still gets its own decision, guard
+// and refund.
+//
 // A Redis rule whose decision failed — a nonzero callback status (network
 // error, timeout), an error reply other than NOSCRIPT (MOVED that outlived
 // the host's redirects, CLUSTERDOWN, …), a reply of the wrong shape, a call
@@ -119,6 +128,13 @@ type redisMetrics struct {
 
 // redisState is a Plugin's Redis backend.
 type redisState struct {
+	// Coalescing (keyQueue): the queues by (rule, key) hash, and by the
+	// token of their call in flight.
+	queues map[uint64]*keyQueue
+	qcalls map[uint32]*keyQueue
+	qfree  []*keyQueue
+	qdone  []*redisWait
+
 	p        *Plugin
 	rh       RedisHost
 	cfg      config.Redis
@@ -141,6 +157,28 @@ type redisState struct {
 	m          redisMetrics
 	leaseScan  int64 // next time the tick looks at the lease pools (lease.go)
 }
+
+// keyQueue holds the decisions of one (rule, key) on this VM: at most one
+// script call is in flight for them; requests that arrive meanwhile wait in
+// pending and go together in the next call, which decides them in order
+// (redisrl Request.N) — as many Redis calls as round trips, not requests,
+// for a hot key. Decisions stay those of the algorithm for requests arriving
+// one after the other (redisrl documents the batch's reply).
+type keyQueue struct {
+	hash    uint64
+	rule    int
+	key     []byte
+	sent    []*redisCall // the call in flight's requests in order; nil: given up by the guard
+	pending []*redisCall
+	req     redisrl.Request
+	token   uint32
+	busy    bool
+	eval    bool
+	due     int64 // when the guard gives up on the call in flight
+}
+
+// maxBatch bounds the requests one call decides.
+const maxBatch = 128
 
 // redisRule is the Redis side of one rule (rule.redis).
 type redisRule struct {
@@ -177,6 +215,7 @@ type redisCall struct {
 	leaseOf *leaseRule
 	leased  bool
 	stamp   int64
+	q       *keyQueue // the queue c waits in or was sent by (coalesced decisions)
 }
 
 func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, error) {
@@ -196,6 +235,7 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		waits: make(map[uint32]*redisWait),
 		cmd:   make([]byte, 0, 512),
 	}
+	rs.queues, rs.qcalls = make(map[uint64]*keyQueue), make(map[uint32]*keyQueue)
 	for _, r := range rules {
 		if r.cfg.Backend != config.BackendRedis {
 			continue
@@ -303,7 +343,7 @@ func (rs *redisState) dispatch(s *stream, now int64) remoteWait {
 		c.key = redisrl.AppendKey(c.key, rr.kind, r.id, unsafeString(r.key))
 		c.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.key, Cost: 1}
 		w.missing++
-		rs.send(c, now)
+		rs.enqueue(c, r.hash^(uint64(i)+1)*0x9e3779b97f4a7c15, now)
 	}
 	if w.missing == 0 {
 		return w
@@ -315,6 +355,174 @@ func (rs *redisState) dispatch(s *stream, now int64) remoteWait {
 	rs.waits[w.id] = w
 	s.rwait = w
 	return w
+}
+
+// enqueue sends decision c at once if no call for its (rule, key) is in
+// flight, else queues it for the next one. A hash shared with another
+// (rule, key) sends c alone.
+func (rs *redisState) enqueue(c *redisCall, h uint64, now int64) {
+	q := rs.queues[h]
+	if q == nil {
+		if n := len(rs.qfree); n > 0 {
+			q = rs.qfree[n-1]
+			rs.qfree = rs.qfree[:n-1]
+		} else {
+			q = &keyQueue{key: make([]byte, 0, redisrl.MaxKeyLen)}
+		}
+		q.hash, q.rule, q.key = h, c.rule, append(q.key[:0], c.key...)
+		rs.queues[h] = q
+	} else if q.rule != c.rule || string(q.key) != string(c.key) {
+		rs.send(c, now)
+		return
+	}
+	c.q = q
+	q.pending = append(q.pending, c)
+	if !q.busy {
+		rs.flush(q, now)
+	}
+}
+
+// flush sends q's pending decisions (up to maxBatch) in one call; with none
+// left, q is recycled.
+func (rs *redisState) flush(q *keyQueue, now int64) {
+	for len(q.pending) > 0 {
+		k := min(len(q.pending), maxBatch)
+		q.sent = append(q.sent[:0], q.pending[:k]...)
+		q.pending = q.pending[:copy(q.pending, q.pending[k:])]
+		q.eval = false // EVAL again only after a NOSCRIPT (onQueueReply) or as send does
+		if rs.sendQueue(q, now) {
+			return
+		}
+	}
+	q.sent = q.sent[:0]
+	delete(rs.queues, q.hash)
+	if len(rs.qfree) < maxFreeStreams {
+		rs.qfree = append(rs.qfree, q)
+	}
+}
+
+// sendQueue sends the call of q.sent; a refused call fails them (false).
+func (rs *redisState) sendQueue(q *keyQueue, now int64) bool {
+	why := ""
+	if !rs.initOK && (now-rs.lastInit < redisInitRetry || !rs.init(now)) {
+		why = "proxy_redis_init failed"
+	} else {
+		q.req = q.sent[0].req
+		q.req.Key, q.req.N = q.key, int64(len(q.sent))
+		if k := q.req.Kind & 7; !rs.scriptSeen[k] || now < rs.evalUntil[k] {
+			q.eval = true
+		}
+		if q.eval {
+			rs.cmd = q.req.AppendEval(rs.cmd[:0])
+		} else {
+			rs.cmd = q.req.AppendEvalSHA(rs.cmd[:0])
+		}
+		token, st := rs.rh.RedisCall(rs.cfg.Cluster, rs.cmd)
+		if st == abi.StatusOK {
+			rs.p.host.IncrementMetric(rs.m.calls, 1)
+			q.busy, q.token, q.due = true, token, now+rs.guard
+			rs.qcalls[token] = q
+			if rs.nextDue == 0 || q.due < rs.nextDue {
+				rs.nextDue = q.due
+			}
+			for _, c := range q.sent {
+				c.eval = q.eval
+			}
+			return true
+		}
+		why = "proxy_redis_call: " + st.String()
+	}
+	for _, c := range q.sent {
+		c.q = nil
+		rs.fail(c, why, false)
+		if c.w.missing == 0 {
+			rs.qdone = append(rs.qdone, c.w)
+		}
+	}
+	q.sent = q.sent[:0]
+	return false
+}
+
+// onQueueReply hands each request of q's call its decision (or the
+// call's failure), sends the next call of q's pending requests, then
+// completes the waits that have all their replies.
+func (rs *redisState) onQueueReply(q *keyQueue, status uint32, size int, now int64) {
+	delete(rs.qcalls, q.token)
+	q.busy = false
+	var b redisrl.Batch
+	var err error
+	if status != 0 {
+		err = errors.New("redis call status " + strconv.FormatUint(uint64(status), 10))
+	} else {
+		buf, st := rs.p.host.GetBuffer(abi.BufferRedisCallResponse, 0, size)
+		if st != abi.StatusOK && size > 0 {
+			err = errors.New("reading the redis reply: " + st.String())
+		} else {
+			var v resp.Value
+			if v, err = rs.dec.Parse(buf); err == nil {
+				b, err = redisrl.ParseBatchReply(v, q.req.N)
+			}
+		}
+	}
+	if redisrl.IsNoScript(err) && !q.eval {
+		rs.p.host.IncrementMetric(rs.m.noscript, 1)
+		rs.evalUntil[q.req.Kind&7] = now + noScriptEvalPeriod
+		q.eval = true
+		if rs.sendQueue(q, now) {
+			return
+		}
+	} else {
+		if err == nil {
+			rs.scriptSeen[q.req.Kind&7] = true
+		}
+		for i, c := range q.sent {
+			if c == nil {
+				continue // its wait was given up
+			}
+			c.q = nil
+			if err != nil {
+				rs.fail(c, err.Error(), status == 2)
+			} else {
+				c.done, c.res = true, b.At(int64(i), c.req.Cost)
+				c.w.missing--
+			}
+			if c.w.missing == 0 {
+				rs.qdone = append(rs.qdone, c.w)
+			}
+		}
+		q.sent = q.sent[:0]
+	}
+	rs.flush(q, now)
+	rs.completeQueued(now)
+}
+
+// completeQueued completes the waits whose last reply a queue handed out.
+func (rs *redisState) completeQueued(now int64) {
+	for len(rs.qdone) > 0 {
+		w := rs.qdone[len(rs.qdone)-1]
+		rs.qdone = rs.qdone[:len(rs.qdone)-1]
+		if rs.waits[w.id] == w {
+			rs.complete(w, now)
+		}
+	}
+}
+
+// unqueue removes c (given up by the guard) from its queue.
+func (rs *redisState) unqueue(c *redisCall) {
+	q := c.q
+	c.q = nil
+	for i, x := range q.sent {
+		if x == c {
+			q.sent[i] = nil
+			return
+		}
+	}
+	for i, x := range q.pending {
+		if x == c {
+			q.pending = append(q.pending[:i], q.pending[i+1:]...)
+			return
+		}
+	}
 }
 
 // send sends c (EVALSHA, or EVAL once NOSCRIPT was seen). A refused call
@@ -388,6 +596,14 @@ func (rs *redisState) fail(c *redisCall, why string, timeout bool) {
 
 // onReply handles proxy_on_redis_call_response.
 func (rs *redisState) onReply(token, status uint32, size int) {
+	if q := rs.qcalls[token]; q != nil {
+		now := rs.p.host.Now()
+		rs.onQueueReply(q, status, size, now)
+		if rs.nextDue != 0 && now >= rs.nextDue {
+			rs.expire(now)
+		}
+		return
+	}
 	c := rs.calls[token]
 	if c == nil {
 		return // a reply after the guard gave up, or not ours
@@ -488,6 +704,9 @@ func (rs *redisState) expire(now int64) {
 		for i := range w.calls {
 			c := &w.calls[i]
 			if c.w == w && !c.done {
+				if c.q != nil {
+					rs.unqueue(c)
+				}
 				for t, x := range rs.calls {
 					if x == c {
 						delete(rs.calls, t)
@@ -498,6 +717,31 @@ func (rs *redisState) expire(now int64) {
 		}
 		rs.complete(w, now)
 	}
+	// A queue's call unanswered past its guard (its requests' waits, all
+	// older, were given up above): its reply will be dropped, and the
+	// requests queued behind it go in a new call.
+	for t, q := range rs.qcalls {
+		if q.due > now {
+			if rs.nextDue == 0 || q.due < rs.nextDue {
+				rs.nextDue = q.due
+			}
+			continue
+		}
+		delete(rs.qcalls, t)
+		q.busy = false
+		for _, c := range q.sent {
+			if c != nil { // cannot happen: its wait was older
+				c.q = nil
+				rs.fail(c, "no reply within redis.timeout_ms", true)
+				if c.w.missing == 0 {
+					rs.qdone = append(rs.qdone, c.w)
+				}
+			}
+		}
+		q.sent = q.sent[:0]
+		rs.flush(q, now)
+	}
+	rs.completeQueued(now)
 }
 
 // complete resumes or answers the stream of a wait whose calls are all in.
@@ -594,7 +838,7 @@ func (vm *VM) OnRedisCallResponse(rootID, token, status uint32, size int) {
 	// The root context's own rules or one of its scopes made the call.
 	for i := 0; i < root.configs(); i++ {
 		p := root.configAt(i)
-		if p.redis == nil || p.redis.calls[token] == nil {
+		if p.redis == nil || (p.redis.calls[token] == nil && p.redis.qcalls[token] == nil) {
 			continue
 		}
 		defer func() {

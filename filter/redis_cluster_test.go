@@ -158,10 +158,11 @@ func TestRedisExactAdmissionsAcrossProxies(t *testing.T) {
 				noscript += p.metric(filter.MetricRedisNoScript)
 				failures += p.metric(filter.MetricRedisFailures)
 			}
-			// One decision round trip per request, plus one EVAL for each NOSCRIPT: requests
-			// in flight before a node first sees the script (a cold start) each get one.
+			// At most one decision call per request, plus one EVAL for each NOSCRIPT; a
+			// worker's requests for the key that arrive while its call is in flight go
+			// together in the next one, so a burst on one key takes far fewer.
 			t.Logf("%s: %d calls, of which %d EVAL after NOSCRIPT", alg, calls, noscript)
-			if calls-noscript != requests || failures != 0 {
+			if calls-noscript > requests/2 || calls < 1 || failures != 0 {
 				t.Errorf("redis calls %d (NOSCRIPT %d), failures %d for %d requests", calls, noscript, failures, requests)
 			}
 		})
