@@ -10,9 +10,13 @@ import (
 	"github.com/sluice-proxy/sluice/internal/redisrl"
 )
 
-// Leases (rules[].lease, backend "redis"): a proxy reserves up to N
-// admissions of a (rule, key) pair with one call of the lease script
-// (redisrl.LeaseScript) and spends them locally.
+// Leases (rules[].lease, backend "redis" or "rls"): a proxy reserves up to
+// N admissions of a (rule, key) pair with one call of the lease script
+// (redisrl.LeaseScript: sent to Redis by the Redis backend, run by the
+// rate-limit service for an acquire or return descriptor of the rls
+// backend) and spends them locally. The pools below are the same for both
+// backends; a backend only sends the calls and hands their replies back
+// (leaseBackend).
 //
 // The pool. The admissions a proxy holds for a key live in one shared-data
 // entry, "sluice:<plugin>:<rule>:lease:<slot>", slot = key hash mod max_keys
@@ -21,8 +25,10 @@ import (
 // admission per request. The entry (leaseEntrySize bytes) holds the key's
 // hash, the admissions left, when they expire (host clock), the fixed
 // window they belong to (the acquire's stamp), for the headers what Redis
-// had left at the last grant and when the key resets, and the Redis key
-// (so any worker can return what it reclaims). A key whose
+// had left at the last grant and when the key resets, and the key a return
+// names (the Redis lease key; for rls the rule's key as sent, which a
+// pool holds up to rlsLeaseKeyMax bytes — a longer key is decided like a
+// colliding one), so any worker can return what it reclaims. A key whose
 // slot holds another key's live lease is decided one admission per call
 // (an acquire of 1).
 //
@@ -70,22 +76,79 @@ const (
 
 // leaseEntrySize is the size of a pool entry's header: hash, tokens,
 // expiry, stamp, remaining, reset, touched, want, spent, acquired
-// (little-endian 64-bit each); the Redis key follows.
+// (little-endian 64-bit each); the key a return names follows.
 const leaseEntrySize = 80
 
-// Lease metric names (counters).
+// The longest key a pool entry holds: the Redis lease key (bounded by
+// redisrl), or for rls the rule's key as sent, up to rlsLeaseKeyMax bytes
+// (a longer one is decided one admission per call, as a key whose slot
+// holds another key's pool).
+const (
+	rlsLeaseKeyMax = 512
+	leaseKeyMax    = max(redisrl.MaxLeaseKeyLen, rlsLeaseKeyMax)
+)
+
+// Lease metric names (counters), per backend.
 const (
 	MetricRedisLeased   = "sluice.redis.leased"   // admissions granted to this proxy's leases
 	MetricRedisReturned = "sluice.redis.returned" // unspent admissions sent back to Redis
+	MetricRLSLeased     = "sluice.rls.leased"     // admissions the service granted to this proxy's leases
+	MetricRLSReturned   = "sluice.rls.returned"   // unspent admissions sent back through the service
 )
 
-// leaseRule is the lease side of a Redis rule with "lease".
+// leaseBackend is what the pools need from the remote backend that owns
+// them (redis_backend.go, rls_backend.go): sending the lease script's calls
+// and recording a rule's outcome in a waiting request. The backend hands
+// an acquire's reply (or failure) back to leases.onAcquire, and counts a
+// lost return as a refund that did not land.
+type leaseBackend interface {
+	// leaseSend sends q, an acquire for f (f non-nil) or a return (fire
+	// and forget). It reports false with the reason when the host refused
+	// the call at once.
+	leaseSend(lr *leaseRule, f *leaseFetch, q *redisrl.LeaseRequest, now int64) (why string, ok bool)
+	// leaseLive reports whether waiter x's request still waits for the
+	// decision of its rule.
+	leaseLive(x *leaseWaiter) bool
+	// leaseDecide records decision d of x's rule, from a lease granted
+	// with stamp (a denial when !d.Allowed).
+	leaseDecide(x *leaseWaiter, d algorithms.Decision, stamp int64)
+	// leaseFailed records that x's rule could not be decided
+	// (failure_mode decides it).
+	leaseFailed(x *leaseWaiter, why string, timeout bool)
+	// leaseComplete resumes or answers the stream of w, whose decisions
+	// are all in (root-context callbacks only).
+	leaseComplete(w remoteWait, now int64)
+}
+
+// leases are the lease pools of a Plugin's remote backend.
+type leases struct {
+	p     *Plugin
+	be    leaseBackend
+	rules []*leaseRule
+	scan  int64 // next time the tick looks at the pools
+}
+
+// leasePools returns the lease pools of p's remote backend (nil: p has no
+// rule with "lease").
+func (p *Plugin) leasePools() *leases {
+	switch {
+	case p.redis != nil:
+		return p.redis.leases
+	case p.rls != nil:
+		return p.rls.leases
+	}
+	return nil
+}
+
+// leaseRule is the lease side of a remote rule with "lease".
 type leaseRule struct {
 	kind   algorithms.Kind
 	params algorithms.Params
 	limit  int64 // the Limit of a decision (burst for token_bucket)
 	n      int64
 	inst   int64
+	rule   int // the rule's index
+	keyMax int // the longest key a pool holds (longer: one admission per call)
 	prefix string
 	slots  uint64
 	key    []byte                 // shared-data key scratch
@@ -105,7 +168,7 @@ type leaseEntry struct {
 	// when acquires follow each other within leaseIdle. spent counts the
 	// admissions of the current pool, acquired is the last grant's time.
 	want, spent, acquired int64
-	key                   []byte // the Redis key
+	key                   []byte // what a return names
 }
 
 func (e *leaseEntry) fields() [9]*int64 {
@@ -117,8 +180,8 @@ func (e *leaseEntry) expired(now int64) bool {
 	return now >= e.expiry || now >= e.touched+leaseIdle
 }
 
-func (e *leaseEntry) decode(b []byte) bool {
-	if len(b) < leaseEntrySize || len(b) > leaseEntrySize+redisrl.MaxLeaseKeyLen {
+func (e *leaseEntry) decode(b []byte, keyMax int) bool {
+	if len(b) < leaseEntrySize || len(b) > leaseEntrySize+keyMax {
 		*e = leaseEntry{}
 		return len(b) == 0
 	}
@@ -147,22 +210,43 @@ type leaseFetch struct {
 	hash    uint64
 	pooled  bool // the grant may go into the pool (false: the slot holds another key)
 	sent    int64
+	n       int64 // admissions asked for
 	key     []byte
-	call    redisCall
 	waiters []leaseWaiter
 }
 
+// leaseWaiter is a request waiting for an acquire: rule i of wait w, which
+// belonged to stream id when it started waiting.
 type leaseWaiter struct {
-	w  *redisWait
+	w  remoteWait
 	id uint32
-	c  *redisCall
+	i  int
 }
 
-func (x *leaseWaiter) live() bool {
-	return x.c.w == x.w && x.w.id == x.id && x.w.s != nil && !x.c.done
+func (x *leaseWaiter) base() *waitBase { return x.w.base() }
+
+// newLeases returns the pools of the rules with "lease" among rules (nil
+// when none has one), with the metric names of the backend. keyMax is the
+// longest key a pool holds.
+func newLeases(p *Plugin, be leaseBackend, rules []*rule, instances, keyMax int, leasedName, returnedName string) (*leases, error) {
+	var ls *leases
+	for i, r := range rules {
+		if r.cfg.Lease <= 0 || !r.remote {
+			continue
+		}
+		if ls == nil {
+			ls = &leases{p: p, be: be}
+		}
+		lr, err := ls.newRule(r, i, instances, keyMax, leasedName, returnedName)
+		if err != nil {
+			return nil, err
+		}
+		ls.rules = append(ls.rules, lr)
+	}
+	return ls, nil
 }
 
-func newLeaseRule(p *Plugin, r *rule, instances int) (*leaseRule, error) {
+func (ls *leases) newRule(r *rule, i, instances, keyMax int, leasedName, returnedName string) (*leaseRule, error) {
 	lim := r.cfg.Limiter
 	lr := &leaseRule{
 		kind:   lim.Kind(),
@@ -170,7 +254,9 @@ func newLeaseRule(p *Plugin, r *rule, instances int) (*leaseRule, error) {
 		limit:  r.cfg.Limit,
 		n:      r.cfg.Lease,
 		inst:   int64(max(instances, 1)),
-		prefix: "sluice:" + p.name + ":" + r.id + ":lease:",
+		rule:   i,
+		keyMax: keyMax,
+		prefix: "sluice:" + ls.p.name + ":" + r.id + ":lease:",
 		slots:  uint64(max(r.cfg.MaxKeys, 1)),
 		known:  make(map[uint64]struct{}),
 		fetch:  make(map[uint64]*leaseFetch),
@@ -182,8 +268,8 @@ func newLeaseRule(p *Plugin, r *rule, instances int) (*leaseRule, error) {
 	for _, m := range []struct {
 		id   *uint32
 		name string
-	}{{&lr.leased, MetricRedisLeased}, {&lr.ret, MetricRedisReturned}} {
-		id, st := p.host.DefineMetric(abi.MetricCounter, m.name)
+	}{{&lr.leased, leasedName}, {&lr.ret, returnedName}} {
+		id, st := ls.p.host.DefineMetric(abi.MetricCounter, m.name)
 		if st != abi.StatusOK {
 			return nil, errString("defining metric " + m.name + ": " + st.String())
 		}
@@ -203,11 +289,11 @@ func (lr *leaseRule) slotKey(slot uint64) []byte {
 
 // read returns the pool entry of slot and its CAS token (createCAS when it
 // does not exist). ok is false when shared data fails.
-func (rs *redisState) leaseRead(lr *leaseRule, slot uint64, e *leaseEntry) (cas uint32, ok bool) {
-	v, cas, st := rs.p.host.GetSharedData(lr.slotKey(slot))
+func (ls *leases) read(lr *leaseRule, slot uint64, e *leaseEntry) (cas uint32, ok bool) {
+	v, cas, st := ls.p.host.GetSharedData(lr.slotKey(slot))
 	switch st {
 	case abi.StatusOK:
-		if !e.decode(v) {
+		if !e.decode(v, lr.keyMax) {
 			*e = leaseEntry{} // unreadable: overwritten
 		}
 		return cas, true
@@ -218,69 +304,67 @@ func (rs *redisState) leaseRead(lr *leaseRule, slot uint64, e *leaseEntry) (cas 
 	return 0, false
 }
 
-func (rs *redisState) leaseWrite(lr *leaseRule, slot uint64, e *leaseEntry, cas uint32) abi.Status {
-	var buf [leaseEntrySize + redisrl.MaxLeaseKeyLen]byte
-	return rs.p.host.SetSharedData(lr.slotKey(slot), e.encode(buf[:0]), cas)
+func (ls *leases) write(lr *leaseRule, slot uint64, e *leaseEntry, cas uint32) abi.Status {
+	var buf [leaseEntrySize + leaseKeyMax]byte
+	return ls.p.host.SetSharedData(lr.slotKey(slot), e.encode(buf[:0]), cas)
 }
 
-// leaseTake spends one admission of the pool of (r, hash) into c. It also
-// returns admissions it finds expired in the slot. pooled is false when
-// the slot holds another key's live lease; want is the size the next
-// acquire of this key asks for.
-func (rs *redisState) leaseTake(lr *leaseRule, hash uint64, c *redisCall, now int64) (taken, pooled bool, want int64) {
+// take spends one admission of the pool of (lr, hash): taken reports it,
+// with the decision and the grant's stamp. It also returns admissions it
+// finds expired in the slot. pooled is false when the slot holds another
+// key's live lease; want is the size the next acquire of this key asks for.
+func (ls *leases) take(lr *leaseRule, hash uint64, now int64) (d algorithms.Decision, stamp int64, taken, pooled bool, want int64) {
 	slot := hash % lr.slots
 	for i := 0; i < MaxCASRetries; i++ {
 		var e leaseEntry
-		cas, ok := rs.leaseRead(lr, slot, &e)
+		cas, ok := ls.read(lr, slot, &e)
 		if !ok {
-			return false, false, 1
+			return d, 0, false, false, 1
 		}
 		if e.tokens > 0 && e.expired(now) {
-			rs.leaseReclaim(lr, slot, now, false)
+			ls.reclaim(lr, slot, now, false)
 			continue
 		}
 		if e.hash == hash {
 			want = e.want
 		}
 		if e.tokens == 0 {
-			return false, true, want
+			return d, 0, false, true, want
 		}
 		if e.hash != hash {
-			return false, false, 1
+			return d, 0, false, false, 1
 		}
 		e.tokens--
 		e.spent++
 		e.touched = now
-		switch rs.leaseWrite(lr, slot, &e, cas) {
+		switch ls.write(lr, slot, &e, cas) {
 		case abi.StatusOK:
-			c.done, c.leased, c.stamp = true, true, e.stamp
-			c.res = redisrl.Result{Decision: leaseDecision(lr, &e, now)}
-			return true, true, want
+			return leaseDecision(lr, &e, now), e.stamp, true, true, want
 		case abi.StatusCASMismatch:
 			continue
 		default:
-			return false, false, 1
+			return d, 0, false, false, 1
 		}
 	}
-	return false, false, 1
+	return d, 0, false, false, 1
 }
 
 // leaseDecision is the decision of an admission spent from pool e: Remaining
-// what the pool still holds plus what Redis had left at its last grant
-// (other proxies' pools and spending since are not seen), ResetAfter until
-// the key resets as of that grant.
+// what the pool still holds plus what the global state had left at its
+// last grant (other proxies' pools and spending since are not seen),
+// ResetAfter until the key resets as of that grant.
 func leaseDecision(lr *leaseRule, e *leaseEntry, now int64) algorithms.Decision {
 	return algorithms.Decision{Allowed: true, Limit: lr.limit, Remaining: min(e.tokens+e.remaining, lr.limit),
 		ResetAfter: time.Duration(max(e.reset-now, 0))}
 }
 
-// leaseReclaim takes the admissions of slot out of the pool (compare-and-
-// swap: one worker gets them) and gives them back to Redis: expired ones,
-// or all of them when all is set.
-func (rs *redisState) leaseReclaim(lr *leaseRule, slot uint64, now int64, all bool) {
+// reclaim takes the admissions of slot out of the pool (compare-and-swap:
+// one worker gets them) and gives them back: expired ones, or all of them
+// when all is set.
+func (ls *leases) reclaim(lr *leaseRule, slot uint64, now int64, all bool) {
 	for i := 0; i < MaxCASRetries; i++ {
 		var e leaseEntry
-		cas, ok := rs.leaseRead(lr, slot, &e)
+		cas, ok := ls.read(lr, slot, &e)
 		if !ok || e.tokens == 0 || (!all && !e.expired(now)) {
 			if ok && e.tokens == 0 {
 				delete(lr.known, slot)
@@ -292,10 +376,10 @@ func (rs *redisState) leaseReclaim(lr *leaseRule, slot uint64, now int64, all bo
 		if !all {
 			e.want, e.spent = max(e.spent, 1), 0 // what the unused pool served
 		}
-		switch rs.leaseWrite(lr, slot, &e, cas) {
+		switch ls.write(lr, slot, &e, cas) {
 		case abi.StatusOK:
 			delete(lr.known, slot)
-			rs.leaseReturn(lr, e.key, n, e.stamp, now)
+			ls.giveBack(lr, e.key, n, e.stamp, now)
 			return
 		case abi.StatusCASMismatch:
 			continue
@@ -305,41 +389,43 @@ func (rs *redisState) leaseReclaim(lr *leaseRule, slot uint64, now int64, all bo
 	}
 }
 
-// leaseReturn sends the lease script's return of n admissions of the
-// Redis key (fire and forget).
-func (rs *redisState) leaseReturn(lr *leaseRule, key []byte, n, stamp, now int64) {
+// giveBack sends the lease script's return of n admissions of key (fire
+// and forget).
+func (ls *leases) giveBack(lr *leaseRule, key []byte, n, stamp, now int64) {
 	if n <= 0 || len(key) == 0 {
 		return
 	}
 	k := append([]byte(nil), key...)
-	c := &redisCall{rule: -1, key: k, leaseOf: lr, lr: &redisrl.LeaseRequest{Kind: lr.kind, Params: lr.params,
-		Key: k, N: n, Instances: lr.inst, Return: true, Stamp: stamp}}
-	rs.send(c, now)
-	if !c.failed {
-		rs.p.host.IncrementMetric(lr.ret, n)
+	q := &redisrl.LeaseRequest{Kind: lr.kind, Params: lr.params, Key: k, N: n, Instances: lr.inst, Return: true, Stamp: stamp}
+	if _, ok := ls.be.leaseSend(lr, nil, q, now); ok {
+		ls.p.host.IncrementMetric(lr.ret, n)
 	}
 }
 
-// leaseDispatch decides c (rule i, in w) from its pool, or makes it wait
-// for an acquire. It counts the wait in w.missing.
-func (rs *redisState) leaseDispatch(r *rule, i int, c *redisCall, w *redisWait, now int64) {
-	lr := r.redis.lease
-	taken, pooled, want := rs.leaseTake(lr, r.hash, c, now)
+// dispatch decides rule lr (index i) of the request of w from its pool, or
+// makes it wait for an acquire (counted in w's missing). key is what the
+// acquire names (the Redis lease key; the rule's key for rls).
+func (ls *leases) dispatch(lr *leaseRule, hash uint64, key []byte, w remoteWait, i int, now int64) {
+	x := leaseWaiter{w: w, id: w.base().id, i: i}
+	d, stamp, taken, pooled, want := ls.take(lr, hash, now)
 	if taken {
+		ls.be.leaseDecide(&x, d, stamp)
 		return
 	}
-	w.missing++
-	if f := lr.fetch[r.hash]; f != nil {
-		f.waiters = append(f.waiters, leaseWaiter{w: w, id: w.id, c: c})
+	w.base().missing++
+	if f := lr.fetch[hash]; f != nil {
+		f.waiters = append(f.waiters, x)
 		return
 	}
-	key := append([]byte(nil), c.key...)
-	rs.leaseAcquire(lr, i, r.hash, key, pooled, want, []leaseWaiter{{w: w, id: w.id, c: c}}, now, false)
+	if len(key) > lr.keyMax {
+		pooled = false
+	}
+	ls.acquire(lr, hash, append([]byte(nil), key...), pooled, want, []leaseWaiter{x}, now, false)
 }
 
-// leaseAcquire sends an acquire for the key of hash with the given waiters.
-// A call refused at once fails them (completing their waits when inRoot).
-func (rs *redisState) leaseAcquire(lr *leaseRule, i int, hash uint64, key []byte, pooled bool, want int64, waiters []leaseWaiter, now int64, inRoot bool) {
+// acquire sends an acquire for the key of hash with the given waiters. A
+// call refused at once fails them (completing their waits when inRoot).
+func (ls *leases) acquire(lr *leaseRule, hash uint64, key []byte, pooled bool, want int64, waiters []leaseWaiter, now int64, inRoot bool) {
 	n := lr.n
 	switch {
 	case !pooled:
@@ -347,51 +433,52 @@ func (rs *redisState) leaseAcquire(lr *leaseRule, i int, hash uint64, key []byte
 	case want > 0 && want < n:
 		n = want
 	}
-	f := &leaseFetch{rule: i, hash: hash, key: key, pooled: pooled, sent: now, waiters: waiters}
-	f.call = redisCall{rule: i, fetch: f, leaseOf: lr, key: key,
-		lr: &redisrl.LeaseRequest{Kind: lr.kind, Params: lr.params, Key: key, N: n, Instances: lr.inst}}
+	f := &leaseFetch{rule: lr.rule, hash: hash, key: key, pooled: pooled, sent: now, n: n, waiters: waiters}
 	lr.fetch[hash] = f
-	rs.send(&f.call, now)
-	if f.call.failed {
-		delete(lr.fetch, hash)
-		rs.leaseFail(f, f.call.why, false, now, inRoot)
+	q := &redisrl.LeaseRequest{Kind: lr.kind, Params: lr.params, Key: key, N: n, Instances: lr.inst}
+	if why, ok := ls.be.leaseSend(lr, f, q, now); !ok {
+		ls.failFetch(lr, f, why, false, now, inRoot)
 	}
 }
 
-// leaseFail fails the live waiters of f (failure_mode decides them).
-func (rs *redisState) leaseFail(f *leaseFetch, why string, timeout bool, now int64, inRoot bool) {
-	for k := range f.waiters {
-		x := &f.waiters[k]
-		if !x.live() {
-			continue
-		}
-		rs.fail(x.c, why, timeout)
-		if inRoot && x.w.missing == 0 {
-			rs.complete(x.w, now)
-		}
-	}
-}
-
-// onLeaseReply handles the reply of an acquire or a return (root context).
-func (rs *redisState) onLeaseReply(c *redisCall, res redisrl.LeaseResult, err error, timeout bool, now int64) {
-	lr := c.leaseOf
-	if c.fetch == nil { // a return (counted in returned when sent)
-		if err != nil {
-			rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
-		}
-		return
-	}
-	f := c.fetch
+// failFetch fails the live waiters of acquire f (failure_mode decides
+// them), completing their waits when inRoot.
+func (ls *leases) failFetch(lr *leaseRule, f *leaseFetch, why string, timeout bool, now int64, inRoot bool) {
 	if lr.fetch[f.hash] == f {
 		delete(lr.fetch, f.hash)
 	}
+	for k := range f.waiters {
+		x := &f.waiters[k]
+		if !ls.be.leaseLive(x) {
+			continue
+		}
+		ls.be.leaseFailed(x, why, timeout)
+		ls.countDown(x, now, inRoot)
+	}
+}
+
+// countDown counts x's decision in and completes its wait when it was the
+// last (and inRoot: root-context callbacks only).
+func (ls *leases) countDown(x *leaseWaiter, now int64, inRoot bool) {
+	b := x.base()
+	b.missing--
+	if inRoot && b.missing == 0 {
+		ls.be.leaseComplete(x.w, now)
+	}
+}
+
+// onAcquire handles the reply of acquire f (root context): res, or err
+// when the call failed.
+func (ls *leases) onAcquire(lr *leaseRule, f *leaseFetch, res redisrl.LeaseResult, err error, timeout bool, now int64) {
 	if err != nil {
-		rs.leaseFail(f, err.Error(), timeout, now, true)
+		ls.failFetch(lr, f, err.Error(), timeout, now, true)
 		return
 	}
-	rs.scriptSeen[7] = true
+	if lr.fetch[f.hash] == f {
+		delete(lr.fetch, f.hash)
+	}
 	g := res.Granted
-	rs.p.host.IncrementMetric(lr.leased, g)
+	ls.p.host.IncrementMetric(lr.leased, g)
 	expiry := f.sent + leaseLifetime
 	if res.Valid > 0 {
 		expiry = min(expiry, f.sent+int64(res.Valid))
@@ -401,14 +488,14 @@ func (rs *redisState) onLeaseReply(c *redisCall, res redisrl.LeaseResult, err er
 	var rest []leaseWaiter
 	for k := range f.waiters {
 		x := &f.waiters[k]
-		if !x.live() {
+		if !ls.be.leaseLive(x) {
 			continue
 		}
 		if g > 0 {
 			g--
 			d := res.Decision
 			d.Allowed, d.RetryAfter, d.Remaining = true, 0, g+res.Remaining
-			rs.leaseServe(x, d, res.Stamp, now)
+			ls.serve(x, d, res.Stamp, now)
 			continue
 		}
 		rest = append(rest, *x)
@@ -418,25 +505,22 @@ func (rs *redisState) onLeaseReply(c *redisCall, res redisrl.LeaseResult, err er
 	if g > 0 || f.pooled {
 		left := g
 		if f.pooled {
-			left = rs.leaseDeposit(lr, slot, f.hash, f.key, g, served, res, expiry, resetAt, now)
+			left = ls.deposit(lr, slot, f.hash, f.key, g, served, res, expiry, resetAt, now)
 		}
 		if left > 0 {
-			rs.leaseReturn(lr, f.key, left, res.Stamp, now)
+			ls.giveBack(lr, f.key, left, res.Stamp, now)
 		}
 	}
 	if len(rest) == 0 {
 		return
 	}
 	// Waiters beyond the grant: the pool (other workers' grants), then ask
-	// again while Redis grants; a grant of 0 denies them.
+	// again while the global state grants; a grant of 0 denies them.
 	var still []leaseWaiter
 	for k := range rest {
 		x := &rest[k]
-		if taken, _, _ := rs.leaseTake(lr, f.hash, x.c, now); taken {
-			x.w.missing--
-			if x.w.missing == 0 {
-				rs.complete(x.w, now)
-			}
+		if d, stamp, taken, _, _ := ls.take(lr, f.hash, now); taken {
+			ls.serve(x, d, stamp, now)
 			continue
 		}
 		still = append(still, *x)
@@ -449,7 +533,7 @@ func (rs *redisState) onLeaseReply(c *redisCall, res redisrl.LeaseResult, err er
 			g2.waiters = append(g2.waiters, still...)
 			return
 		}
-		rs.leaseAcquire(lr, f.rule, f.hash, f.key, f.pooled, f.call.lr.N, still, now, true)
+		ls.acquire(lr, f.hash, f.key, f.pooled, f.n, still, now, true)
 		return
 	}
 	for k := range still {
@@ -458,27 +542,23 @@ func (rs *redisState) onLeaseReply(c *redisCall, res redisrl.LeaseResult, err er
 		if d.RetryAfter <= 0 {
 			d.RetryAfter = time.Microsecond
 		}
-		rs.leaseServe(&still[k], d, res.Stamp, now)
+		ls.serve(&still[k], d, res.Stamp, now)
 	}
 }
 
-// leaseServe gives waiter x decision d (root context).
-func (rs *redisState) leaseServe(x *leaseWaiter, d algorithms.Decision, stamp, now int64) {
-	x.c.done, x.c.leased, x.c.stamp = true, d.Allowed, stamp
-	x.c.res = redisrl.Result{Decision: d}
-	x.w.missing--
-	if x.w.missing == 0 {
-		rs.complete(x.w, now)
-	}
+// serve gives waiter x decision d (root context).
+func (ls *leases) serve(x *leaseWaiter, d algorithms.Decision, stamp, now int64) {
+	ls.be.leaseDecide(x, d, stamp)
+	ls.countDown(x, now, true)
 }
 
-// leaseDeposit puts g admissions of a grant into the pool of slot and
-// returns what it could not (the slot holds another key's live lease, or
-// shared data failed). Expired or stale admissions it replaces are returned.
-func (rs *redisState) leaseDeposit(lr *leaseRule, slot, hash uint64, key []byte, g, served int64, res redisrl.LeaseResult, expiry, resetAt, now int64) int64 {
+// deposit puts g admissions of a grant into the pool of slot and returns
+// what it could not (the slot holds another key's live lease, or shared
+// data failed). Expired or stale admissions it replaces are returned.
+func (ls *leases) deposit(lr *leaseRule, slot, hash uint64, key []byte, g, served int64, res redisrl.LeaseResult, expiry, resetAt, now int64) int64 {
 	for i := 0; i < MaxCASRetries; i++ {
 		var e leaseEntry
-		cas, ok := rs.leaseRead(lr, slot, &e)
+		cas, ok := ls.read(lr, slot, &e)
 		if !ok {
 			return g
 		}
@@ -503,11 +583,11 @@ func (rs *redisState) leaseDeposit(lr *leaseRule, slot, hash uint64, key []byte,
 		e.remaining, e.reset, e.touched = res.Remaining, resetAt, now
 		e.spent += served
 		e.acquired = now
-		switch rs.leaseWrite(lr, slot, &e, cas) {
+		switch ls.write(lr, slot, &e, cas) {
 		case abi.StatusOK:
 			lr.known[slot] = struct{}{}
 			if old.tokens > 0 {
-				rs.leaseReturn(lr, old.key, old.tokens, old.stamp, now)
+				ls.giveBack(lr, old.key, old.tokens, old.stamp, now)
 			}
 			return 0
 		case abi.StatusCASMismatch:
@@ -519,19 +599,19 @@ func (rs *redisState) leaseDeposit(lr *leaseRule, slot, hash uint64, key []byte,
 	return g
 }
 
-// leaseRefund gives back the admission a denied request took (rule i of
-// w): to the pool while it still holds that grant's admissions, else to
-// Redis.
-func (rs *redisState) leaseRefund(lr *leaseRule, c *redisCall, hash uint64, now int64) {
+// refund gives back the admission a denied request took from the lease of
+// stamp (key as dispatch named it): to the pool while it still holds that
+// grant's admissions, else through the backend.
+func (ls *leases) refund(lr *leaseRule, key []byte, stamp int64, hash uint64, now int64) {
 	slot := hash % lr.slots
 	for i := 0; i < MaxCASRetries; i++ {
 		var e leaseEntry
-		cas, ok := rs.leaseRead(lr, slot, &e)
-		if !ok || e.hash != hash || e.stamp != c.stamp || e.expired(now) {
+		cas, ok := ls.read(lr, slot, &e)
+		if !ok || e.hash != hash || e.stamp != stamp || e.expired(now) {
 			break
 		}
 		e.tokens++
-		st := rs.leaseWrite(lr, slot, &e, cas)
+		st := ls.write(lr, slot, &e, cas)
 		if st == abi.StatusOK {
 			lr.known[slot] = struct{}{}
 			return
@@ -540,7 +620,7 @@ func (rs *redisState) leaseRefund(lr *leaseRule, c *redisCall, hash uint64, now 
 			break
 		}
 	}
-	rs.leaseReturn(lr, c.key, 1, c.stamp, now)
+	ls.giveBack(lr, key, 1, stamp, now)
 }
 
 // The tick looks at the pools this VM filled at most every leaseScanPeriod
@@ -552,24 +632,20 @@ const (
 	leaseScanMax    = 256
 )
 
-// leaseTick returns the expired admissions of the pools this VM filled
-// (root context's tick), or all of them when all is set (the root ends).
-func (rs *redisState) leaseTick(now int64, all bool) {
-	if !all && now < rs.leaseScan {
+// tick returns the expired admissions of the pools this VM filled (root
+// context's tick), or all of them when all is set (the root ends).
+func (ls *leases) tick(now int64, all bool) {
+	if ls == nil || (!all && now < ls.scan) {
 		return
 	}
-	rs.leaseScan = now + leaseScanPeriod
-	for _, r := range rs.p.rules {
-		if r.redis == nil || r.redis.lease == nil {
-			continue
-		}
-		lr := r.redis.lease
+	ls.scan = now + leaseScanPeriod
+	for _, lr := range ls.rules {
 		n := 0
 		for slot := range lr.known {
 			if n++; !all && n > leaseScanMax {
 				break
 			}
-			rs.leaseReclaim(lr, slot, now, all)
+			ls.reclaim(lr, slot, now, all)
 		}
 	}
 }

@@ -155,7 +155,7 @@ type redisState struct {
 	cmd        []byte
 	dec        resp.Decoder
 	m          redisMetrics
-	leaseScan  int64 // next time the tick looks at the lease pools (lease.go)
+	leases     *leases // the lease pools (lease.go); nil without a rule with "lease"
 }
 
 // keyQueue holds the decisions of one (rule, key) on this VM: at most one
@@ -246,11 +246,14 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		r.remote = true
 		r.redis = &redisRule{kind: lim.Kind(), params: lim.Params(),
 			fallback: newSlotStore(p.host, r.cfg.Fallback, "sluice:"+p.name+":"+r.id+":fallback:", r.cfg.MaxKeys)}
-		if r.cfg.Lease > 0 {
-			var err error
-			if r.redis.lease, err = newLeaseRule(p, r, cfg.Redis.Instances); err != nil {
-				return nil, err
-			}
+	}
+	var err error
+	if rs.leases, err = newLeases(p, rs, rules, cfg.Redis.Instances, redisrl.MaxLeaseKeyLen, MetricRedisLeased, MetricRedisReturned); err != nil {
+		return nil, err
+	}
+	if rs.leases != nil {
+		for _, lr := range rs.leases.rules {
+			rules[lr.rule].redis.lease = lr
 		}
 	}
 	for _, m := range []struct {
@@ -337,7 +340,7 @@ func (rs *redisState) dispatch(s *stream, now int64) remoteWait {
 		*c = redisCall{w: w, rule: i, key: c.key[:0]}
 		if rr.lease != nil {
 			c.key = redisrl.AppendLeaseKey(c.key, rr.kind, r.id, unsafeString(r.key))
-			rs.leaseDispatch(r, i, c, w, now)
+			rs.leases.dispatch(rr.lease, r.hash, c.key, w, i, now)
 			continue
 		}
 		c.key = redisrl.AppendKey(c.key, rr.kind, r.id, unsafeString(r.key))
@@ -634,7 +637,7 @@ func (rs *redisState) onReply(token, status uint32, size int) {
 		c.eval = true
 		rs.send(c, now) // still counted in missing unless send fails it
 		if c.fetch != nil && c.failed {
-			rs.leaseFail(c.fetch, c.why, false, now, true)
+			rs.leases.failFetch(c.leaseOf, c.fetch, c.why, false, now, true)
 			return
 		}
 		if c.w != nil && c.w.missing == 0 {
@@ -643,7 +646,15 @@ func (rs *redisState) onReply(token, status uint32, size int) {
 		return
 	}
 	if c.lr != nil {
-		rs.onLeaseReply(c, lres, err, status == 2, now)
+		switch {
+		case c.fetch != nil:
+			if err == nil {
+				rs.scriptSeen[7] = true
+			}
+			rs.leases.onAcquire(c.leaseOf, c.fetch, lres, err, status == 2, now)
+		case err != nil: // a return that did not land
+			rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
+		}
 		if rs.nextDue != 0 && now >= rs.nextDue {
 			rs.expire(now)
 		}
@@ -683,10 +694,7 @@ func (rs *redisState) expire(now int64) {
 		if c.due <= now {
 			delete(rs.calls, t)
 			if c.fetch != nil {
-				if f := c.fetch; c.leaseOf.fetch[f.hash] == f {
-					delete(c.leaseOf.fetch, f.hash)
-				}
-				rs.leaseFail(c.fetch, "no reply within redis.timeout_ms", true, now, true)
+				rs.leases.failFetch(c.leaseOf, c.fetch, "no reply within redis.timeout_ms", true, now, true)
 			} else {
 				rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
 			}
@@ -775,7 +783,7 @@ func (rs *redisState) refundAdmitted(rw remoteWait, now int64) {
 			continue
 		}
 		if lr := rs.p.rules[i].redis.lease; lr != nil {
-			rs.leaseRefund(lr, c, w.hashes[i], now)
+			rs.leases.refund(lr, c.key, c.stamp, w.hashes[i], now)
 			continue
 		}
 		rf := &redisCall{rule: i, key: append([]byte(nil), c.key...)}
@@ -822,11 +830,49 @@ func (rs *redisState) release(rw remoteWait) {
 // tick runs the guard (proxy_on_tick: a root-context callback).
 func (rs *redisState) tick() {
 	now := rs.p.host.Now()
-	rs.leaseTick(now, false)
+	rs.leases.tick(now, false)
 	if rs.nextDue != 0 && now >= rs.nextDue {
 		rs.expire(now)
 	}
 }
+
+// leaseSend implements leaseBackend: the lease script's call, EVALSHA
+// (EVAL until this VM has seen its reply, as for the algorithms' scripts).
+func (rs *redisState) leaseSend(lr *leaseRule, f *leaseFetch, q *redisrl.LeaseRequest, now int64) (string, bool) {
+	c := &redisCall{rule: -1, key: q.Key, lr: q, fetch: f, leaseOf: lr}
+	if f != nil {
+		c.rule = lr.rule
+	}
+	rs.send(c, now)
+	return c.why, !c.failed
+}
+
+// leaseLive implements leaseBackend.
+func (rs *redisState) leaseLive(x *leaseWaiter) bool {
+	w := x.w.(*redisWait)
+	c := &w.calls[x.i]
+	return c.w == w && w.id == x.id && w.s != nil && !c.done
+}
+
+// leaseDecide implements leaseBackend.
+func (rs *redisState) leaseDecide(x *leaseWaiter, d algorithms.Decision, stamp int64) {
+	c := &x.w.(*redisWait).calls[x.i]
+	c.done, c.leased, c.stamp = true, d.Allowed, stamp
+	c.res = redisrl.Result{Decision: d}
+}
+
+// leaseFailed implements leaseBackend.
+func (rs *redisState) leaseFailed(x *leaseWaiter, why string, timeout bool) {
+	c := &x.w.(*redisWait).calls[x.i]
+	c.done, c.failed, c.why = true, true, why
+	rs.p.host.IncrementMetric(rs.m.failures, 1)
+	if timeout {
+		rs.p.host.IncrementMetric(rs.m.timeouts, 1)
+	}
+}
+
+// leaseComplete implements leaseBackend.
+func (rs *redisState) leaseComplete(w remoteWait, now int64) { rs.complete(w.(*redisWait), now) }
 
 // OnRedisCallResponse receives proxy_on_redis_call_response (the redis
 // build's export dispatches here).

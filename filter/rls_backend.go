@@ -7,6 +7,7 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/internal/redisrl"
 )
 
 // The rate-limit service backend (backend "rls"; both artifacts).
@@ -48,6 +49,17 @@ import (
 // proxy_on_tick, which also cancels the call) — fails each of its rules,
 // and failure_mode decides them as for Redis: open, closed (503), or local
 // (shared data, limit divided by rls.instances).
+//
+// A rule with "lease" (token_bucket, fixed_window) is decided from the
+// lease pools (lease.go), as under the Redis backend: it is in no decision
+// call; an acquire is a call of its own with one descriptor (the rule's
+// entries and sluice.lease = "<n>:<instances>"), answered with the grant in
+// quota.requests and the grant's stamp and validity in an x-sluice-lease
+// header; a return is a call of its own too (sluice.return =
+// "<n>:<stamp>"). Leases never share a call with decisions, so the
+// service's all-or-nothing refund of a denied call never touches a grant,
+// and a request denied after a pool admitted it gives that admission back
+// to the pool.
 
 // GrpcHost is what the rls backend needs from the host beyond abi.Host:
 // the unary gRPC call and the calls that resume a paused stream from a
@@ -69,7 +81,7 @@ const (
 
 // RLS metric names (counters).
 const (
-	MetricRLSCalls          = "sluice.rls.calls"           // ShouldRateLimit calls sent for decisions
+	MetricRLSCalls          = "sluice.rls.calls"           // ShouldRateLimit calls sent for decisions and leases (acquires, returns)
 	MetricRLSFailures       = "sluice.rls.failures"        // rule decisions the service could not make
 	MetricRLSTimeouts       = "sluice.rls.timeouts"        // of which: DEADLINE_EXCEEDED or the guard
 	MetricRLSFailOpen       = "sluice.rls.fail_open"       // failures let through (failure_mode open)
@@ -107,12 +119,14 @@ type rlsState struct {
 	num     []byte // scratch for a refund value
 	res     rlsResponse
 	m       rlsMetrics
+	leases  *leases // the lease pools (lease.go); nil without a rule with "lease"
 }
 
 // rlsRule is the RLS side of one rule (rule.rls).
 type rlsRule struct {
 	entries  []byte     // the encoded entries sluice.rule .. sluice.burst (fixed per rule)
 	fallback *slotStore // failure_mode local: shared data, the limit divided by rls.instances
+	lease    *leaseRule // "lease": N (lease.go); nil without
 }
 
 // rlsWait is one paused request.
@@ -125,11 +139,13 @@ type rlsWait struct {
 }
 
 // rlsCall is one ShouldRateLimit call in flight: a decision call of w, or
-// a refund (w nil).
+// (w nil) a refund, a lease's acquire (fetch) or return (lease alone).
 type rlsCall struct {
 	w     *rlsWait
 	rules []int // rule indices in descriptor order
-	due   int64 // refunds: when the guard gives up on the reply
+	due   int64 // w nil: when the guard gives up on the reply
+	lease *leaseRule
+	fetch *leaseFetch
 }
 
 // rlsResult is one rule's outcome in a wait.
@@ -137,9 +153,9 @@ type rlsResult struct {
 	done, failed, timeout bool
 	why                   string
 	d                     algorithms.Decision
-	token                 bool // the service gave a refund token
-	undone                bool // admitted in a call the service denied: it refunded that itself
-	stamp, ref            int64
+	token                 bool  // the service gave a refund token
+	undone                bool  // admitted in a call the service denied: it refunded that itself
+	stamp, ref            int64 // stamp: for a lease rule, its grant's
 }
 
 func newRLSState(p *Plugin, cfg *config.Config, rules []*rule) (*rlsState, error) {
@@ -175,6 +191,15 @@ func newRLSState(p *Plugin, cfg *config.Config, rules []*rule) (*rlsState, error
 		}
 	}
 	rs.res.init(rs.nrules)
+	var err error
+	if rs.leases, err = newLeases(p, rs, rules, cfg.RLS.Instances, rlsLeaseKeyMax, MetricRLSLeased, MetricRLSReturned); err != nil {
+		return nil, err
+	}
+	if rs.leases != nil {
+		for _, lr := range rs.leases.rules {
+			rules[lr.rule].rls.lease = lr
+		}
+	}
 	for _, m := range []struct {
 		id   *uint32
 		name string
@@ -212,6 +237,10 @@ func (rs *rlsState) dispatch(s *stream, now int64) remoteWait {
 			continue
 		}
 		w.keys[i] = append(w.keys[i][:0], r.key...)
+		if lr := r.rls.lease; lr != nil {
+			rs.leases.dispatch(lr, r.hash, w.keys[i], w, i, now)
+			continue
+		}
 		if r.cfg.Mode == config.ModeEnforce {
 			c0.rules = append(c0.rules, i)
 			continue
@@ -243,23 +272,29 @@ func (rs *rlsState) dispatch(s *stream, now int64) remoteWait {
 }
 
 // send sends rs.msg as call c. A refused decision call fails its rules
-// (and completes its count in the wait).
-func (rs *rlsState) send(c *rlsCall) {
+// (and completes its count in the wait); ok is false, with the reason,
+// when the host refused the call.
+func (rs *rlsState) send(c *rlsCall) (why string, ok bool) {
 	token, st := rs.gh.GrpcCall(rs.cfg.Cluster, RLSService, RLSMethod, rs.msg, uint32(rs.cfg.TimeoutMS))
 	if st != abi.StatusOK {
-		rs.fail(c, "proxy_grpc_call: "+st.String(), false)
-		return
+		why = "proxy_grpc_call: " + st.String()
+		rs.fail(c, why, false)
+		return why, false
 	}
-	if c.w != nil {
+	if c.w != nil || c.lease != nil {
 		rs.p.host.IncrementMetric(rs.m.calls, 1)
 	}
 	rs.calls[token] = c
+	return "", true
 }
 
 // fail fails the rules of c; for a decision call it counts down its wait.
+// A failed acquire is the lease pools' to handle (its waiters fail).
 func (rs *rlsState) fail(c *rlsCall, why string, timeout bool) {
 	if c.w == nil {
-		rs.p.host.IncrementMetric(rs.m.refundFailures, int64(len(c.rules)))
+		if c.fetch == nil {
+			rs.p.host.IncrementMetric(rs.m.refundFailures, int64(len(c.rules)))
+		}
 		return
 	}
 	for _, i := range c.rules {
@@ -287,6 +322,10 @@ func (rs *rlsState) onReceive(token uint32, size int) {
 		err = errors.New("reading the reply: " + st.String())
 	} else {
 		err = rs.res.decode(b, len(c.rules))
+	}
+	if c.lease != nil {
+		rs.onLeaseReply(c, err, false, now)
+		return
 	}
 	if c.w == nil { // a refund
 		if err != nil || rs.res.overall == rlsCodeUnknown {
@@ -343,11 +382,16 @@ func (rs *rlsState) onClose(token, status uint32) {
 	}
 	delete(rs.calls, token)
 	now := rs.p.host.Now()
+	why := "ShouldRateLimit: gRPC status " + grpcCodeName(status)
+	if c.lease != nil {
+		rs.onLeaseReply(c, errors.New(why), status == grpcDeadlineExceeded, now)
+		return
+	}
 	if c.w == nil {
 		rs.p.host.IncrementMetric(rs.m.refundFailures, int64(len(c.rules)))
 		return
 	}
-	rs.fail(c, "ShouldRateLimit: gRPC status "+grpcCodeName(status), status == grpcDeadlineExceeded)
+	rs.fail(c, why, status == grpcDeadlineExceeded)
 	if c.w.missing == 0 {
 		rs.complete(c.w, now)
 	}
@@ -368,7 +412,11 @@ func (rs *rlsState) expire(now int64) {
 		if c.due <= now {
 			delete(rs.calls, t)
 			rs.gh.GrpcCancel(t)
-			rs.p.host.IncrementMetric(rs.m.refundFailures, int64(len(c.rules)))
+			if c.fetch != nil {
+				rs.leases.failFetch(c.lease, c.fetch, "no reply within rls.timeout_ms", true, now, true)
+			} else {
+				rs.p.host.IncrementMetric(rs.m.refundFailures, int64(len(c.rules)))
+			}
 		} else if rs.nextDue == 0 || c.due < rs.nextDue {
 			rs.nextDue = c.due
 		}
@@ -385,6 +433,11 @@ func (rs *rlsState) expire(now int64) {
 				delete(rs.calls, t)
 				rs.gh.GrpcCancel(t)
 				rs.fail(c, "no reply within rls.timeout_ms", true)
+			}
+		}
+		for i := range w.res {
+			if w.applies[i] && rs.p.rules[i].rls != nil && rs.p.rules[i].rls.lease != nil && !w.res[i].done {
+				rs.leaseFailed(&leaseWaiter{w: w, id: w.id, i: i}, "no reply within rls.timeout_ms", true)
 			}
 		}
 		rs.complete(w, now)
@@ -420,6 +473,10 @@ func (rs *rlsState) refundAdmitted(rw remoteWait, now int64) {
 	for i := range w.res {
 		res := &w.res[i]
 		if !res.done || res.failed || res.undone || !res.d.Allowed || rs.p.rules[i].rls == nil {
+			continue
+		}
+		if lr := rs.p.rules[i].rls.lease; lr != nil {
+			rs.leases.refund(lr, w.keys[i], res.stamp, w.hashes[i], now)
 			continue
 		}
 		if !res.token {
@@ -479,10 +536,98 @@ func (rs *rlsState) release(rw remoteWait) {
 // tick runs the guard (proxy_on_tick: a root-context callback).
 func (rs *rlsState) tick() {
 	now := rs.p.host.Now()
+	rs.leases.tick(now, false)
 	if rs.nextDue != 0 && now >= rs.nextDue {
 		rs.expire(now)
 	}
 }
+
+// leaseSend implements leaseBackend: a call with one acquire or return
+// descriptor.
+func (rs *rlsState) leaseSend(lr *leaseRule, f *leaseFetch, q *redisrl.LeaseRequest, now int64) (string, bool) {
+	rs.msg = rs.appendLeaseRequest(rs.msg[:0], lr, q)
+	c := &rlsCall{rules: []int{lr.rule}, lease: lr, fetch: f, due: now + rs.guard}
+	if rs.nextDue == 0 || c.due < rs.nextDue {
+		rs.nextDue = c.due
+	}
+	return rs.send(c)
+}
+
+// onLeaseReply handles the reply (decoded into rs.res unless err) or the
+// failure of lease call c (root context).
+func (rs *rlsState) onLeaseReply(c *rlsCall, err error, timeout bool, now int64) {
+	if c.fetch == nil { // a return (counted in returned when sent)
+		if err == nil && rs.res.st[0].code != rlsCodeOK {
+			err = errors.New("a return answered " + strconv.FormatUint(rs.res.st[0].code, 10))
+		}
+		if err != nil {
+			rs.p.host.IncrementMetric(rs.m.refundFailures, 1)
+		}
+	} else {
+		var res redisrl.LeaseResult
+		if err == nil {
+			res, err = rs.leaseResult(c.lease, c.fetch.n)
+		}
+		if err != nil && !timeout {
+			err = errors.New("lease acquire: " + err.Error())
+		}
+		rs.leases.onAcquire(c.lease, c.fetch, res, err, timeout, now)
+	}
+	if rs.nextDue != 0 && now >= rs.nextDue {
+		rs.expire(now)
+	}
+}
+
+// leaseResult reads the decoded reply of an acquire of n: OK with
+// quota.requests = the grant (1..n) and the x-sluice-lease stamp and
+// validity, or OVER_LIMIT (nothing granted; duration_until_reset is the
+// wait).
+func (rs *rlsState) leaseResult(lr *leaseRule, n int64) (redisrl.LeaseResult, error) {
+	st := &rs.res.st[0]
+	res := redisrl.LeaseResult{Decision: algorithms.Decision{Limit: lr.limit, Remaining: min(int64(st.remaining), lr.limit)}}
+	switch st.code {
+	case rlsCodeOK:
+		g := int64(st.quota)
+		if g < 1 || g > n {
+			return res, errors.New("quota.requests " + strconv.FormatInt(g, 10) + " outside 1.." + strconv.FormatInt(n, 10))
+		}
+		li := &rs.res.leases[0]
+		if !li.ok {
+			return res, errors.New("a grant without " + LeaseHeader)
+		}
+		res.Granted, res.Allowed, res.ResetAfter, res.Stamp, res.Valid = g, true, st.dur, li.stamp, li.valid
+	case rlsCodeOverLimit:
+		res.Remaining, res.ResetAfter, res.RetryAfter = 0, st.dur, st.dur
+	default:
+		return res, errors.New("status code " + strconv.FormatUint(st.code, 10))
+	}
+	return res, nil
+}
+
+// leaseLive implements leaseBackend.
+func (rs *rlsState) leaseLive(x *leaseWaiter) bool {
+	w := x.w.(*rlsWait)
+	return w.id == x.id && w.s != nil && !w.res[x.i].done
+}
+
+// leaseDecide implements leaseBackend.
+func (rs *rlsState) leaseDecide(x *leaseWaiter, d algorithms.Decision, stamp int64) {
+	res := &x.w.(*rlsWait).res[x.i]
+	res.done, res.d, res.stamp = true, d, stamp
+}
+
+// leaseFailed implements leaseBackend.
+func (rs *rlsState) leaseFailed(x *leaseWaiter, why string, timeout bool) {
+	res := &x.w.(*rlsWait).res[x.i]
+	res.done, res.failed, res.timeout, res.why = true, true, timeout, why
+	rs.p.host.IncrementMetric(rs.m.failures, 1)
+	if timeout {
+		rs.p.host.IncrementMetric(rs.m.timeouts, 1)
+	}
+}
+
+// leaseComplete implements leaseBackend.
+func (rs *rlsState) leaseComplete(w remoteWait, now int64) { rs.complete(w.(*rlsWait), now) }
 
 // grpcCodeName names a gRPC status code for a log line.
 func grpcCodeName(c uint32) string {

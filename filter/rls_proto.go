@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/internal/redisrl"
 )
 
 // The protobuf messages of envoy.service.ratelimit.v3, encoded and decoded
@@ -23,7 +24,8 @@ import (
 //	RateLimitResponse    { Code overall_code = 1; repeated DescriptorStatus statuses = 2;
 //	                       repeated config.core.v3.HeaderValue response_headers_to_add = 3; ... }
 //	DescriptorStatus     { Code code = 1; RateLimit current_limit = 2; uint32 limit_remaining = 3;
-//	                       google.protobuf.Duration duration_until_reset = 4; ... }
+//	                       google.protobuf.Duration duration_until_reset = 4; Quota quota = 5; }
+//	Quota                { uint32 requests = 1; google.protobuf.Timestamp valid_until = 2; string id = 3; }
 //	HeaderValue          { string key = 1; string value = 2; bytes raw_value = 3; }
 //	Duration             { int64 seconds = 1; int32 nanos = 2; }
 
@@ -43,9 +45,16 @@ const (
 	rlsKeyBurst     = "sluice.burst"
 	rlsKeyKey       = "sluice.key"
 	rlsKeyRefund    = "sluice.refund"
+	rlsKeyLease     = "sluice.lease"  // an acquire: "<n>:<instances>"
+	rlsKeyReturn    = "sluice.return" // a lease's return: "<n>:<stamp>"
 	// RefundHeader is the response header (response_headers_to_add) that
 	// carries a refund token: "<descriptor index>:<stamp>:<ref>".
 	RefundHeader = "x-sluice-refund"
+	// LeaseHeader is the response header that carries what a granted
+	// acquire's pool needs: "<descriptor index>:<stamp>:<valid_us>" (the
+	// grant's stamp, to name in its return; how long its admissions may be
+	// spent, 0 = no bound from the algorithm).
+	LeaseHeader = "x-sluice-lease"
 )
 
 // Protobuf wire types.
@@ -159,40 +168,75 @@ func escapedKeyLen(key []byte) int {
 // appendRequest appends the RateLimitRequest for the rules (indices) of w:
 // one descriptor each, with its refund entry when refund is set.
 func (rs *rlsState) appendRequest(b []byte, w *rlsWait, rules []int, refund bool) []byte {
-	b = append(b, 1<<3|wireLen)
-	b = appendVarint(b, uint64(len(rs.cfg.Domain)))
-	b = append(b, rs.cfg.Domain...)
+	b = rs.appendDomain(b)
 	for _, i := range rules {
-		fixed := rs.p.rules[i].rls.entries
-		key := w.keys[i]
-		kl := escapedKeyLen(key)
-		keyEntry := 1 + varintLen(uint64(len(rlsKeyKey))) + len(rlsKeyKey) + 1 + varintLen(uint64(kl)) + kl
-		n := len(fixed) + 1 + varintLen(uint64(keyEntry)) + keyEntry
-		if refund {
-			res := &w.res[i]
-			rs.num = strconv.AppendInt(rs.num[:0], res.stamp, 10)
-			rs.num = append(rs.num, ':')
-			rs.num = strconv.AppendInt(rs.num, res.ref, 10)
-			e := 1 + varintLen(uint64(len(rlsKeyRefund))) + len(rlsKeyRefund) + 1 + varintLen(uint64(len(rs.num))) + len(rs.num)
-			n += 1 + varintLen(uint64(e)) + e
+		if !refund {
+			b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], "", nil)
+			continue
 		}
-		b = append(b, 2<<3|wireLen)
-		b = appendVarint(b, uint64(n))
-		b = append(b, fixed...)
-		b = append(b, 1<<3|wireLen)
-		b = appendVarint(b, uint64(keyEntry))
-		b = append(b, 1<<3|wireLen)
-		b = appendVarint(b, uint64(len(rlsKeyKey)))
-		b = append(b, rlsKeyKey...)
-		b = append(b, 2<<3|wireLen)
-		b = appendVarint(b, uint64(kl))
-		b = escapeKey(b, key)
-		if refund {
-			b = appendEntry(b, rlsKeyRefund, rs.num)
-		}
+		res := &w.res[i]
+		rs.num = appendPair(rs.num[:0], res.stamp, res.ref)
+		b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlsKeyRefund, rs.num)
 	}
 	b = append(b, 3<<3|wireVarint)
 	return append(b, 1) // hits_addend
+}
+
+// appendLeaseRequest appends the RateLimitRequest of lease call q of rule
+// lr: one descriptor, the rule's entries and key and sluice.lease =
+// "<n>:<instances>" (an acquire) or sluice.return = "<n>:<stamp>".
+func (rs *rlsState) appendLeaseRequest(b []byte, lr *leaseRule, q *redisrl.LeaseRequest) []byte {
+	b = rs.appendDomain(b)
+	if q.Return {
+		rs.num = appendPair(rs.num[:0], q.N, q.Stamp)
+		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlsKeyReturn, rs.num)
+	} else {
+		rs.num = appendPair(rs.num[:0], q.N, q.Instances)
+		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlsKeyLease, rs.num)
+	}
+	b = append(b, 3<<3|wireVarint)
+	return append(b, 1) // hits_addend
+}
+
+// appendPair appends "<a>:<b>" (decimal).
+func appendPair(b []byte, x, y int64) []byte {
+	b = strconv.AppendInt(b, x, 10)
+	b = append(b, ':')
+	return strconv.AppendInt(b, y, 10)
+}
+
+func (rs *rlsState) appendDomain(b []byte) []byte {
+	b = append(b, 1<<3|wireLen)
+	b = appendVarint(b, uint64(len(rs.cfg.Domain)))
+	return append(b, rs.cfg.Domain...)
+}
+
+// appendDescriptor appends a descriptor (field 2 of RateLimitRequest): the
+// rule's fixed entries, sluice.key (escaped), and the entry extra = val
+// when extra is not empty.
+func appendDescriptor(b, fixed, key []byte, extra string, val []byte) []byte {
+	kl := escapedKeyLen(key)
+	keyEntry := 1 + varintLen(uint64(len(rlsKeyKey))) + len(rlsKeyKey) + 1 + varintLen(uint64(kl)) + kl
+	n := len(fixed) + 1 + varintLen(uint64(keyEntry)) + keyEntry
+	if extra != "" {
+		e := 1 + varintLen(uint64(len(extra))) + len(extra) + 1 + varintLen(uint64(len(val))) + len(val)
+		n += 1 + varintLen(uint64(e)) + e
+	}
+	b = append(b, 2<<3|wireLen)
+	b = appendVarint(b, uint64(n))
+	b = append(b, fixed...)
+	b = append(b, 1<<3|wireLen)
+	b = appendVarint(b, uint64(keyEntry))
+	b = append(b, 1<<3|wireLen)
+	b = appendVarint(b, uint64(len(rlsKeyKey)))
+	b = append(b, rlsKeyKey...)
+	b = append(b, 2<<3|wireLen)
+	b = appendVarint(b, uint64(kl))
+	b = escapeKey(b, key)
+	if extra != "" {
+		b = appendEntry(b, extra, val)
+	}
+	return b
 }
 
 // rlsResponse is a decoded RateLimitResponse: what the filter reads of it.
@@ -201,12 +245,14 @@ type rlsResponse struct {
 	n       int         // statuses decoded
 	st      []rlsStatus // by descriptor index (cap: the most descriptors a call has)
 	refunds []rlsRefund // by descriptor index
+	leases  []rlsLease  // by descriptor index
 }
 
 type rlsStatus struct {
 	code      uint64
 	remaining uint64
 	dur       time.Duration // duration_until_reset
+	quota     uint64        // quota.requests (an acquire's grant)
 }
 
 type rlsRefund struct {
@@ -214,9 +260,17 @@ type rlsRefund struct {
 	stamp, ref int64
 }
 
+// rlsLease is an x-sluice-lease header: a grant's stamp and validity.
+type rlsLease struct {
+	ok    bool
+	stamp int64
+	valid time.Duration
+}
+
 func (r *rlsResponse) init(maxDescriptors int) {
 	r.st = make([]rlsStatus, maxDescriptors)
 	r.refunds = make([]rlsRefund, maxDescriptors)
+	r.leases = make([]rlsLease, maxDescriptors)
 }
 
 var (
@@ -287,8 +341,8 @@ func protoField(b []byte, i int) (num uint64, wt int, v uint64, start, end int, 
 // decode decodes a RateLimitResponse for a call of n descriptors (n ≤ the
 // capacity given to init). A reply that is not a well-formed message, has
 // more statuses than descriptors, or fewer, is an error; unknown fields are
-// skipped. Refund tokens (response_headers_to_add x-sluice-refund) are
-// recorded by descriptor index.
+// skipped. Refund tokens (response_headers_to_add x-sluice-refund) and
+// lease stamps (x-sluice-lease) are recorded by descriptor index.
 func (r *rlsResponse) decode(b []byte, n int) error {
 	r.overall, r.n = 0, 0
 	if n > len(r.st) {
@@ -297,6 +351,7 @@ func (r *rlsResponse) decode(b []byte, n int) error {
 	for k := 0; k < n; k++ {
 		r.st[k] = rlsStatus{}
 		r.refunds[k] = rlsRefund{}
+		r.leases[k] = rlsLease{}
 	}
 	for i := 0; i < len(b); {
 		num, wt, v, s, e, err := protoField(b, i)
@@ -371,9 +426,37 @@ func (st *rlsStatus) decode(b []byte) error {
 				return errors.New("duration_until_reset: " + err.Error())
 			}
 			st.dur = d
+		case 5:
+			if wt != wireLen {
+				return errors.New("quota: wrong wire type")
+			}
+			q, err := decodeQuotaRequests(b[s:e])
+			if err != nil {
+				return errors.New("quota: " + err.Error())
+			}
+			st.quota = q
 		}
 	}
 	return nil
+}
+
+// decodeQuotaRequests reads Quota.requests (its other fields are skipped).
+func decodeQuotaRequests(b []byte) (uint64, error) {
+	var n uint64
+	for i := 0; i < len(b); {
+		num, wt, v, _, e, err := protoField(b, i)
+		if err != nil {
+			return 0, err
+		}
+		i = e
+		if num == 1 {
+			if wt != wireVarint {
+				return 0, errors.New("requests: wrong wire type")
+			}
+			n = uint64(uint32(v))
+		}
+	}
+	return n, nil
 }
 
 func decodeDuration(b []byte) (time.Duration, error) {
@@ -403,8 +486,8 @@ func decodeDuration(b []byte) (time.Duration, error) {
 	return time.Duration(sec)*time.Second + time.Duration(nanos), nil
 }
 
-// header records a refund token from a HeaderValue; other headers are
-// ignored.
+// header records a refund token or a lease stamp from a HeaderValue;
+// other headers are ignored.
 func (r *rlsResponse) header(b []byte, n int) error {
 	var key, val []byte
 	for i := 0; i < len(b); {
@@ -423,14 +506,20 @@ func (r *rlsResponse) header(b []byte, n int) error {
 			val = b[s:e]
 		}
 	}
-	if string(key) != RefundHeader {
-		return nil
+	switch string(key) {
+	case RefundHeader:
+		idx, stamp, ref, ok := parseRefundToken(val)
+		if !ok || idx >= n {
+			return errors.New(RefundHeader + ": malformed token")
+		}
+		r.refunds[idx] = rlsRefund{ok: true, stamp: stamp, ref: ref}
+	case LeaseHeader:
+		idx, stamp, valid, ok := parseRefundToken(val)
+		if !ok || idx >= n || stamp < 0 || valid < 0 || valid > int64(maxRLSDuration/time.Microsecond) {
+			return errors.New(LeaseHeader + ": malformed value")
+		}
+		r.leases[idx] = rlsLease{ok: true, stamp: stamp, valid: time.Duration(valid) * time.Microsecond}
 	}
-	idx, stamp, ref, ok := parseRefundToken(val)
-	if !ok || idx >= n {
-		return errors.New(RefundHeader + ": malformed token")
-	}
-	r.refunds[idx] = rlsRefund{ok: true, stamp: stamp, ref: ref}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // The hand-written decoder reads what go-control-plane encodes: codes, remaining,
@@ -48,6 +49,44 @@ func TestRLSDecodeRoundTrip(t *testing.T) {
 	for _, n := range []int{1, 0} {
 		if err := r.decode(b, n); err == nil {
 			t.Errorf("2 statuses decoded for %d descriptors", n)
+		}
+	}
+}
+
+// An acquire's reply: quota.requests (valid_until and id skipped) and the
+// x-sluice-lease stamp and validity by descriptor index; a malformed or
+// out-of-range x-sluice-lease is an error.
+func TestRLSDecodeLease(t *testing.T) {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 7, DurationUntilReset: durationpb.New(time.Minute),
+				Quota: &rlsv3.RateLimitResponse_Quota{Requests: 10, Id: "x",
+					ExpirationSpecifier: &rlsv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(time.Unix(1, 0))}}},
+			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, DurationUntilReset: durationpb.New(time.Second)},
+		},
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: LeaseHeader, Value: "0:1700000000000000:2500000"}},
+	}
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r rlsResponse
+	r.init(2)
+	if err := r.decode(b, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r.st[0] != (rlsStatus{code: 1, remaining: 7, dur: time.Minute, quota: 10}) || r.st[1] != (rlsStatus{code: 2, dur: time.Second}) {
+		t.Errorf("statuses %+v", r.st)
+	}
+	if r.leases[0] != (rlsLease{true, 1700000000000000, 2500 * time.Millisecond}) || r.leases[1].ok {
+		t.Errorf("leases %+v", r.leases)
+	}
+	for _, v := range []string{"0:1", "2:1:1", "0:-1:5", "0:1:-5", "0:1:99999999999999999"} {
+		resp.ResponseHeadersToAdd[0].Value = v
+		b, _ := proto.Marshal(resp)
+		if err := r.decode(b, 2); err == nil {
+			t.Errorf("%s %q accepted", LeaseHeader, v)
 		}
 	}
 }
@@ -92,6 +131,11 @@ func FuzzRLSResponse(f *testing.F) {
 		Statuses:             []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: 1, LimitRemaining: 3, DurationUntilReset: durationpb.New(time.Second)}},
 		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: RefundHeader, Value: "0:1:2"}}})
 	f.Add(ok, uint8(1))
+	lease, _ := proto.Marshal(&rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: 1, LimitRemaining: 3, DurationUntilReset: durationpb.New(time.Second),
+			Quota: &rlsv3.RateLimitResponse_Quota{Requests: 5}}},
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: LeaseHeader, Value: "0:1:2"}}})
+	f.Add(lease, uint8(1))
 	f.Add([]byte{0x12, 0x7f}, uint8(1))
 	f.Add([]byte{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, uint8(0))
 	f.Add([]byte{0x12, 0x04, 0x22, 0x02, 0x08, 0x7f}, uint8(1))
@@ -108,6 +152,9 @@ func FuzzRLSResponse(f *testing.F) {
 		for k := 0; k < r.n; k++ {
 			if r.st[k].dur < 0 || r.st[k].dur > maxRLSDuration {
 				t.Fatalf("duration %v", r.st[k].dur)
+			}
+			if l := r.leases[k]; l.ok && (l.stamp < 0 || l.valid < 0 || l.valid > maxRLSDuration) {
+				t.Fatalf("lease %+v", l)
 			}
 		}
 	})

@@ -281,9 +281,7 @@ func (vm *VM) OnLog(id uint32) {
 func (vm *VM) OnDone(id uint32) bool {
 	if root := vm.plugins[id]; root != nil {
 		for i := 0; i < root.configs(); i++ {
-			if p := root.configAt(i); p.redis != nil {
-				p.redis.leaseTick(vm.host.Now(), true)
-			}
+			root.configAt(i).leasePools().tick(vm.host.Now(), true)
 		}
 	}
 	return true
