@@ -5,13 +5,15 @@ import (
 	"testing"
 )
 
-// TestLeaseParse: "lease" is accepted on backend redis rules of
+// TestLeaseParse: "lease" is accepted on backend redis and rls rules of
 // token_bucket and fixed_window, within the burst/limit, and refused with a
 // reason everywhere else.
 func TestLeaseParse(t *testing.T) {
 	ok := []struct{ json, summary string }{
 		{doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "burst", `20`, "lease", `20`)), "lease=20"},
 		{doc(redisObj, rule("backend", `"redis"`, "algorithm", `"fixed_window"`, "lease", `10`)), "lease=10"},
+		{doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"token_bucket"`, "burst", `20`, "lease", `20`)), "lease=20"},
+		{doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"fixed_window"`, "lease", `10`)), "lease=10"},
 	}
 	for _, tc := range ok {
 		c, err := Parse([]byte(tc.json))
@@ -27,8 +29,9 @@ func TestLeaseParse(t *testing.T) {
 		t.Fatalf("no lease: %v %+v", err, c)
 	}
 	bad := []struct{ name, json, want string }{
-		{"local", doc("", rule("algorithm", `"fixed_window"`, "lease", `5`)), `rules[0].lease: applies only to backend "redis": a local rule is decided in this proxy's shared data already`},
-		{"rls", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"fixed_window"`, "lease", `5`)), `rules[0].lease: applies only to backend "redis": the rate-limit service decides each request itself (its protocol has no reservation)`},
+		{"local", doc("", rule("algorithm", `"fixed_window"`, "lease", `5`)), `rules[0].lease: applies only to backend "redis" or "rls": a local rule is decided in this proxy's shared data already`},
+		{"rls sliding_log", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"sliding_log"`, "lease", `5`)), `rules[0].lease: applies only to token_bucket and fixed_window, not sliding_log: `},
+		{"rls over limit", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"fixed_window"`, "lease", `11`)), `rules[0].lease: must not exceed the limit (10)`},
 		{"sliding_window", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"sliding_window"`, "lease", `5`)), `rules[0].lease: applies only to token_bucket and fixed_window, not sliding_window: `},
 		{"leaky_bucket", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"leaky_bucket"`, "lease", `5`)), `not leaky_bucket`},
 		{"sliding_log", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"sliding_log"`, "lease", `5`)), `not sliding_log`},

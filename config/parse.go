@@ -388,10 +388,8 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 // leaseRefusal says why a rule cannot have "lease": n, or "" when it can.
 func leaseRefusal(r *Rule, n int64) string {
 	switch {
-	case r.Backend == BackendRLS:
-		return `applies only to backend "redis": the rate-limit service decides each request itself (its protocol has no reservation)`
-	case r.Backend != BackendRedis:
-		return `applies only to backend "redis": a local rule is decided in this proxy's shared data already`
+	case r.Backend != BackendRedis && r.Backend != BackendRLS:
+		return `applies only to backend "redis" or "rls": a local rule is decided in this proxy's shared data already`
 	case r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.FixedWindow:
 		return "applies only to token_bucket and fixed_window, not " + r.Algorithm.String() +
 			": a reserved admission of leaky_bucket, sliding_window or sliding_log would be spent at a later time than the one its script charged, which these algorithms do not allow"
