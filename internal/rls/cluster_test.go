@@ -186,3 +186,76 @@ func TestReplicasDeniedCallsChargeNothing(t *testing.T) {
 	}
 	t.Logf("%d of 1000 admitted", n)
 }
+
+// countingBackend counts the script calls that reach Redis.
+type countingBackend struct {
+	Backend
+	calls atomic.Int64
+}
+
+func (c *countingBackend) Do(ctx context.Context, cmd []byte) ([]byte, error) {
+	c.calls.Add(1)
+	return c.Backend.Do(ctx, cmd)
+}
+
+// Concurrent calls on one key coalesce: far fewer script calls than
+// descriptors, exactly the limit admitted, and each admission refundable on
+// its own (a call with a second, denying descriptor is charged to neither).
+func TestCoalescedCallsStayExact(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			cb := &countingBackend{Backend: backend(t)}
+			_, c := serve(t, Options{InlineDomains: []string{"exact"}, Backend: cb})
+			const calls, limit = 1000, 100
+			key := uniq("k")
+			d := inlineDesc("exact", alg, limit, time.Hour, 0, key)
+			deny := inlineDesc("exact", alg, 1, time.Hour, 0, uniq("deny"))
+			var ok, over, failed atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := 0; i < calls; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ds := []*ratelimitv3.RateLimitDescriptor{d}
+					if i%10 == 0 {
+						ds = append(ds, deny) // denied after the first: d's admission refunded
+					}
+					r, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "exact", Descriptors: ds})
+					switch {
+					case err != nil:
+						failed.Add(1)
+					case r.OverallCode == pb.RateLimitResponse_OK:
+						ok.Add(1)
+					default:
+						over.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			n := cb.calls.Load()
+			t.Logf("%s: %d calls: %d OK, %d over, %d failed; %d script calls", alg, calls, ok.Load(), over.Load(), failed.Load(), n)
+			if failed.Load() != 0 || ok.Load() > limit || ok.Load() < limit-1 {
+				t.Errorf("%d OK, %d failed; want %d (or %d when the one admitted call with the deny descriptor came first)", ok.Load(), failed.Load(), limit, limit-1)
+			}
+			if n >= calls {
+				t.Errorf("%d script calls for %d descriptors on one key: not coalesced", n, calls)
+			}
+			// Refunds landed: the key has exactly what the OK calls took.
+			r, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "exact",
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{inlineDesc("exact", alg, limit, time.Hour, 0, key)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := pb.RateLimitResponse_OVER_LIMIT
+			if ok.Load() < limit {
+				want = pb.RateLimitResponse_OK
+			}
+			if r.OverallCode != want {
+				t.Errorf("after the burst: %v, want %v", r.OverallCode, want)
+			}
+		})
+	}
+}

@@ -103,6 +103,7 @@ type Server struct {
 	anyDom  bool
 	cfg     atomic.Pointer[Config]
 	Metrics *Metrics
+	batch   batcher // coalescing (batch.go)
 }
 
 // New returns a Server.
@@ -277,7 +278,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 					it.lres, it.err = runLease(dctx, s.opts.Backend, it.lq, s.Metrics.noscript)
 					return
 				}
-				it.res, it.err = run(dctx, s.opts.Backend, &it.req, s.Metrics.noscript)
+				it.res, it.err = s.decide(dctx, &it.req)
 				if it.err == nil && it.req.Refund == nil {
 					it.denied = !it.res.Allowed
 				}
