@@ -2,8 +2,8 @@ package algorithms
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math/bits"
+	"strconv"
 )
 
 // stateVersion is the first byte of every encoded state. Bump it when the
@@ -14,9 +14,62 @@ const stateVersion = 1
 // headerSize is the version byte plus the Kind byte.
 const headerSize = 2
 
+// corrupt returns an error that wraps ErrCorruptState: "corrupt rate-limit state: " and
+// format with its %d and %s verbs replaced by args, as fmt.Errorf would give it (the
+// package does not import fmt: in the Wasm guest fmt and the reflect it needs are ~0.2 MB
+// of code that wazero compiles at every start).
 func corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrCorruptState}, args...)...)
+	b := append([]byte(ErrCorruptState.Error()), ": "...)
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' || i+1 == len(format) || len(args) == 0 {
+			b = append(b, format[i])
+			continue
+		}
+		i++
+		b = appendArg(b, args[0])
+		args = args[1:]
+	}
+	return corruptError(b)
 }
+
+// appendArg formats one argument of corrupt: an integer in decimal, a string, or the
+// String() of a value that has one (%d of an integer kind such as Kind gives its number:
+// corrupt's callers pass such values as integers for %d and as themselves for %s).
+func appendArg(b []byte, a any) []byte {
+	switch v := a.(type) {
+	case int:
+		return strconv.AppendInt(b, int64(v), 10)
+	case int8:
+		return strconv.AppendInt(b, int64(v), 10)
+	case int16:
+		return strconv.AppendInt(b, int64(v), 10)
+	case int32:
+		return strconv.AppendInt(b, int64(v), 10)
+	case int64:
+		return strconv.AppendInt(b, v, 10)
+	case uint:
+		return strconv.AppendUint(b, uint64(v), 10)
+	case uint8:
+		return strconv.AppendUint(b, uint64(v), 10)
+	case uint16:
+		return strconv.AppendUint(b, uint64(v), 10)
+	case uint32:
+		return strconv.AppendUint(b, uint64(v), 10)
+	case uint64:
+		return strconv.AppendUint(b, v, 10)
+	case string:
+		return append(b, v...)
+	case interface{ String() string }:
+		return append(b, v.String()...)
+	}
+	return append(b, "%!(unsupported)"...)
+}
+
+// corruptError is corrupt's error.
+type corruptError string
+
+func (e corruptError) Error() string { return string(e) }
+func (e corruptError) Unwrap() error { return ErrCorruptState }
 
 // checkHeader validates the version and kind bytes and, when size >= 0, the
 // exact length.

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tidwall/gjson"
+	gjson "github.com/sluice-proxy/sluice/config/internal/jsonv" // gjson natively, our reader in the guest (jsonv)
 
 	"github.com/sluice-proxy/sluice/algorithms"
 )

@@ -9,7 +9,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/tidwall/gjson"
+	gjson "github.com/sluice-proxy/sluice/config/internal/jsonv" // gjson natively, our reader in the guest (jsonv)
 
 	"github.com/sluice-proxy/sluice/algorithms"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/tidwall/gjson"
+	gjson "github.com/sluice-proxy/sluice/config/internal/jsonv" // gjson natively, our reader in the guest (jsonv)
 )
 
 // Scopes: Higress's per-route, per-domain and per-service configurations.
