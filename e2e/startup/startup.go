@@ -1,0 +1,217 @@
+// Package startup measures how fast `sluice run` answers its first request without a
+// compilation cache, and how much memory it holds once idle (Linux: it reads /proc). The
+// command e2e/cmd/sluice-startup prints its figures; other benchmark commands call Measure.
+//
+// Each round starts `sluice run --workers N --cache-dir "" --listen 127.0.0.1:0` as a child
+// process, polls GET / on the address it prints until an answer comes (any status), and
+// records the time from the process start to that answer and the CPU time the process had
+// used by then (a busy machine inflates it much less than the wall time). It then waits
+// Idle with no traffic, reads VmRSS from /proc/PID/status and stops the child. Several
+// configurations are measured in turn within each round, so that a busy machine slows them
+// alike and their ratios hold.
+package startup
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is one configuration to measure: a sluice binary and the module it runs.
+type Config struct {
+	Sluice, Wasm string
+}
+
+func (c Config) String() string { return c.Sluice + " --wasm " + c.Wasm }
+
+// Options say how to measure.
+type Options struct {
+	Workers int           // --workers (default 2)
+	Rounds  int           // rounds (default 3)
+	Idle    time.Duration // idle time after the first answer before VmRSS is read (default 2 s)
+	// Progress, when set, is called after each measurement.
+	Progress func(round int, c Config, s Sample)
+}
+
+// Sample is one round's figures for one configuration.
+type Sample struct {
+	First time.Duration // wall time from the process start to the first answer
+	CPU   time.Duration // CPU time (user + system) the process used until then
+	RSSKB int           // VmRSS in KiB after the idle time
+}
+
+// Summary is a configuration's medians over the rounds, with the smallest and largest.
+type Summary struct {
+	Config                    Config
+	First, FirstMin, FirstMax time.Duration
+	CPU, CPUMin, CPUMax       time.Duration
+	RSSKB, RSSMinKB, RSSMaxKB int
+	Samples                   []Sample
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("first response %v (min %v, max %v), CPU until then %v (min %v, max %v), idle VmRSS %.1f MB (min %.1f, max %.1f)",
+		s.First.Round(time.Millisecond), s.FirstMin.Round(time.Millisecond), s.FirstMax.Round(time.Millisecond),
+		s.CPU, s.CPUMin, s.CPUMax, MB(s.RSSKB), MB(s.RSSMinKB), MB(s.RSSMaxKB))
+}
+
+// MB converts KiB to MiB.
+func MB(kb int) float64 { return float64(kb) / 1024 }
+
+// Measure measures each configuration Rounds times, interleaved, and returns their summaries
+// in the order given.
+func Measure(configs []Config, o Options) ([]Summary, error) {
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = 3
+	}
+	if o.Idle <= 0 {
+		o.Idle = 2 * time.Second
+	}
+	samples := make([][]Sample, len(configs))
+	for r := 1; r <= o.Rounds; r++ {
+		for i, c := range configs {
+			s, err := Run(c, o.Workers, o.Idle)
+			if err != nil {
+				return nil, fmt.Errorf("%s, round %d: %w", c, r, err)
+			}
+			if o.Progress != nil {
+				o.Progress(r, c, s)
+			}
+			samples[i] = append(samples[i], s)
+		}
+	}
+	out := make([]Summary, len(configs))
+	for i, c := range configs {
+		out[i] = summarize(c, samples[i])
+	}
+	return out, nil
+}
+
+func summarize(c Config, ss []Sample) Summary {
+	var f, cpu []time.Duration
+	var r []int
+	for _, s := range ss {
+		f, cpu, r = append(f, s.First), append(cpu, s.CPU), append(r, s.RSSKB)
+	}
+	slices.Sort(f)
+	slices.Sort(cpu)
+	slices.Sort(r)
+	m := len(ss) / 2
+	return Summary{Config: c, Samples: ss,
+		First: f[m], FirstMin: f[0], FirstMax: f[len(f)-1],
+		CPU: cpu[m], CPUMin: cpu[0], CPUMax: cpu[len(cpu)-1],
+		RSSKB: r[m], RSSMinKB: r[0], RSSMaxKB: r[len(r)-1]}
+}
+
+// Run starts one `sluice run` child for c with the given workers and measures it.
+func Run(c Config, workers int, idle time.Duration) (Sample, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.Sluice, "run", "--wasm", c.Wasm, "--workers", strconv.Itoa(workers), "--cache-dir", "", "--listen", "127.0.0.1:0", "--log-level", "warn")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return Sample{}, err
+	}
+	cmd.Stderr = os.Stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return Sample{}, err
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "sluice: listening on http://"); ok {
+				a, _, _ := strings.Cut(rest, " ")
+				addr <- a
+			}
+		}
+	}()
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a + "/"
+	case <-ctx.Done():
+		return Sample{}, errors.New("sluice run printed no listening line within 60s")
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	var s Sample
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			s.First = time.Since(start)
+			if s.CPU, err = cpuTime(cmd.Process.Pid); err != nil {
+				return Sample{}, err
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			return Sample{}, fmt.Errorf("no answer from %s: %v", url, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	client.CloseIdleConnections()
+	time.Sleep(idle)
+	s.RSSKB, err = vmRSS(cmd.Process.Pid)
+	return s, err
+}
+
+// cpuTime reads the user and system CPU time a process has used so far from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s).
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')') // the command name may hold spaces
+	if i < 0 {
+		return 0, errors.New("short /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	utime, err1 := strconv.Atoi(f[11])
+	stime, err2 := strconv.Atoi(f[12])
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("bad /proc stat")
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// vmRSS reads VmRSS (KiB) from /proc/PID/status.
+func vmRSS(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
