@@ -17,8 +17,11 @@ package redis
 // connection whose oldest call is still unanswered max(4 × timeout, 1 s)
 // after its deadline is closed. A dial, AUTH or read failure
 // fails the calls on that connection with StatusNetworkError; the next call
-// dials again. Nothing is retried but redirects: a retried script could
-// charge twice.
+// dials again. Nothing is retried but redirects and the two refusals that
+// come before the command runs, TRYAGAIN and CLUSTERDOWN (resent after
+// 10 ms, 20 ms, … 50 ms from a fresh slot table while the call's deadline
+// allows; not when MaxRedirects is negative): a script retried after
+// anything else could charge twice.
 //
 // Script calls made before the first slot table wait for it (up to their
 // deadline); once it arrives, a connection to every master is opened at
@@ -48,6 +51,7 @@ type pcall struct {
 	cb        func(Status, []byte)
 	deadline  time.Time
 	redirects int
+	retries   int  // after TRYAGAIN or CLUSTERDOWN
 	discard   bool // the reply of an ASKING sent before an ASK redirect
 	expired   bool // answered StatusTimeout; its reply is dropped (pconn.mu)
 }
@@ -490,8 +494,35 @@ func (pc *pconn) reply(c *pcall, raw []byte) {
 			return
 		}
 	}
+	if raw[0] == '-' && pc.r.maxRedirects >= 0 {
+		switch resp.Classify(raw[1 : len(raw)-2]) {
+		case resp.CodeTryAgain, resp.CodeClusterDown:
+			// Refused before the command ran (the cluster cannot serve
+			// the slot, or a multi-key command during resharding), so
+			// sending it again cannot charge twice: again after a
+			// pause, from a fresh slot table (the same node while it
+			// names none), while the deadline allows.
+			c.retries++
+			wait := min(time.Duration(c.retries)*retryPause, 5*retryPause)
+			if time.Now().Add(wait).Before(c.deadline) {
+				pc.r.refresh()
+				addr := pc.addr
+				time.AfterFunc(wait, func() {
+					if a := pc.r.addrOf(c.slot); a != "" {
+						addr = a
+					}
+					pc.r.send(addr, c, false)
+				})
+				return
+			}
+		}
+	}
 	c.cb(StatusOK, append([]byte(nil), raw...))
 }
+
+// retryPause is the pause before the first resend after TRYAGAIN or
+// CLUSTERDOWN; the n-th waits n times as long, at most 5 times.
+const retryPause = 10 * time.Millisecond
 
 // maxReplyDepth bounds the nesting of arrays in a reply.
 const maxReplyDepth = 32

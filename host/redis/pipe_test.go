@@ -289,3 +289,112 @@ func TestScriptPathBeforeTheSlotTable(t *testing.T) {
 		t.Fatalf("%d calls on the script path, want 20", got)
 	}
 }
+
+// nodeCmd runs a command on node i directly.
+func nodeCmd(t *testing.T, i int, args ...any) any {
+	t.Helper()
+	cl := cluster.Client(i)
+	defer cl.Close()
+	v, err := cl.Do(context.Background(), args...).Result()
+	if err != nil {
+		t.Fatalf("node %d %v: %v", i, args, err)
+	}
+	return v
+}
+
+func askingCalls(t *testing.T, i int) int {
+	info := nodeCmd(t, i, "INFO", "commandstats").(string)
+	for _, l := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(l, "cmdstat_asking:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// A slot being migrated: the owner answers ASK for a key it no longer has,
+// the call goes to the importing node after ASKING, and the slot table is
+// left as it was (ASK is one call's redirect, not a new owner).
+func TestScriptPathFollowsAsk(t *testing.T) {
+	c := newClusters(t, 5*time.Second)
+	r := waitScriptPath(t, c)
+	key := "ask-key"
+	slot := keySlot([]byte(key))
+	owner, err := cluster.NodeOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := (owner + 1) % len(cluster.Addrs)
+	ownerID, destID := nodeCmd(t, owner, "CLUSTER", "MYID"), nodeCmd(t, dest, "CLUSTER", "MYID")
+	nodeCmd(t, dest, "CLUSTER", "SETSLOT", slot, "IMPORTING", ownerID)
+	nodeCmd(t, owner, "CLUSTER", "SETSLOT", slot, "MIGRATING", destID)
+	t.Cleanup(func() {
+		nodeCmd(t, owner, "CLUSTER", "SETSLOT", slot, "STABLE")
+		nodeCmd(t, dest, "CLUSTER", "SETSLOT", slot, "STABLE")
+	})
+	before := askingCalls(t, dest)
+	if st, reply := evalEcho(t, c, key, 7); st != StatusOK || !strings.Contains(reply, ":7\r\n") {
+		t.Fatalf("through ASK: %v %q", st, reply)
+	}
+	if n := askingCalls(t, dest) - before; n != 1 {
+		t.Fatalf("%d ASKING on the importing node, want 1", n)
+	}
+	if got := r.addrOf(slot); got != cluster.Addrs[owner] {
+		t.Fatalf("slot table changed to %q by ASK", got)
+	}
+}
+
+// CLUSTERDOWN comes before the command runs: the call is sent again (after
+// 10 ms, 20 ms, …) while its deadline allows, and succeeds once the slot is
+// served again; with retries off (MaxRedirects < 0) the error is the reply.
+func TestScriptPathRetriesClusterDown(t *testing.T) {
+	c := newClusters(t, 2*time.Second)
+	waitScriptPath(t, c)
+	key := "down-key"
+	slot := keySlot([]byte(key))
+	owner, err := cluster.NodeOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeCmd(t, owner, "CLUSTER", "DELSLOTS", slot)
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			nodeCmd(t, owner, "CLUSTER", "ADDSLOTS", slot)
+		}
+	}
+	t.Cleanup(restore)
+	done := make(chan struct{})
+	var st Status
+	var reply string
+	go func() {
+		defer close(done)
+		st, reply = evalEcho(t, c, key, 7)
+	}()
+	select {
+	case <-done:
+		t.Fatalf("answered while the slot is not served: %v %q", st, reply)
+	case <-time.After(100 * time.Millisecond):
+	}
+	restore()
+	<-done
+	if st != StatusOK || !strings.Contains(reply, ":7\r\n") {
+		t.Fatalf("after the slot came back: %v %q", st, reply)
+	}
+	// With no retries allowed, the error itself is the reply.
+	c = New(map[string][]string{"rc": cluster.Addrs}, Options{MaxRedirects: -1})
+	defer c.Close()
+	if err := c.Init("rc", "", "", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitScriptPath(t, c)
+	nodeCmd(t, owner, "CLUSTER", "DELSLOTS", slot)
+	restored = false
+	if st, reply := evalEcho(t, c, key, 7); st != StatusOK || !strings.HasPrefix(reply, "-CLUSTERDOWN") {
+		t.Fatalf("CLUSTERDOWN without retries: %v %q", st, reply)
+	}
+	restore()
+	waitScriptOK(t, c, key)
+}
