@@ -119,7 +119,7 @@ func TestLeaseKilledProxyNeverDuplicates(t *testing.T) {
 		t.Fatalf("status %d", r.Status)
 	}
 	held := doomed.metric(filter.MetricRedisLeased)
-	doomed.h.Close(context.Background()) // no proxy_on_done: the 9 unspent are not returned
+	doomed.h.Kill() // no proxy_on_done: the 9 unspent are not returned
 	ps := []*redisProxy{startRedisProxy(t, cfg, 2), startRedisProxy(t, cfg, 2)}
 	ok, denied, other := burst(ps, 1000, "carol")
 	t.Logf("killed proxy held %d (1 spent); the others then admitted %d, denied %d", held, ok, denied)

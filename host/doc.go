@@ -273,6 +273,8 @@
 //	snap.Status()                 // the /status document
 //	h.AdminHandler()              // /metrics, /status (JSON), /healthz, each from a Snapshot
 //	h.Tick(ctx)                   // run proxy_on_tick now for every root that has a period set
+//	h.Close(ctx)                  // stop as Envoy does: proxy_on_done, proxy_done, bounded by ctx
+//	h.Kill()                      // stop as a killed proxy: no proxy_on_done (tests of crashes)
 //
 // Exchange sends the request through one worker in a single hand-off: request phase, then
 // upstream(req) on the worker goroutine with the request as the filter left it (so the

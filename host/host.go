@@ -420,6 +420,21 @@ func (h *Host) Close(ctx context.Context) error {
 	return h.rt.Close(context.Background())
 }
 
+// Kill stops the Host as a killed proxy stops: no proxy_on_done, nothing waited for — the
+// workers stop, requests in flight fail with ErrClosed, host calls in flight are abandoned
+// and the runtime is released. Tests use it to model a crash (what a lease does when its
+// proxy dies). After Kill, Close only releases what is left.
+func (h *Host) Kill() error {
+	h.closeMu.Do(func() {
+		close(h.stopping)
+		close(h.closed)
+		for _, w := range h.workers {
+			w.stop()
+		}
+	})
+	return h.rt.Close(context.Background())
+}
+
 // enter admits a request (Exchange, Handler) unless Close has begun; leave ends it.
 func (h *Host) enter() bool {
 	h.inflight.Add(1)

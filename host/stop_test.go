@@ -250,3 +250,25 @@ func TestReconfigureRetireWaitsForProxyDone(t *testing.T) {
 		t.Errorf("after Close: done %d, deleted %d; want 4, 4 (the new roots answer true)", d, del)
 	}
 }
+
+// Kill models a crash: no proxy_on_done, no call made, requests refused afterwards.
+func TestKillRunsNoProxyOnDone(t *testing.T) {
+	b := newHeldBackend(t)
+	h, _ := newHost(t, "stopper", Options{Workers: 2, PluginConfig: []byte("http"),
+		Clusters: map[string]string{"backend": b.srv.URL}})
+	if err := h.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if d, del := stopperMetric(h, "done"), stopperMetric(h, "deleted"); d != 0 || del != 0 {
+		t.Errorf("after Kill: done %d, deleted %d; want 0, 0", d, del)
+	}
+	if _, err := h.Exchange(testCtx(t), &Request{Path: "/"}, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Exchange after Kill: %v, want ErrClosed", err)
+	}
+	if err := h.Close(testCtx(t)); err != nil {
+		t.Errorf("Close after Kill: %v", err)
+	}
+	if b.arrived.Load() != 0 {
+		t.Errorf("%d calls reached the backend", b.arrived.Load())
+	}
+}
