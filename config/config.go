@@ -43,7 +43,7 @@ type Rule struct {
 	// default DefaultMaxKeys).
 	MaxKeys int
 	// Lease is the number of admissions a proxy reserves from the remote
-	// state at once and spends locally (backend "redis", token_bucket and
+	// state at once and spends locally (backend "redis" or "rls", token_bucket and
 	// fixed_window; 0 = no lease: one remote call per request). See
 	// filter/lease.go.
 	Lease int64

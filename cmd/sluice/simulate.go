@@ -71,7 +71,7 @@ Key table:
                  always (default: the rule's max_keys with --config, else 1000).
                  Without it every key keeps its state.
 
-Leases (rules[].lease on a Redis rule; token_bucket and fixed_window):
+Leases (rules[].lease on a Redis or RLS rule; token_bucket and fixed_window):
   --lease N      model a fleet whose proxies reserve up to N admissions per
                  call (the rule's lease with --config) and spend them
                  locally; the report charts global admissions with and
