@@ -7,7 +7,7 @@ BIN       := $(DIST)/sluice
 LISTEN    ?= 127.0.0.1:8080
 ADMIN     ?= 127.0.0.1:9901
 
-.PHONY: all build wasm test bench bench-rls check run e2e-envoy fuzz clean
+.PHONY: all build wasm test bench bench-rls bench-startup check run e2e-envoy fuzz clean
 
 all: build
 
@@ -37,6 +37,14 @@ bench:
 RLSBENCH_FLAGS ?=
 bench-rls:
 	cd bench/rls && $(GO) run ./cmd/rlsbench $(RLSBENCH_FLAGS)
+
+# `sluice run` without a compilation cache: CPU and wall time to the first answer, idle VmRSS
+# (Linux), median of STARTUP_ROUNDS interleaved rounds (e2e/cmd/sluice-startup; more modules or
+# binaries: STARTUP_FLAGS='-wasm a.wasm,b.wasm').
+STARTUP_ROUNDS ?= 3
+STARTUP_FLAGS ?=
+bench-startup: build
+	$(GO) run ./e2e/cmd/sluice-startup -sluice $(BIN) -wasm $(WASM) -rounds $(STARTUP_ROUNDS) $(STARTUP_FLAGS)
 
 # Short fuzzing pass over every fuzz target (FUZZTIME per target).
 FUZZTIME ?= 10s
