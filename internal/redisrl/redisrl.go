@@ -8,6 +8,10 @@
 // PEXPIRE sized to the moment the key becomes equivalent to a fresh one.
 // The semantics are those of package algorithms (exact integer arithmetic in
 // microseconds), and a conformance test checks the scripts against it.
+// One call may also decide N requests of one cost at one instant
+// (Request.N, ParseBatchReply): callers coalesce a hot key's concurrent
+// decisions so, exactly as the algorithm decides N requests arriving one
+// after the other at that instant.
 //
 // Several rules: the keys of different rules live in different slots (and
 // nodes), so no single script can see them all. A request matching several
