@@ -268,6 +268,9 @@ func Parse(data []byte) Value {
 // valueAt reads the value that starts at s[i] (valid JSON); base is the offset of s in the
 // document.
 func valueAt(s string, i, base int) Value {
+	if i >= len(s) {
+		return Value{}
+	}
 	end := skipValue(s, i)
 	v := Value{Raw: s[i:end], Index: base + i}
 	switch c := s[i]; {
@@ -341,6 +344,9 @@ func skipString(s string, i int) int {
 // unquote decodes a string token (with its quotes) of valid JSON. A \u escape of a lone
 // surrogate decodes as U+FFFD, as gjson does.
 func unquote(raw string) string {
+	if len(raw) < 2 || raw[len(raw)-1] != '"' {
+		return "" // not a whole string token: only from invalid input
+	}
 	body := raw[1 : len(raw)-1]
 	esc := false
 	for i := 0; i < len(body); i++ {
@@ -462,6 +468,9 @@ func (v Value) ForEach(fn func(key, value Value) bool) {
 		return
 	}
 	s := v.Raw
+	if s == "" {
+		return
+	}
 	obj := s[0] == '{'
 	key := Value{Type: KindNumber, Num: -1}
 	if obj {

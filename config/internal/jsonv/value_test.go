@@ -46,6 +46,7 @@ func compare(t *testing.T, data []byte) {
 		t.Fatalf("%q: Valid %v, gjson.ValidBytes %v", data, ok, !ok)
 	}
 	if !ok {
+		walkInvalid(Parse(data), 0) // unspecified results, but no panic
 		return
 	}
 	var walk func(path string, v Value, r gjson.Result)
@@ -97,6 +98,23 @@ func compare(t *testing.T, data []byte) {
 		}
 	}
 	walk("", Parse(data), gjson.ParseBytes(data))
+}
+
+// walkInvalid reads everything Parse gave for an invalid document.
+func walkInvalid(v Value, depth int) {
+	_ = v.String()
+	v.Get("name")
+	v.Array()
+	if depth > 8 {
+		return
+	}
+	v.ForEach(func(k, x Value) bool {
+		_ = k.String()
+		if x.Type == KindJSON {
+			walkInvalid(x, depth+1)
+		}
+		return true
+	})
 }
 
 // isPlainName reports whether a gjson path of name is name itself: config asks Get only
