@@ -78,6 +78,7 @@ type rule struct {
 	redis    *redisRule // the Redis side (backend "redis"); nil for a local rule
 	rls      *rlsRule   // the RLS side (backend "rls"); nil for a local rule
 	remote   bool       // decided by p.remote (backend "redis" or "rls")
+	matchAll bool       // the rule has no match conditions (keyFor skips them)
 
 	// Per request.
 	applies bool
@@ -86,7 +87,7 @@ type rule struct {
 	hash    uint64
 	e       entry
 	d       algorithms.Decision
-	state   []byte // new state (cap MaxStateSize)
+	state   []byte // new state: in by's value buffer (slotStore.stateBuf)
 }
 
 type ruleMetrics struct {
@@ -154,6 +155,8 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	rules := make([]*rule, 0, len(cfg.Rules))
 	for _, rc := range cfg.Rules {
 		r := &rule{cfg: rc, id: ruleID(p.scope, rc.Name)}
+		m := &rc.Match
+		r.matchAll = m.PathPrefix == "" && len(m.Methods) == 0 && len(m.Headers) == 0 && len(m.Routes) == 0
 		prefix := "sluice:" + p.name + ":" + r.id + ":"
 		r.store = newSlotStore(p.host, rc.Limiter, prefix, rc.MaxKeys)
 		r.window = ceilSeconds(rc.Window)
@@ -164,7 +167,6 @@ func (p *Plugin) setup(cfg *config.Config) error {
 		r.rlPrefix = []byte(`"` + rc.Name + `";r=`)
 		r.policy = []byte(`"` + rc.Name + `";q=` + strconv.FormatInt(rc.Limit, 10) + ";w=" + strconv.FormatInt(r.window, 10))
 		r.limitStr = make([]byte, 0, 20)
-		r.state = make([]byte, 0, rc.Limiter.MaxStateSize())
 		r.key = make([]byte, 0, 64)
 		names := MetricNames(r.id)
 		ids := [6]*uint32{&r.metrics.allowed, &r.metrics.denied, &r.metrics.shadowDenied, &r.metrics.storeErrors, &r.metrics.evicted, &r.metrics.evictedUsed}
@@ -346,6 +348,7 @@ func (p *Plugin) resume(s *stream, w remoteWait, now int64) abi.Action {
 // remote side decided was charged there) and gives the verdict. A denial
 // refunds the remote admissions of w (nil: no remote rule applies).
 func (p *Plugin) charge(s *stream, w remoteWait, now int64) abi.Action {
+	recheck := false // a commit failed or decided again to deny: the verdict may change
 	for _, r := range p.rules {
 		if !r.applies || r.failed || !r.d.Allowed || r.by == nil {
 			continue
@@ -353,10 +356,17 @@ func (p *Plugin) charge(s *stream, w remoteWait, now int64) abi.Action {
 		if err := p.commit(r, now); err != nil {
 			p.storeFailed(r, err)
 		}
-		if r.e.evicted && !r.failed && r.d.Allowed {
+		if r.failed || !r.d.Allowed {
+			recheck = true
+			continue
+		}
+		if r.e.evicted {
 			p.host.IncrementMetric(r.metrics.evicted, 1)
 			p.host.IncrementMetric(r.metrics.evictedUsed, r.e.evictedUsed)
 		}
+	}
+	if !recheck {
+		return p.admitted(s)
 	}
 	if act, done := p.verdict(s); done {
 		if w != nil {
@@ -396,17 +406,19 @@ func (p *Plugin) admitted(s *stream) abi.Action {
 // keyFor reports whether r applies to the current request: its match holds
 // and every key part is present. It leaves the key in r.key.
 func (p *Plugin) keyFor(r *rule) bool {
-	// Fetch :method and :path only when the match looks at them.
-	m := &r.cfg.Match
-	var method, path string
-	if len(m.Methods) > 0 {
-		method = unsafeString(p.req.getMethod())
-	}
-	if m.PathPrefix != "" {
-		path = unsafeString(p.req.getNormPath())
-	}
-	if !m.MatchesNormal(method, path, p.req.headerF) || !p.routeMatches(m) {
-		return false
+	if !r.matchAll {
+		// Fetch :method and :path only when the match looks at them.
+		m := &r.cfg.Match
+		var method, path string
+		if len(m.Methods) > 0 {
+			method = unsafeString(p.req.getMethod())
+		}
+		if m.PathPrefix != "" {
+			path = unsafeString(p.req.getNormPath())
+		}
+		if !m.MatchesNormal(method, path, p.req.headerF) || !p.routeMatches(m) {
+			return false
+		}
 	}
 	var ok bool
 	r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFPosition())
@@ -465,12 +477,14 @@ func (p *Plugin) evaluate(r *rule, now int64) error {
 	if err := r.by.load(r.hash, now, &r.e); err != nil {
 		return err
 	}
-	st, d, err := r.by.lim.Decide(r.state[:0], r.e.state, now, 1)
-	if errors.Is(err, algorithms.ErrCorruptState) {
+	// The new state is written where the store's value will hold it, after
+	// the slot header: store then writes it without copying it.
+	st, d, err := r.by.lim.Decide(r.by.stateBuf(), r.e.state, now, 1)
+	if err != nil && errors.Is(err, algorithms.ErrCorruptState) {
 		// A state this limiter cannot read (e.g. the rule changed
 		// algorithm under the same name): start the key afresh.
 		r.e.state = nil
-		st, d, err = r.by.lim.Decide(r.state[:0], nil, now, 1)
+		st, d, err = r.by.lim.Decide(r.by.stateBuf(), nil, now, 1)
 	}
 	if err != nil {
 		return err

@@ -92,7 +92,7 @@ func newSlotStore(h SharedData, lim algorithms.Limiter, prefix string, maxKeys i
 		lim:    lim,
 		prefix: len(prefix),
 		kbuf:   make([]byte, 0, len(prefix)+slotKeyExtra),
-		vbuf:   make([]byte, 0, slotHeader+lim.MaxStateSize()),
+		vbuf:   make([]byte, slotHeader, slotHeader+lim.MaxStateSize()),
 		slots:  uint64(maxKeys),
 		ncand:  min(slotCandidates, maxKeys),
 	}
@@ -221,13 +221,23 @@ func (s *slotStore) load(h uint64, now int64, e *entry) error {
 	return nil
 }
 
+// stateBuf returns an empty slice for a new state, placed after the slot
+// header in the buffer store writes from: a state decided into it (and not
+// grown beyond it) is stored without a copy.
+func (s *slotStore) stateBuf() []byte { return s.vbuf[slotHeader:slotHeader] }
+
 // store writes state for e with compare-and-swap. ok is false when another
 // writer got there first (reload and decide again).
 func (s *slotStore) store(e *entry, state []byte) (ok bool, err error) {
-	v := append(s.vbuf[:0], slotVersion)
-	v = binary.LittleEndian.AppendUint64(v, e.ident)
-	v = append(v, state...)
-	s.vbuf = v
+	v := s.vbuf[:slotHeader]
+	if n := slotHeader + len(state); n <= cap(v) && (len(state) == 0 || &state[0] == &v[:n][slotHeader]) {
+		v = v[:n] // state is already in place (stateBuf)
+	} else {
+		v = append(v, state...)
+		s.vbuf = v
+	}
+	v[0] = slotVersion
+	binary.LittleEndian.PutUint64(v[1:slotHeader], e.ident)
 	cas := e.cas
 	if !e.exists {
 		cas = createCAS

@@ -22,29 +22,51 @@ func proxyOnMemoryAllocate(size uint32) uint32 { return allocate(size) }
 //go:wasmexport proxy_on_vm_start
 func proxyOnVMStart(rootID, vmConfigSize uint32) (ret uint32) {
 	enter()
-	defer leave(&ret, 0)
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			ret = 0
+			recovered(r)
+		}
+	}()
 	return b2u(handler.OnVMStart(rootID, int(vmConfigSize)))
 }
 
 //go:wasmexport proxy_on_configure
 func proxyOnConfigure(rootID, pluginConfigSize uint32) (ret uint32) {
 	enter()
-	defer leave(&ret, 0)
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			ret = 0
+			recovered(r)
+		}
+	}()
 	return b2u(handler.OnConfigure(rootID, int(pluginConfigSize)))
 }
 
 //go:wasmexport proxy_on_context_create
 func proxyOnContextCreate(id, parentID uint32) {
-	var ret uint32
 	enter()
-	defer leave(&ret, 0)
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			recovered(r)
+		}
+	}()
 	handler.OnContextCreate(id, parentID)
 }
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
 	enter()
-	defer leave(&ret, uint32(ActionContinue))
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			ret = uint32(ActionContinue)
+			recovered(r)
+		}
+	}()
 	return uint32(handler.OnRequestHeaders(id, int(numHeaders), endOfStream != 0))
 }
 
@@ -57,7 +79,13 @@ func proxyOnRequestTrailers(id, numTrailers uint32) uint32 { return uint32(Actio
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
 	enter()
-	defer leave(&ret, uint32(ActionContinue))
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			ret = uint32(ActionContinue)
+			recovered(r)
+		}
+	}()
 	return uint32(handler.OnResponseHeaders(id, int(numHeaders), endOfStream != 0))
 }
 
@@ -69,32 +97,50 @@ func proxyOnResponseTrailers(id, numTrailers uint32) uint32 { return uint32(Acti
 
 //go:wasmexport proxy_on_log
 func proxyOnLog(id uint32) {
-	var ret uint32
 	enter()
-	defer leave(&ret, 0)
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			recovered(r)
+		}
+	}()
 	handler.OnLog(id)
 }
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(id uint32) (ret uint32) {
 	enter()
-	defer leave(&ret, 1)
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			ret = 1
+			recovered(r)
+		}
+	}()
 	return b2u(handler.OnDone(id))
 }
 
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(id uint32) {
-	var ret uint32
 	enter()
-	defer leave(&ret, 0)
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			recovered(r)
+		}
+	}()
 	handler.OnDelete(id)
 }
 
 //go:wasmexport proxy_on_tick
 func proxyOnTick(rootID uint32) {
-	var ret uint32
 	enter()
-	defer leave(&ret, 0)
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			recovered(r)
+		}
+	}()
 	handler.OnTick(rootID)
 }
 
@@ -111,19 +157,46 @@ var depth int
 func enter() {
 	depth++
 	if depth == 1 {
-		arenaReset()
-		collectIfDue()
+		arenaOff = 0
+		gcChecks++ // a uint8: wraps to 0 every gcCheckEvery (256) callbacks
+		if gcChecks == 0 || arenaOverflow {
+			enterSlow()
+		}
 	}
 }
 
-// leave ends a callback. It must be deferred directly so recover works: on
-// a panic it logs and sets *ret to fallback.
+// enterSlow is enter's rare part, out of line so that enter inlines into
+// every callback: overflow buffers to drop (and perhaps a heap check, when
+// they add up to gcBigBytes), or the periodic heap check.
+func enterSlow() {
+	due := gcChecks == 0
+	if arenaOverflow {
+		arenaOverflow = false
+		clear(arenaBig)
+		arenaBig = arenaBig[:0]
+	}
+	if due || gcBigSince >= gcBigBytes {
+		checkHeap()
+	}
+}
+
+// recovered logs a panic recovered at a callback's end. Each callback ends
+// in its own deferred literal (depth--, then recover, which only works
+// called directly by the deferred function): a deferred call with arguments
+// would cost two more guest function calls per callback (a wrapper and the
+// helper), six callbacks a request.
+func recovered(r any) {
+	var im Imports
+	im.Log(LogCritical, "sluice: recovered from panic: "+panicText(r))
+}
+
+// leave ends a callback that defers it directly (the rarely called ones):
+// on a panic it logs and sets *ret to fallback.
 func leave(ret *uint32, fallback uint32) {
 	depth--
 	if r := recover(); r != nil {
 		*ret = fallback
-		var im Imports
-		im.Log(LogCritical, "sluice: recovered from panic: "+panicText(r))
+		recovered(r)
 	}
 }
 
@@ -155,10 +228,11 @@ func b2u(b bool) uint32 {
 const arenaChunk = 64 << 10
 
 var (
-	arena     = make([]byte, arenaChunk)
-	arenaOff  int
-	arenaBig  [][]byte // overflow allocations, dropped at reset
-	zeroAlloc [8]byte  // returned for size 0: a valid, non-nil address
+	arena         = make([]byte, arenaChunk)
+	arenaOff      int
+	arenaBig      [][]byte // overflow allocations, dropped at reset
+	arenaOverflow bool     // arenaBig is not empty
+	zeroAlloc     [8]byte  // returned for size 0: a valid, non-nil address
 )
 
 func allocate(size uint32) uint32 {
@@ -173,16 +247,9 @@ func allocate(size uint32) uint32 {
 	}
 	b := make([]byte, n) // never starts a collection: see gc_wasip1.go
 	arenaBig = append(arenaBig, b)
+	arenaOverflow = true
 	gcBigSince += uint64(n)
 	return addr(&b[0])
-}
-
-func arenaReset() {
-	arenaOff = 0
-	if len(arenaBig) > 0 {
-		clear(arenaBig)
-		arenaBig = arenaBig[:0]
-	}
 }
 
 func addr(p *byte) uint32 { return uint32(uintptr(unsafe.Pointer(p))) }

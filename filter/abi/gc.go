@@ -10,9 +10,11 @@ import (
 // so that a small heap is not collected on every check.
 const (
 	gcMinBudget = 4 << 20
-	// gcCheckEvery callbacks the heap is measured (a runtime/metrics read); sooner when
-	// large host buffers were allocated meanwhile.
-	gcCheckEvery = 32
+	// gcCheckEvery callbacks the heap is measured (a runtime/metrics read, several µs in
+	// wazero: at 32 it was about a tenth of an allowed request's guest time); sooner when
+	// large host buffers were allocated meanwhile. A request allocates nothing on the Go
+	// heap otherwise, so between two checks the heap grows by little beyond its budget.
+	gcCheckEvery = 256 // gcChecks is a uint8 that wraps
 	gcBigBytes   = 1 << 20
 )
 
@@ -24,19 +26,17 @@ var (
 	}
 	gcAllocsAtLast uint64 // cumulative allocated bytes at the last collection
 	gcLive         uint64 // live heap after the last collection
-	gcCycles       uint64 // collections run by collectIfDue
-	gcChecks       uint32
+	gcCycles       uint64 // collections run by checkHeap
+	gcChecks       uint8  // callbacks since the last periodic check, modulo gcCheckEvery
 	gcBigSince     uint64 // bytes of overflow buffers since the last check
 	gcHeap         uint64 // heap object bytes at the last check or collection
 )
 
-// collectIfDue runs at the start of every top-level callback (never inside
-// proxy_on_memory_allocate). See gc_wasip1.go for why.
-func collectIfDue() {
-	gcChecks++
-	if gcChecks%gcCheckEvery != 0 && gcBigSince < gcBigBytes {
-		return
-	}
+// checkHeap measures the heap and collects when its budget is spent. enter
+// runs it at the start of a top-level callback (never inside
+// proxy_on_memory_allocate: see gc_wasip1.go for why) every gcCheckEvery
+// callbacks, or once the overflow buffers add up to gcBigBytes.
+func checkHeap() {
 	gcBigSince = 0
 	metrics.Read(gcSamples)
 	gcHeap = gcSamples[2].Value.Uint64()
