@@ -7,7 +7,7 @@ BIN       := $(DIST)/sluice
 LISTEN    ?= 127.0.0.1:8080
 ADMIN     ?= 127.0.0.1:9901
 
-.PHONY: all build wasm test bench bench-rls bench-startup check run e2e-envoy fuzz clean
+.PHONY: all build wasm test bench bench-rls bench-startup bench-compare check run e2e-envoy fuzz clean
 
 all: build
 
@@ -45,6 +45,13 @@ STARTUP_ROUNDS ?= 3
 STARTUP_FLAGS ?=
 bench-startup: build
 	$(GO) run ./e2e/cmd/sluice-startup -sluice $(BIN) -wasm $(WASM) -rounds $(STARTUP_ROUNDS) $(STARTUP_FLAGS)
+
+# Issue 12's figures as ratios measured in one run, configurations interleaved, medians of
+# rounds with their range (e2e/cmd/sluice-compare: guest, cycle, sliding, startup by default;
+# e.g. BENCH_COMPARE_FLAGS="-rounds 5 -sections guest").
+BENCH_COMPARE_FLAGS ?=
+bench-compare:
+	$(GO) run ./e2e/cmd/sluice-compare $(BENCH_COMPARE_FLAGS)
 
 # Short fuzzing pass over every fuzz target (FUZZTIME per target).
 FUZZTIME ?= 10s
