@@ -11,9 +11,12 @@ import (
 // per hour, timeout_ms 200 and failure_mode closed, for every algorithm.
 // Asserted: never more than 100 admitted, every other request a 429 with
 // Retry-After or (a call past timeout_ms, failing closed) a 503, nothing
-// else. The goal is no 503 at all; none occurred in most runs here, but on
-// this shared 2-core machine (load 8–13) a stall past 200 ms still happens
-// in some runs, so the count of 503 is logged, not asserted.
+// else. The goal is no 503 at all; none occurred in most runs here (with
+// coalescing, 430–500 Redis calls per 3,000 requests), but on this shared
+// 2-core machine (load 8–18) a stall past 200 ms still happens in some runs
+// — up to all 150 requests in flight timing out at once — so the count of
+// 503 is logged with the proxies' Redis calls, failures and timeouts, not
+// asserted.
 func TestRunRedisBurstWithinTimeout(t *testing.T) {
 	c := testCluster(t)
 	withRedisClusters(t, redisClusterFlag{"redis": c.Addrs})
@@ -23,10 +26,10 @@ func TestRunRedisBurstWithinTimeout(t *testing.T) {
 			cfgPath := writeFile(t, "sluice.json", `{"rules":[{"name":"`+rule+`","key":[{"header":"x-api-key"}],
 "algorithm":"`+alg+`","limit":100,"window":"1h","backend":"redis"}],
 "failure_mode":"closed","redis":{"cluster":"redis","timeout_ms":200,"instances":3}}`)
-			var addrs []string
+			var addrs, admins []string
 			for i := 0; i < 3; i++ {
-				rs, _, _ := startTestRun(t, runConfig{wasm: buildRedisWasm(t), configPath: cfgPath, clusters: clusterFlag{}, workers: 2})
-				addrs = append(addrs, rs.listenAddr)
+				rs, _, _ := startTestRun(t, runConfig{wasm: buildRedisWasm(t), configPath: cfgPath, clusters: clusterFlag{}, workers: 2, admin: "127.0.0.1:0"})
+				addrs, admins = append(addrs, rs.listenAddr), append(admins, rs.adminAddr)
 			}
 			const requests, inFlight = 3000, 150
 			start := time.Now()
@@ -34,6 +37,13 @@ func TestRunRedisBurstWithinTimeout(t *testing.T) {
 			ok, denied, unavailable, other := r.ok, r.denied, r.unavailable, r.other-r.unavailable
 			t.Logf("%s: %d requests (%d in flight) in %v: %d admitted, %d denied, %d 503, %d other", alg, requests, inFlight,
 				time.Since(start).Round(time.Millisecond), ok, denied, unavailable, other)
+			var calls, timeouts, failures int64
+			for _, a := range admins {
+				calls += metricValue(t, a, "sluice_redis_calls")
+				timeouts += metricValue(t, a, "sluice_redis_timeouts")
+				failures += metricValue(t, a, "sluice_redis_failures")
+			}
+			t.Logf("%s: %d Redis calls; %d decisions failed, %d of them timeouts", alg, calls, failures, timeouts)
 			if ok > 100 || other != 0 || ok+denied+unavailable != requests {
 				t.Fatalf("admitted %d denied %d 503 %d other %d, want at most 100 admitted and only 429 or 503 otherwise", ok, denied, unavailable, other)
 			}
