@@ -438,7 +438,9 @@ func (rs *redisState) sendQueue(q *keyQueue, now int64) bool {
 	for _, c := range q.sent {
 		c.q = nil
 		rs.fail(c, why, false)
-		if c.w.missing == 0 {
+		// A wait not yet registered is dispatch's, which completes it
+		// itself (sent from a stream's callback: only its own request).
+		if c.w.missing == 0 && rs.waits[c.w.id] == c.w {
 			rs.qdone = append(rs.qdone, c.w)
 		}
 	}

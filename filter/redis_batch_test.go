@@ -115,3 +115,29 @@ func TestRedisCoalescedGuard(t *testing.T) {
 		t.Fatal(fmt.Sprint("the key stayed held: ", r.f.order))
 	}
 }
+
+// A call the host refuses fails its request at once, from the request's own callback; the
+// wait it leaves behind is not completed again later, when reused by another request.
+func TestRedisRefusedCallIsCompletedOnce(t *testing.T) {
+	r := startRedisRig(t, redisRuleConfig("closed", ""))
+	r.f.callStatus = 2 // refused
+	a, _ := r.request("alice")
+	if lr := r.f.local[a]; lr == nil || lr.Status != 503 {
+		t.Fatalf("refused call: %+v", lr)
+	}
+	r.end(a)
+	r.f.callStatus = 0
+	b, _ := r.request("bob") // reuses alice's wait
+	r.f.Now_ += 1e6
+	r.f.effective = 1
+	r.vm.OnTick(1)
+	c, _ := r.request("carol")
+	r.answer(r.lastToken(), 0, replyAdmit) // carol's reply: a root callback
+	if r.f.local[b] != nil || len(r.f.continued) != 1 || !r.continuedOnce(c) {
+		t.Fatalf("bob answered before his reply: %+v, continued %v", r.f.local[b], r.f.continued)
+	}
+	r.answer(r.f.order[0], 0, replyAdmit)
+	if !r.continuedOnce(b) {
+		t.Fatalf("bob: continued %v", r.f.continued)
+	}
+}
