@@ -68,6 +68,7 @@ import (
 type GrpcHost interface {
 	GrpcCall(cluster, serviceName, method string, message []byte, timeoutMS uint32) (token uint32, st abi.Status)
 	GrpcCancel(token uint32) abi.Status
+	Done() abi.Status
 	SetEffectiveContext(id uint32) abi.Status
 	ContinueStream() abi.Status
 	SetTickPeriod(ms uint32) abi.Status
@@ -650,6 +651,9 @@ func (vm *VM) OnGrpcReceive(rootID, token uint32, size int) {
 		}()
 		p.rls.onReceive(token, size)
 	}
+	if len(vm.donePending) > 0 {
+		vm.maybeDone(rootID)
+	}
 }
 
 // OnGrpcClose implements abi.GrpcHandler.
@@ -661,6 +665,9 @@ func (vm *VM) OnGrpcClose(rootID, token, status uint32) {
 			}
 		}()
 		p.rls.onClose(token, status)
+	}
+	if len(vm.donePending) > 0 {
+		vm.maybeDone(rootID)
 	}
 }
 

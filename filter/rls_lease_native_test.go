@@ -148,14 +148,47 @@ func TestRLSLeaseReturn(t *testing.T) {
 	id, _ = r.request("dan")
 	r.answer(r.lastToken(), grantReply(10, 90, time.Hour))
 	r.end(id)
-	r.vm.OnDone(1)
+	// The root ends with its return in flight: it answers false from
+	// proxy_on_done (a host deletes a root's gRPC calls with it) and calls
+	// proxy_done once the return has ended.
+	if r.vm.OnDone(1) {
+		t.Fatal("proxy_on_done answered true with a return in flight")
+	}
 	if e := r.lastEntry(r.lastToken()); e != "sluice.return=9:"+stamp || !strings.Contains(descriptorEntries(r.f.sent[r.lastToken()], 0), "dan sluice.return=") {
 		t.Fatalf("at the end: %s", e)
+	}
+	if r.f.done != 0 {
+		t.Fatalf("proxy_done before the return ended")
 	}
 	// A return the service could not make counts as a refund failure.
 	r.close(r.lastToken(), 14)
 	if r.metric(filter.MetricRLSRefundFailures) != 1 {
 		t.Fatalf("refund failures %d", r.metric(filter.MetricRLSRefundFailures))
+	}
+	if r.f.done != 1 {
+		t.Fatalf("proxy_done called %d times after the last return ended, want 1", r.f.done)
+	}
+}
+
+// A root whose return is never answered still ends: the guard gives the
+// call up on a tick, and proxy_done follows. A root with nothing in flight
+// answers true at once.
+func TestRLSLeaseDoneAfterGuard(t *testing.T) {
+	r := startRLSRig(t, rlsLeaseConfig(10, ""))
+	id, _ := r.request("erin")
+	r.answer(r.lastToken(), grantReply(10, 90, time.Hour))
+	r.end(id)
+	if r.vm.OnDone(1) {
+		t.Fatal("proxy_on_done answered true with a return in flight")
+	}
+	r.f.Now_ += int64(time.Second)
+	r.vm.OnTick(1)
+	if r.f.done != 1 {
+		t.Fatalf("proxy_done called %d times after the guard gave the return up, want 1", r.f.done)
+	}
+	q := startRLSRig(t, rlsLeaseConfig(10, ""))
+	if !q.vm.OnDone(1) || q.f.done != 0 {
+		t.Fatalf("a root with nothing in flight: proxy_on_done false or proxy_done called (%d)", q.f.done)
 	}
 }
 

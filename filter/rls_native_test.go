@@ -39,6 +39,7 @@ type rlsFake struct {
 	inStream   uint32 // the stream whose callback runs (0: root callback)
 	quiet      bool   // keep no record of the calls (allocation test)
 	foreign    []string
+	done       int // proxy_done calls
 	t          *testing.T
 }
 
@@ -89,6 +90,8 @@ func (f *rlsFake) ContinueStream() abi.Status {
 	f.continued = append(f.continued, f.effective)
 	return abi.StatusOK
 }
+
+func (f *rlsFake) Done() abi.Status { f.done++; return abi.StatusOK }
 
 func (f *rlsFake) SetTickPeriod(ms uint32) abi.Status { f.tickMS = ms; return abi.StatusOK }
 

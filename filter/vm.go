@@ -56,6 +56,10 @@ type VM struct {
 
 	debugID, debugLast uint64 // sluice_debug builds only
 
+	// Root contexts that answered false from proxy_on_done: their rls
+	// calls (lease returns, refunds) are still in flight (see OnDone).
+	donePending []uint32
+
 	// The guest's own heap, reported as GCCyclesMetric and HeapBytesMetric.
 	gcID, heapID          uint32
 	metricsDefined        bool
@@ -278,13 +282,70 @@ func (vm *VM) OnLog(id uint32) {
 // OnDone implements abi.Handler. A root context that ends (the proxy stops,
 // or a new configuration replaced it and it drained) gives back the
 // admissions its leases still hold (lease.go).
+//
+// Under backend "rls" those returns are gRPC calls, and a host deletes a
+// root context's gRPC calls with it (Envoy's Context::~Context cancels
+// them), so a root with rls calls in flight answers false and calls
+// proxy_done once the last of them is answered, failed or given up by the
+// guard (maybeDone) — as proxy-wasm-cpp-host's WasmBase::startShutdown
+// expects of a root that still has work. Redis calls need no wait: a
+// command sent cannot be unsent.
 func (vm *VM) OnDone(id uint32) bool {
-	if root := vm.plugins[id]; root != nil {
-		for i := 0; i < root.configs(); i++ {
-			root.configAt(i).leasePools().tick(vm.host.Now(), true)
+	root := vm.plugins[id]
+	if root == nil {
+		return true
+	}
+	vm.returnLeases(root)
+	if rlsInFlight(root) == nil {
+		return true
+	}
+	vm.donePending = append(vm.donePending, id)
+	return false
+}
+
+// returnLeases gives back what root's lease pools hold.
+func (vm *VM) returnLeases(root *Plugin) {
+	for i := 0; i < root.configs(); i++ {
+		root.configAt(i).leasePools().tick(vm.host.Now(), true)
+	}
+}
+
+// rlsInFlight returns the rls backend of one of root's configurations that
+// has calls in flight; nil if none has.
+func rlsInFlight(root *Plugin) *rlsState {
+	for i := 0; i < root.configs(); i++ {
+		if rs := root.configAt(i).rls; rs != nil && len(rs.calls) > 0 {
+			return rs
 		}
 	}
-	return true
+	return nil
+}
+
+// maybeDone calls proxy_done for root context id if it answered false from
+// proxy_on_done and its last rls call has ended. A grant that arrived in
+// the meantime is returned first (its return is one more call to wait for).
+func (vm *VM) maybeDone(id uint32) {
+	k := -1
+	for i, d := range vm.donePending {
+		if d == id {
+			k = i
+		}
+	}
+	root := vm.plugins[id]
+	if k < 0 || root == nil {
+		return
+	}
+	vm.returnLeases(root)
+	if rlsInFlight(root) != nil {
+		return
+	}
+	vm.donePending = append(vm.donePending[:k], vm.donePending[k+1:]...)
+	for i := 0; i < root.configs(); i++ {
+		if rs := root.configAt(i).rls; rs != nil {
+			rs.gh.Done()
+			return
+		}
+	}
 }
 
 // OnDelete implements abi.Handler.
@@ -314,6 +375,9 @@ func (vm *VM) OnTick(rootID uint32) {
 			if p := root.configAt(i); p.remote != nil {
 				p.remote.tick()
 			}
+		}
+		if len(vm.donePending) > 0 {
+			vm.maybeDone(rootID)
 		}
 	}
 }

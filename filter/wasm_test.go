@@ -21,6 +21,7 @@ var wantProxyImports = []string{
 	"proxy_add_header_map_value",
 	"proxy_continue_stream",
 	"proxy_define_metric",
+	"proxy_done",
 	"proxy_get_buffer_bytes",
 	"proxy_get_header_map_pairs",
 	"proxy_get_header_map_value",
@@ -36,8 +37,11 @@ var wantProxyImports = []string{
 	"proxy_set_tick_period_milliseconds",
 }
 
-// The gRPC calls (the rls backend), which the proxytest emulator lacks.
-var grpcImports = []string{"proxy_grpc_call", "proxy_grpc_cancel"}
+// The gRPC calls (the rls backend), which the proxytest emulator lacks, and
+// proxy_done, which only the rls backend needs (a stopping root waits for its
+// gRPC returns; cpp-host include/proxy-wasm/exports.h registers it as
+// proxy_done) and is declared beside them.
+var grpcImports = []string{"proxy_done", "proxy_grpc_call", "proxy_grpc_cancel"}
 
 // The gRPC callbacks sluice.wasm exports (the nogrpc build does not).
 var grpcExports = []string{

@@ -19,6 +19,9 @@ func proxyGrpcCall(service unsafe.Pointer, serviceSize uint32, serviceName unsaf
 //go:wasmimport env proxy_grpc_cancel
 func proxyGrpcCancel(token uint32) uint32
 
+//go:wasmimport env proxy_done
+func proxyDone() uint32
+
 // GrpcCall sends one unary gRPC request (the serialized message) to method
 // of serviceName on cluster (proxy_grpc_call; no initial metadata); the
 // reply arrives in proxy_on_grpc_receive or proxy_on_grpc_close with the
@@ -33,6 +36,13 @@ func (*Imports) GrpcCall(cluster, serviceName, method string, message []byte, ti
 // GrpcCancel abandons the call of token (proxy_grpc_cancel): no callback
 // follows.
 func (*Imports) GrpcCancel(token uint32) Status { return Status(proxyGrpcCancel(token)) }
+
+// Done tells the host that the root context which answered false from
+// proxy_on_done has finished (proxy_done; cpp-host's WasmBase::done, which
+// then deletes it). Only the rls backend needs it (its lease returns are
+// gRPC calls, which the host cancels when the root is deleted), so it lives
+// with the gRPC imports.
+func (*Imports) Done() Status { return Status(proxyDone()) }
 
 //go:wasmexport proxy_on_grpc_receive
 func proxyOnGrpcReceive(rootID, token, size uint32) {
