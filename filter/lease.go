@@ -74,10 +74,22 @@ const (
 	leaseLifetime = int64(30 * time.Second)
 )
 
+// An acquire that got nothing holds the key's denial in its pool entry for
+// the script's Retry-After, at most leaseHold: until then the proxy's
+// requests for the key are denied from shared data, without a call. A key
+// far over its limit then costs at most one call per leaseHold per proxy
+// (fixed_window) or one per refilled admission (token_bucket: the wait is
+// until the next token, exactly), instead of one per request; what other
+// proxies give back meanwhile waits at most leaseHold for this one (they
+// may take it at once).
+const leaseHold = int64(time.Second)
+
 // leaseEntrySize is the size of a pool entry's header: hash, tokens,
-// expiry, stamp, remaining, reset, touched, want, spent, acquired
-// (little-endian 64-bit each); the key a return names follows.
-const leaseEntrySize = 80
+// expiry, stamp, remaining, reset, touched, want, spent, acquired, until,
+// retry (little-endian 64-bit each); the key a return names follows. The
+// entries' key prefix names the layout (":lease2:"; 80-byte entries of an
+// earlier module under the same vm_id are not read as these).
+const leaseEntrySize = 96
 
 // The longest key a pool entry holds: the Redis lease key (bounded by
 // redisrl), or for rls the rule's key as sent, up to rlsLeaseKeyMax bytes
@@ -168,11 +180,14 @@ type leaseEntry struct {
 	// when acquires follow each other within leaseIdle. spent counts the
 	// admissions of the current pool, acquired is the last grant's time.
 	want, spent, acquired int64
-	key                   []byte // what a return names
+	// A held denial (no tokens): requests for the key are denied without a
+	// call until until, with Retry-After up to retry (leaseHold).
+	until, retry int64
+	key          []byte // what a return names
 }
 
-func (e *leaseEntry) fields() [9]*int64 {
-	return [9]*int64{&e.tokens, &e.expiry, &e.stamp, &e.remaining, &e.reset, &e.touched, &e.want, &e.spent, &e.acquired}
+func (e *leaseEntry) fields() [11]*int64 {
+	return [11]*int64{&e.tokens, &e.expiry, &e.stamp, &e.remaining, &e.reset, &e.touched, &e.want, &e.spent, &e.acquired, &e.until, &e.retry}
 }
 
 // expired reports whether the pool's admissions may no longer be spent.
@@ -256,7 +271,7 @@ func (ls *leases) newRule(r *rule, i, instances, keyMax int, leasedName, returne
 		inst:   int64(max(instances, 1)),
 		rule:   i,
 		keyMax: keyMax,
-		prefix: "sluice:" + ls.p.name + ":" + r.id + ":lease:",
+		prefix: "sluice:" + ls.p.name + ":" + r.id + ":lease2:",
 		slots:  uint64(max(r.cfg.MaxKeys, 1)),
 		known:  make(map[uint64]struct{}),
 		fetch:  make(map[uint64]*leaseFetch),
@@ -310,8 +325,9 @@ func (ls *leases) write(lr *leaseRule, slot uint64, e *leaseEntry, cas uint32) a
 }
 
 // take spends one admission of the pool of (lr, hash): taken reports it,
-// with the decision and the grant's stamp. It also returns admissions it
-// finds expired in the slot. pooled is false when the slot holds another
+// with the decision and the grant's stamp — or, while the key's denial is
+// held (leaseHold), taken reports that denial. It also returns admissions
+// it finds expired in the slot. pooled is false when the slot holds another
 // key's live lease; want is the size the next acquire of this key asks for.
 func (ls *leases) take(lr *leaseRule, hash uint64, now int64) (d algorithms.Decision, stamp int64, taken, pooled bool, want int64) {
 	slot := hash % lr.slots
@@ -329,6 +345,9 @@ func (ls *leases) take(lr *leaseRule, hash uint64, now int64) (d algorithms.Deci
 			want = e.want
 		}
 		if e.tokens == 0 {
+			if e.hash == hash && now < e.until {
+				return leaseHeld(lr, &e, now), e.stamp, true, true, want
+			}
 			return d, 0, false, true, want
 		}
 		if e.hash != hash {
@@ -356,6 +375,40 @@ func (ls *leases) take(lr *leaseRule, hash uint64, now int64) (d algorithms.Deci
 func leaseDecision(lr *leaseRule, e *leaseEntry, now int64) algorithms.Decision {
 	return algorithms.Decision{Allowed: true, Limit: lr.limit, Remaining: min(e.tokens+e.remaining, lr.limit),
 		ResetAfter: time.Duration(max(e.reset-now, 0))}
+}
+
+// leaseHeld is the denial held in pool e: Retry-After the script's wait
+// (as of the acquire that got nothing), ResetAfter as of that reply.
+func leaseHeld(lr *leaseRule, e *leaseEntry, now int64) algorithms.Decision {
+	return algorithms.Decision{Limit: lr.limit, ResetAfter: time.Duration(max(e.reset-now, 0)),
+		RetryAfter: time.Duration(max(e.retry-now, int64(time.Microsecond)))}
+}
+
+// hold records in the key's pool entry that an acquire got nothing (res):
+// its requests are denied from shared data until min(the wait, leaseHold)
+// has passed. Nothing is held over a live pool (another worker's grant is
+// there to spend) or when the slot holds another key's live pool.
+func (ls *leases) hold(lr *leaseRule, slot, hash uint64, key []byte, res redisrl.LeaseResult, now int64) {
+	wait := max(int64(res.RetryAfter), int64(time.Microsecond))
+	for i := 0; i < MaxCASRetries; i++ {
+		var e leaseEntry
+		cas, ok := ls.read(lr, slot, &e)
+		if !ok || e.tokens > 0 {
+			return
+		}
+		old := e
+		e = leaseEntry{hash: hash, stamp: res.Stamp, key: key, reset: now + int64(res.ResetAfter), touched: now,
+			until: now + min(wait, leaseHold), retry: now + wait}
+		if old.hash == hash {
+			e.want, e.acquired = old.want, old.acquired
+		}
+		switch ls.write(lr, slot, &e, cas) {
+		case abi.StatusCASMismatch:
+			continue
+		default:
+			return
+		}
+	}
 }
 
 // reclaim takes the admissions of slot out of the pool (compare-and-swap:
@@ -528,6 +581,9 @@ func (ls *leases) onAcquire(lr *leaseRule, f *leaseFetch, res redisrl.LeaseResul
 	if len(still) == 0 {
 		return
 	}
+	if res.Granted == 0 && f.pooled {
+		ls.hold(lr, slot, f.hash, f.key, res, now)
+	}
 	if res.Granted > 0 {
 		if g2 := lr.fetch[f.hash]; g2 != nil {
 			g2.waiters = append(g2.waiters, still...)
@@ -567,7 +623,10 @@ func (ls *leases) deposit(lr *leaseRule, slot, hash uint64, key []byte, g, serve
 		switch {
 		case live && e.hash != hash:
 			return g
-		case live && e.stamp == res.Stamp:
+		case live && (e.stamp == res.Stamp || lr.kind == algorithms.TokenBucket):
+			// A token bucket's admissions belong to no window: grants of
+			// different stamps (the script's clock) merge, spent by the
+			// earliest expiry, instead of the older pool going back.
 			e.tokens += g
 			e.expiry = min(e.expiry, expiry)
 		default:

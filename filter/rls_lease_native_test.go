@@ -101,8 +101,10 @@ func TestRLSLeaseOneAcquireServesTheBurst(t *testing.T) {
 	}
 }
 
-// An acquire that gets nothing denies its waiters with the service's wait;
-// the next request asks again (a denial is not cached).
+// An acquire that gets nothing denies its waiters with the service's wait,
+// and the proxy holds that denial for the wait, at most a second
+// (leaseHold): the key's next requests are denied from shared data with the
+// remaining wait, without a call; then the next request asks again.
 func TestRLSLeaseExhausted(t *testing.T) {
 	r := startRLSRig(t, rlsLeaseConfig(10, ""))
 	id, _ := r.request("bob")
@@ -111,8 +113,33 @@ func TestRLSLeaseExhausted(t *testing.T) {
 		t.Fatalf("exhausted: %+v", lr)
 	}
 	r.end(id)
-	if _, act := r.request("bob"); act != abi.ActionPause || len(r.f.order) != 2 {
-		t.Fatalf("after a denial: %v, %d calls", act, len(r.f.order))
+	r.f.Now_ += int64(900 * time.Millisecond)
+	id, act := r.request("bob")
+	if lr := r.f.Local; act != abi.ActionPause || len(r.f.order) != 1 || lr == nil || lr.Status != 429 || headerOf(lr.Headers, "retry-after") != "90" {
+		t.Fatalf("within the hold: %v, %d calls, %+v", act, len(r.f.order), lr)
+	}
+	r.end(id)
+	// Another key is not held.
+	id, act = r.request("bert")
+	if act != abi.ActionPause || len(r.f.order) != 2 || r.f.Local != nil {
+		t.Fatalf("another key: %v, %d calls, %+v", act, len(r.f.order), r.f.Local)
+	}
+	r.answer(r.lastToken(), grantReply(10, 0, time.Hour))
+	r.end(id)
+	r.f.Now_ += int64(100 * time.Millisecond)
+	if _, act := r.request("bob"); act != abi.ActionPause || len(r.f.order) != 3 || r.f.Local != nil {
+		t.Fatalf("after the hold: %v, %d calls, %+v", act, len(r.f.order), r.f.Local)
+	}
+	// A wait shorter than the hold (a token bucket's next token) is held
+	// for just that long.
+	r.answer(r.lastToken(), emptyReply(30*time.Millisecond))
+	r.f.Now_ += int64(20 * time.Millisecond)
+	if _, act := r.request("bob"); act != abi.ActionPause || len(r.f.order) != 3 || r.f.Local == nil || headerOf(r.f.Local.Headers, "retry-after") != "1" {
+		t.Fatalf("within a 30 ms hold: %v, %d calls, %+v", act, len(r.f.order), r.f.Local)
+	}
+	r.f.Now_ += int64(10 * time.Millisecond)
+	if _, act := r.request("bob"); act != abi.ActionPause || len(r.f.order) != 4 || r.f.Local != nil {
+		t.Fatalf("after a 30 ms hold: %v, %d calls, %+v", act, len(r.f.order), r.f.Local)
 	}
 }
 

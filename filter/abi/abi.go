@@ -15,7 +15,7 @@
 // The host calls imported are those in the Host interface plus the calls of
 // grpc_wasip1.go and resume_wasip1.go (the rls backend's gRPC call, and
 // resuming a paused stream); every one of them is provided by Envoy (≥ 1.33),
-// and all but proxy_grpc_call and proxy_grpc_cancel by the tetratelabs
+// and all but proxy_grpc_call, proxy_grpc_cancel and proxy_done by the tetratelabs
 // proxytest emulator, whose tests build with the tag nogrpc. Time is read
 // through WASI (time.Now), never through proxy_get_current_time_nanoseconds
 // (the emulator lacks it).

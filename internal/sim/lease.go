@@ -22,14 +22,18 @@ import (
 // the grants and pools do, not latency.
 //
 // A pool expires after LeaseIdle without a spend, at the latest
-// LeaseMaxLifetime after its acquire. The same traffic without leases is
-// the global state deciding every request (the exact algorithm).
+// LeaseMaxLifetime after its acquire. An acquire that gets nothing holds
+// the key's denial on that proxy for the wait until an admission is
+// available, at most LeaseHold (no call meanwhile). The same traffic
+// without leases is the global state deciding every request (the exact
+// algorithm).
 
 // LeaseIdle and LeaseMaxLifetime are the filter's pool expiry
 // (filter/lease.go).
 const (
 	LeaseIdle        = time.Second
 	LeaseMaxLifetime = 30 * time.Second
+	LeaseHold        = time.Second
 )
 
 // LeaseOptions configure RunLeases.
@@ -138,6 +142,16 @@ func (m *leaseModel) giveBack(g *globalKey, now, n, stamp int64) {
 type pool struct {
 	tokens, expiry, stamp, touched int64 // expiry, touched in Unix ns
 	want, spent, acquired          int64 // the filter's adaptive acquire size
+	until                          int64 // a held denial (Unix ns)
+}
+
+// wait is the µs until key g has an admission again (after an acquire that
+// got nothing at now): the window's end, or the next token.
+func (m *leaseModel) wait(g *globalKey, now int64) int64 {
+	if m.kind == algorithms.FixedWindow {
+		return g.ws + m.w - now
+	}
+	return max((m.w-g.s+m.l-1)/m.l, 1)
 }
 
 func (p *pool) expired(at int64) bool { return at >= p.expiry || at >= p.touched+int64(LeaseIdle) }
@@ -242,6 +256,9 @@ func RunLeases(tr *Traffic, kind algorithms.Kind, p algorithms.Params, opt Lease
 			pl.tokens = 0
 			pl.want, pl.spent = max(pl.spent, 1), 0
 		}
+		if pl.tokens == 0 && rq.At < pl.until {
+			continue // the held denial: no call
+		}
 		if pl.tokens == 0 {
 			res.Acquires++
 			want := opt.Lease
@@ -250,6 +267,7 @@ func RunLeases(tr *Traffic, kind algorithms.Kind, p algorithms.Params, opt Lease
 			}
 			g := m.acquire(&global[rq.Key], now, want)
 			if g == 0 {
+				pl.until = rq.At + min(m.wait(&global[rq.Key], now)*1000, int64(LeaseHold))
 				continue
 			}
 			exp := rq.At + int64(LeaseMaxLifetime)
