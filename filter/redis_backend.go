@@ -430,6 +430,12 @@ func (rs *redisState) sendQueue(q *keyQueue, now int64) bool {
 			}
 			for _, c := range q.sent {
 				c.eval = q.eval
+				// The guard covers the host's answer to this call: a
+				// request that waited in the queue gets its guard from
+				// now (the wait itself is bounded by the previous call's).
+				if d := now + rs.guard; c.w.deadline < d {
+					c.w.deadline = d
+				}
 			}
 			return true
 		}

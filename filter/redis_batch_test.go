@@ -60,8 +60,10 @@ func TestRedisCoalescesOneKeysRequests(t *testing.T) {
 	}
 }
 
-// The guard gives up on a queued request like on a sent one; a call in flight whose
-// reply never comes does not hold the key's later requests beyond its own guard.
+// The guard gives up on a queued request like on a sent one, counting from its call
+// (a queued request waits at most for the call before it, then its own: 2 × (timeout_ms
+// + 10 ms)); a call in flight whose reply never comes does not hold the key's later
+// requests beyond its own guard.
 func TestRedisCoalescedGuard(t *testing.T) {
 	r := startRedisRig(t, redisRuleConfig("closed", ""))
 	a1, _ := r.request("alice")
@@ -78,6 +80,13 @@ func TestRedisCoalescedGuard(t *testing.T) {
 		t.Fatalf("alice's second: %+v, %d calls; want it sent in a call of its own", r.f.local[a2], len(r.f.order))
 	}
 	second := r.lastToken()
+	// Its guard counts from its call, not from its arrival: 95 ms after it
+	// arrived (34 ms after its call) it still waits.
+	r.f.Now_ += 34e6
+	r.vm.OnTick(1)
+	if r.f.local[a2] != nil {
+		t.Fatalf("alice's second failed by a guard counted from its arrival: %+v", r.f.local[a2])
+	}
 	r.answer(first, 0, replyAdmit) // late: dropped
 	if len(r.f.continued) != 0 {
 		t.Fatalf("a late reply resumed %v", r.f.continued)
