@@ -523,7 +523,8 @@ func Startup(e *env) error {
 // redisCommands are the Redis figures' own commands (they need a Redis Cluster).
 var redisCommands = []string{
 	"go test ./cmd/sluice -run '^TestRunRedisVsLocalThroughput$' -v   # Redis vs local backend through sluice run",
-	"make bench-rls                                                  # Redis CPU per decision vs envoyproxy/ratelimit",
+	"make bench-rls                                                  # Redis CPU per decision vs envoyproxy/ratelimit, many keys",
+	"make bench-rls RLSBENCH_FLAGS='-ok-keys 2 -denied-keys 1'       # the same on a hot key (coalesced calls)",
 }
 
 func printRedisCommands(w io.Writer) {
@@ -537,6 +538,7 @@ func Redis(e *env) error {
 	for _, cmd := range [][]string{
 		{"go", "test", "-count=1", "./cmd/sluice", "-run", "^TestRunRedisVsLocalThroughput$", "-v"},
 		{"make", "bench-rls"},
+		{"make", "bench-rls", "RLSBENCH_FLAGS=-ok-keys 2 -denied-keys 1"},
 	} {
 		fmt.Fprintf(e.out, "$ %s\n", strings.Join(cmd, " "))
 		c := exec.Command(cmd[0], cmd[1:]...)
