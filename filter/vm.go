@@ -264,7 +264,9 @@ func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) abi.
 // OnResponseHeaders implements abi.Handler.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) abi.Action {
 	s := vm.streams.get(id)
-	if s == nil {
+	if s == nil || !s.hasHeaders {
+		// Nothing to add (headers "none", a denial, no rule applied):
+		// onResponse would return at once; skip its deferred recover.
 		return abi.ActionContinue
 	}
 	return s.plugin.guardedResponse(s)
@@ -291,6 +293,9 @@ func (vm *VM) OnLog(id uint32) {
 // expects of a root that still has work. Redis calls need no wait: a
 // command sent cannot be unsent.
 func (vm *VM) OnDone(id uint32) bool {
+	if vm.streams.get(id) != nil {
+		return true // a stream's proxy_on_done, once per request: no map lookup
+	}
 	root := vm.plugins[id]
 	if root == nil {
 		return true
