@@ -237,8 +237,12 @@ func TestCoalescedCallsStayExact(t *testing.T) {
 			wg.Wait()
 			n := cb.calls.Load()
 			t.Logf("%s: %d calls: %d OK, %d over, %d failed; %d script calls", alg, calls, ok.Load(), over.Load(), failed.Load(), n)
-			if failed.Load() != 0 || ok.Load() > limit || ok.Load() < limit-1 {
-				t.Errorf("%d OK, %d failed; want %d (or %d when the one admitted call with the deny descriptor came first)", ok.Load(), failed.Load(), limit, limit-1)
+			// At most the limit; fewer when refunds landed after the last
+			// call had been denied (a refund is sent before the denied call
+			// answers, but calls decided meanwhile saw the key full) — the
+			// probe below then finds exactly the rest, so nothing was lost.
+			if failed.Load() != 0 || ok.Load() > limit {
+				t.Errorf("%d OK, %d failed; want at most %d and no failure", ok.Load(), failed.Load(), limit)
 			}
 			if n >= calls {
 				t.Errorf("%d script calls for %d descriptors on one key: not coalesced", n, calls)
@@ -255,6 +259,9 @@ func TestCoalescedCallsStayExact(t *testing.T) {
 			}
 			if r.OverallCode != want {
 				t.Errorf("after the burst: %v, want %v", r.OverallCode, want)
+			}
+			if left := int64(r.Statuses[0].LimitRemaining); want == pb.RateLimitResponse_OK && left != limit-ok.Load()-1 {
+				t.Errorf("after %d OK and the probe the key has %d left, want exactly %d: an admission was lost or doubled", ok.Load(), left, limit-ok.Load()-1)
 			}
 		})
 	}
