@@ -664,9 +664,19 @@ type remoteBackend interface {
 	tick()
 }
 
-// failMetrics are the counters of failure_mode's outcomes of a remote
-// backend.
-type failMetrics struct{ failOpen, failClosed, failLocal uint32 }
+// failMetrics are a remote backend's counters of the rule decisions it
+// could not make (failures; of which timeouts) and of failure_mode's
+// outcomes.
+type failMetrics struct{ failures, timeouts, failOpen, failClosed, failLocal uint32 }
+
+// countFailure counts a remote rule decision that could not be made
+// (timeout: the call timed out, at the host or by the guard).
+func (p *Plugin) countFailure(m *failMetrics, timeout bool) {
+	p.host.IncrementMetric(m.failures, 1)
+	if timeout {
+		p.host.IncrementMetric(m.timeouts, 1)
+	}
+}
 
 // failover counts a remote rule's failed decision under failure_mode and
 // returns the store that decides the rule on this proxy instead: fallback

@@ -123,7 +123,7 @@ const redisInitRetry = 1_000_000_000
 
 type redisMetrics struct {
 	failMetrics
-	calls, noscript, failures, timeouts, refunds, refundFailures uint32
+	calls, noscript, refunds, refundFailures uint32
 }
 
 // redisState is a Plugin's Redis backend.
@@ -598,10 +598,7 @@ func (rs *redisState) fail(c *redisCall, why string, timeout bool) {
 		return
 	}
 	c.done, c.failed, c.why = true, true, why
-	rs.p.host.IncrementMetric(rs.m.failures, 1)
-	if timeout {
-		rs.p.host.IncrementMetric(rs.m.timeouts, 1)
-	}
+	rs.p.countFailure(&rs.m.failMetrics, timeout)
 	c.w.missing--
 }
 
@@ -873,10 +870,7 @@ func (rs *redisState) leaseDecide(x *leaseWaiter, d algorithms.Decision, stamp i
 func (rs *redisState) leaseFailed(x *leaseWaiter, why string, timeout bool) {
 	c := &x.w.(*redisWait).calls[x.i]
 	c.done, c.failed, c.why = true, true, why
-	rs.p.host.IncrementMetric(rs.m.failures, 1)
-	if timeout {
-		rs.p.host.IncrementMetric(rs.m.timeouts, 1)
-	}
+	rs.p.countFailure(&rs.m.failMetrics, timeout)
 }
 
 // leaseComplete implements leaseBackend.

@@ -101,7 +101,7 @@ const grpcDeadlineExceeded = 4
 
 type rlsMetrics struct {
 	failMetrics
-	calls, failures, timeouts, refunds, refundFailures uint32
+	calls, refunds, refundFailures uint32
 }
 
 // rlsState is a Plugin's rls backend.
@@ -301,10 +301,7 @@ func (rs *rlsState) fail(c *rlsCall, why string, timeout bool) {
 	for _, i := range c.rules {
 		res := &c.w.res[i]
 		res.done, res.failed, res.timeout, res.why = true, true, timeout, why
-		rs.p.host.IncrementMetric(rs.m.failures, 1)
-		if timeout {
-			rs.p.host.IncrementMetric(rs.m.timeouts, 1)
-		}
+		rs.p.countFailure(&rs.m.failMetrics, timeout)
 	}
 	c.w.missing--
 }
@@ -362,7 +359,7 @@ func (rs *rlsState) record(c *rlsCall) {
 			res.d = algorithms.Decision{Limit: lim, Remaining: int64(st.remaining), ResetAfter: st.dur, RetryAfter: st.dur}
 		default:
 			res.failed, res.why = true, "descriptor "+strconv.Itoa(k)+": status code "+strconv.FormatUint(st.code, 10)
-			rs.p.host.IncrementMetric(rs.m.failures, 1)
+			rs.p.countFailure(&rs.m.failMetrics, false)
 			continue
 		}
 		if rs.res.overall != rlsCodeOK {
@@ -621,10 +618,7 @@ func (rs *rlsState) leaseDecide(x *leaseWaiter, d algorithms.Decision, stamp int
 func (rs *rlsState) leaseFailed(x *leaseWaiter, why string, timeout bool) {
 	res := &x.w.(*rlsWait).res[x.i]
 	res.done, res.failed, res.timeout, res.why = true, true, timeout, why
-	rs.p.host.IncrementMetric(rs.m.failures, 1)
-	if timeout {
-		rs.p.host.IncrementMetric(rs.m.timeouts, 1)
-	}
+	rs.p.countFailure(&rs.m.failMetrics, timeout)
 }
 
 // leaseComplete implements leaseBackend.
