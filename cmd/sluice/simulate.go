@@ -401,18 +401,9 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	if err := sim.WriteReport(&page, rep); err != nil {
 		return fail(err)
 	}
-	if f.out == "-" {
-		_, err = stdout.Write(page.Bytes())
-	} else {
-		err = os.WriteFile(f.out, page.Bytes(), 0o644)
-	}
+	sw, err := writeSimPage(f.out, page.Bytes(), stdout, stderr)
 	if err != nil {
-		return fail(fmt.Errorf("writing the report: %w", err))
-	}
-	// With the report on standard output, the summary goes to stderr.
-	sw := stdout
-	if f.out == "-" {
-		sw = stderr
+		return fail(err)
 	}
 	fmt.Fprintf(sw, "traffic: %s\n", tr.Description)
 	fmt.Fprintf(sw, "%d requests from %d key(s) over %s\n\n", len(tr.Requests), len(tr.Keys), fmtWindow(time.Duration(tr.End-tr.Start)))
@@ -473,6 +464,25 @@ func quoteArgs(args []string) string {
 	return strings.Join(out, " ")
 }
 
+// writeSimPage writes the HTML page to out (a file, or "-": standard
+// output) and returns where the text summary goes: stdout, or stderr when
+// the page took standard output.
+func writeSimPage(out string, page []byte, stdout, stderr io.Writer) (io.Writer, error) {
+	var err error
+	if out == "-" {
+		_, err = stdout.Write(page)
+	} else {
+		err = os.WriteFile(out, page, 0o644)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing the report: %w", err)
+	}
+	if out == "-" {
+		return stderr, nil
+	}
+	return stdout, nil
+}
+
 // runLeaseSim models leases over --proxies proxies for the first target
 // (--lease, or the rule's lease with --config).
 func runLeaseSim(f *simFlags, targets []target, tr *sim.Traffic, args []string, stdout, stderr io.Writer) int {
@@ -499,17 +509,9 @@ func runLeaseSim(f *simFlags, targets []target, tr *sim.Traffic, args []string, 
 	if err := sim.WriteLeaseReport(&page, "sluice simulate "+quoteArgs(args), tr, res); err != nil {
 		return fail(err)
 	}
-	if f.out == "-" {
-		_, err = stdout.Write(page.Bytes())
-	} else {
-		err = os.WriteFile(f.out, page.Bytes(), 0o644)
-	}
+	sw, err := writeSimPage(f.out, page.Bytes(), stdout, stderr)
 	if err != nil {
-		return fail(fmt.Errorf("writing the report: %w", err))
-	}
-	sw := stdout
-	if f.out == "-" {
-		sw = stderr
+		return fail(err)
 	}
 	fmt.Fprintf(sw, "traffic: %s\n", tr.Description)
 	fmt.Fprintf(sw, "%s %d/%s over %d proxies, lease %d\n\n", res.Kind, res.Params.Limit, fmtWindow(res.Params.Window), res.Proxies, res.Lease)
