@@ -94,13 +94,7 @@ func (r *router) refresh() {
 		ranges, err := r.client.ClusterSlots(ctx).Result()
 		if err != nil || len(ranges) == 0 {
 			// Calls waiting for a first table fail; the next call asks again.
-			r.slotsMu.Lock()
-			w := r.waiting
-			r.waiting = nil
-			r.slotsMu.Unlock()
-			for _, c := range w {
-				c.cb(StatusNetworkError, nil)
-			}
+			r.failWaiting()
 			return
 		}
 		t := make([]string, numSlots)
@@ -254,6 +248,11 @@ func (r *router) close() {
 	for _, pc := range conns {
 		pc.fail(StatusNetworkError)
 	}
+	r.failWaiting()
+}
+
+// failWaiting fails the calls waiting for a slot table.
+func (r *router) failWaiting() {
 	r.slotsMu.Lock()
 	w := r.waiting
 	r.waiting = nil
