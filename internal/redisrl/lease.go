@@ -17,8 +17,9 @@ import (
 // together never exceed what the algorithm allows; what a proxy holds
 // unspent is under-admission, returned when its lease ends.
 //
-// The lease script is self-contained (it does not share the prelude of the
-// per-request scripts) and keeps its own state under its own key (the
+// The lease script has its own arguments (it does not share the prelude of
+// the per-request scripts, only their clock and division, clockKeyDiv) and
+// keeps its own state under its own key (the
 // per-request key with "l" appended), in the same representation as the
 // per-request scripts of its algorithm: token_bucket a hash {s = tokens × W,
 // ts}, fixed_window a hash {w = window start, n = admitted in it}. A rule
@@ -61,18 +62,7 @@ if not (L and W and B and n and now and stamp and inst) or L < 1 or W < 1 or B <
   or (op ~= '0' and op ~= '1') or (alg ~= 'tb' and alg ~= 'fw') then
   return redis.error_reply('ERR sluice: bad lease arguments')
 end
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local key = KEYS[1]
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-local function cdiv(a, b) return -idiv(-a, b) end
-local function num(x) return string.format('%.17g', x) end
+` + clockKeyDiv + `local function num(x) return string.format('%.17g', x) end
 local function grant(avail)
   if avail <= 0 then return 0 end
   local g = cdiv(avail, inst)

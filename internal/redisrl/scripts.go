@@ -55,7 +55,20 @@ if not (L and W and B and c and now and n) or L < 1 or W < 1 or B < 1 or c < 1 o
 end
 local stamp = tonumber(ARGV[7]) or 0
 local ref = tonumber(ARGV[8]) or 0
-if now == 0 then
+` + clockKeyDiv + `local eff = now
+-- late converts a wait measured from eff to one measured from now (they
+-- differ when the clock went backwards and the state is ahead of it).
+local function late(w) if w > 0 then return w + (eff - now) end return w end
+-- expire sets the key to vanish w microseconds after eff (rounded up to
+-- milliseconds, plus one for the expiry clock's coarser start).
+local function expire(w) redis.call('PEXPIRE', key, cdiv(late(w), 1000) + 1) end
+`
+
+// clockKeyDiv follows the argument checks of every script (the
+// per-request prelude and the lease script): now from Redis TIME when the
+// caller passed 0, the key, and floor and ceiling integer division exact
+// for integers below 2^53.
+const clockKeyDiv = `if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
@@ -66,13 +79,6 @@ local function idiv(a, b)
   return q
 end
 local function cdiv(a, b) return -idiv(-a, b) end
-local eff = now
--- late converts a wait measured from eff to one measured from now (they
--- differ when the clock went backwards and the state is ahead of it).
-local function late(w) if w > 0 then return w + (eff - now) end return w end
--- expire sets the key to vanish w microseconds after eff (rounded up to
--- milliseconds, plus one for the expiry clock's coarser start).
-local function expire(w) redis.call('PEXPIRE', key, cdiv(late(w), 1000) + 1) end
 `
 
 // token_bucket. State: hash {s = tokens × W (scaled, so refill is exact
