@@ -171,16 +171,7 @@ func (r *LeaseRequest) appendCall(dst []byte, cmd, script string) []byte {
 			burst = r.Params.Burst
 		}
 	}
-	dst = resp.AppendArrayHeader(dst, 3+1+9)
-	dst = resp.AppendBulkString(dst, cmd)
-	dst = resp.AppendBulkString(dst, script)
-	dst = resp.AppendBulkString(dst, "1")
-	dst = resp.AppendBulk(dst, r.Key)
-	dst = resp.AppendBulkInt(dst, r.Params.Limit)
-	dst = resp.AppendBulkInt(dst, int64(r.Params.Window/time.Microsecond))
-	dst = resp.AppendBulkInt(dst, burst)
-	dst = resp.AppendBulkInt(dst, r.N)
-	dst = resp.AppendBulkInt(dst, r.Now)
+	dst = appendScriptHead(dst, cmd, script, 9, r.Key, r.Params, burst, r.N, r.Now)
 	if r.Return {
 		dst = resp.AppendBulkString(dst, "1")
 	} else {

@@ -184,16 +184,7 @@ func (r *Request) appendCall(dst []byte, cmd, script string) []byte {
 	if r.N > 1 && r.Refund == nil {
 		args = 9
 	}
-	dst = resp.AppendArrayHeader(dst, 3+1+args)
-	dst = resp.AppendBulkString(dst, cmd)
-	dst = resp.AppendBulkString(dst, script)
-	dst = resp.AppendBulkString(dst, "1")
-	dst = resp.AppendBulk(dst, r.Key)
-	dst = resp.AppendBulkInt(dst, r.Params.Limit)
-	dst = resp.AppendBulkInt(dst, int64(r.Params.Window/time.Microsecond))
-	dst = resp.AppendBulkInt(dst, burst)
-	dst = resp.AppendBulkInt(dst, r.Cost)
-	dst = resp.AppendBulkInt(dst, r.Now)
+	dst = appendScriptHead(dst, cmd, script, args, r.Key, r.Params, burst, r.Cost, r.Now)
 	if r.Refund == nil {
 		dst = resp.AppendBulkString(dst, "0")
 		dst = resp.AppendBulkString(dst, "0")
@@ -206,6 +197,23 @@ func (r *Request) appendCall(dst []byte, cmd, script string) []byte {
 	dst = resp.AppendBulkString(dst, "1")
 	dst = resp.AppendBulkInt(dst, r.Refund.Stamp)
 	return resp.AppendBulkInt(dst, r.Refund.Ref)
+}
+
+// appendScriptHead appends the start of a script call with args arguments
+// (EVALSHA sha / EVAL source, one key), its key and the five arguments every
+// script begins with: limit, window in µs, burst, a count (the cost of a
+// decision, the n of a lease call) and now.
+func appendScriptHead(dst []byte, cmd, script string, args int, key []byte, p algorithms.Params, burst, count, now int64) []byte {
+	dst = resp.AppendArrayHeader(dst, 3+1+args)
+	dst = resp.AppendBulkString(dst, cmd)
+	dst = resp.AppendBulkString(dst, script)
+	dst = resp.AppendBulkString(dst, "1")
+	dst = resp.AppendBulk(dst, key)
+	dst = resp.AppendBulkInt(dst, p.Limit)
+	dst = resp.AppendBulkInt(dst, int64(p.Window/time.Microsecond))
+	dst = resp.AppendBulkInt(dst, burst)
+	dst = resp.AppendBulkInt(dst, count)
+	return resp.AppendBulkInt(dst, now)
 }
 
 // Result is a script's reply.
