@@ -301,7 +301,7 @@ func (vm *VM) OnDone(id uint32) bool {
 		return true
 	}
 	vm.returnLeases(root)
-	if rlsInFlight(root) == nil {
+	if !rlsInFlight(root) {
 		return true
 	}
 	vm.donePending = append(vm.donePending, id)
@@ -315,15 +315,15 @@ func (vm *VM) returnLeases(root *Plugin) {
 	}
 }
 
-// rlsInFlight returns the rls backend of one of root's configurations that
-// has calls in flight; nil if none has.
-func rlsInFlight(root *Plugin) *rlsState {
+// rlsInFlight reports whether the rls backend of one of root's
+// configurations has calls in flight.
+func rlsInFlight(root *Plugin) bool {
 	for i := 0; i < root.configs(); i++ {
 		if rs := root.configAt(i).rls; rs != nil && len(rs.calls) > 0 {
-			return rs
+			return true
 		}
 	}
-	return nil
+	return false
 }
 
 // maybeDone calls proxy_done for root context id if it answered false from
@@ -341,7 +341,7 @@ func (vm *VM) maybeDone(id uint32) {
 		return
 	}
 	vm.returnLeases(root)
-	if rlsInFlight(root) != nil {
+	if rlsInFlight(root) {
 		return
 	}
 	vm.donePending = append(vm.donePending[:k], vm.donePending[k+1:]...)
