@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/internal/rediscluster"
 )
 
 // waitScriptPath polls until the binding's slot table has arrived.
@@ -60,6 +62,23 @@ func TestScriptCommand(t *testing.T) {
 	}
 	if got := keySlot([]byte("123456789")); got != 0x31C3%numSlots {
 		t.Errorf("keySlot(123456789) = %d", got)
+	}
+}
+
+// keySlot (a table a byte at a time) agrees with the bit-by-bit CRC16 of
+// rediscluster.Slot on keys of every length and byte value.
+func TestKeySlotTable(t *testing.T) {
+	key := make([]byte, 0, 300)
+	for i := 0; i < 300; i++ {
+		key = append(key, byte(i*131+7))
+		if got, want := keySlot(key), rediscluster.Slot(string(key)); got != want {
+			t.Fatalf("keySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	for _, k := range []string{"user1000", "{user1000}.following", "sluice:{r1|#abc}:x", "{}x", "a{b}c{d}"} {
+		if got, want := keySlot([]byte(k)), rediscluster.Slot(k); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", k, got, want)
+		}
 	}
 }
 
