@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,12 +26,20 @@ import (
 	"time"
 )
 
-// Config is one configuration to measure: a sluice binary and the module it runs.
+// Config is one configuration to measure: a sluice binary and the module it runs. With
+// Floor, Sluice is instead an e2e/cmd/sluice-floor binary: the minimal wazero host, whose
+// time to its instances' initialization and idle memory are the floor under sluice run's.
 type Config struct {
 	Sluice, Wasm string
+	Floor        bool
 }
 
-func (c Config) String() string { return c.Sluice + " --wasm " + c.Wasm }
+func (c Config) String() string {
+	if c.Floor {
+		return c.Sluice + " (floor) --wasm " + c.Wasm
+	}
+	return c.Sluice + " --wasm " + c.Wasm
+}
 
 // Options say how to measure.
 type Options struct {
@@ -46,6 +55,7 @@ type Sample struct {
 	First time.Duration // wall time from the process start to the first answer
 	CPU   time.Duration // CPU time (user + system) the process used until then
 	RSSKB int           // VmRSS in KiB after the idle time
+	Mem   Mem           // VmRSS and its split after the idle time
 }
 
 // Summary is a configuration's medians over the rounds, with the smallest and largest.
@@ -54,13 +64,14 @@ type Summary struct {
 	First, FirstMin, FirstMax time.Duration
 	CPU, CPUMin, CPUMax       time.Duration
 	RSSKB, RSSMinKB, RSSMaxKB int
+	Mem                       Mem // the median of each field
 	Samples                   []Sample
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("first response %v (min %v, max %v), CPU until then %v (min %v, max %v), idle VmRSS %.1f MB (min %.1f, max %.1f)",
+	return fmt.Sprintf("first response %v (min %v, max %v), CPU until then %v (min %v, max %v), idle VmRSS %.1f MB (min %.1f, max %.1f; file %.1f, anon %.1f, of which executable %.1f)",
 		s.First.Round(time.Millisecond), s.FirstMin.Round(time.Millisecond), s.FirstMax.Round(time.Millisecond),
-		s.CPU, s.CPUMin, s.CPUMax, MB(s.RSSKB), MB(s.RSSMinKB), MB(s.RSSMaxKB))
+		s.CPU, s.CPUMin, s.CPUMax, MB(s.RSSKB), MB(s.RSSMinKB), MB(s.RSSMaxKB), MB(s.Mem.File), MB(s.Mem.Anon), MB(s.Mem.AnonExec))
 }
 
 // MB converts KiB to MiB.
@@ -81,7 +92,11 @@ func Measure(configs []Config, o Options) ([]Summary, error) {
 	samples := make([][]Sample, len(configs))
 	for r := 1; r <= o.Rounds; r++ {
 		for i, c := range configs {
-			s, err := Run(c, o.Workers, o.Idle)
+			run := Run
+			if c.Floor {
+				run = RunFloor
+			}
+			s, err := run(c, o.Workers, o.Idle)
 			if err != nil {
 				return nil, fmt.Errorf("%s, round %d: %w", c, r, err)
 			}
@@ -100,18 +115,22 @@ func Measure(configs []Config, o Options) ([]Summary, error) {
 
 func summarize(c Config, ss []Sample) Summary {
 	var f, cpu []time.Duration
-	var r []int
+	var r, file, anon, exec []int
 	for _, s := range ss {
 		f, cpu, r = append(f, s.First), append(cpu, s.CPU), append(r, s.RSSKB)
+		file, anon, exec = append(file, s.Mem.File), append(anon, s.Mem.Anon), append(exec, s.Mem.AnonExec)
 	}
 	slices.Sort(f)
 	slices.Sort(cpu)
-	slices.Sort(r)
 	m := len(ss) / 2
+	for _, x := range [][]int{r, file, anon, exec} {
+		slices.Sort(x)
+	}
 	return Summary{Config: c, Samples: ss,
 		First: f[m], FirstMin: f[0], FirstMax: f[len(f)-1],
 		CPU: cpu[m], CPUMin: cpu[0], CPUMax: cpu[len(cpu)-1],
-		RSSKB: r[m], RSSMinKB: r[0], RSSMaxKB: r[len(r)-1]}
+		RSSKB: r[m], RSSMinKB: r[0], RSSMaxKB: r[len(r)-1],
+		Mem: Mem{RSS: r[m], File: file[m], Anon: anon[m], AnonExec: exec[m]}}
 }
 
 // Run starts one `sluice run` child for c with the given workers and measures it.
@@ -175,9 +194,50 @@ func Run(c Config, workers int, idle time.Duration) (Sample, error) {
 	}
 	client.CloseIdleConnections()
 	time.Sleep(idle)
-	s.RSSKB, err = vmRSS(cmd.Process.Pid)
+	s.Mem, err = ReadMem(cmd.Process.Pid)
+	s.RSSKB = s.Mem.RSS
 	return s, err
 }
+
+// RunFloor starts one sluice-floor child for c (its instances' linear memories mmap-backed,
+// as sluice run's) and measures it as Run measures sluice run: First and CPU when it says its
+// instances are initialized, Mem after idle.
+func RunFloor(c Config, workers int, idle time.Duration) (Sample, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.Sluice, "-child", "-mmap", "-wasm", c.Wasm, "-workers", strconv.Itoa(workers))
+	in, err := cmd.StdinPipe() // the child idles until its standard input says something or ends
+	if err != nil {
+		return Sample{}, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return Sample{}, err
+	}
+	cmd.Stderr = os.Stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return Sample{}, err
+	}
+	defer cmd.Wait()
+	defer in.Close()
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "ready ") {
+		return Sample{}, fmt.Errorf("sluice-floor said %q, want its ready line", sc.Text())
+	}
+	s := Sample{First: time.Since(start)}
+	if s.CPU, err = cpuTime(cmd.Process.Pid); err != nil {
+		return Sample{}, err
+	}
+	time.Sleep(idle)
+	s.Mem, err = ReadMem(cmd.Process.Pid)
+	s.RSSKB = s.Mem.RSS
+	go io.Copy(io.Discard, out)
+	return s, err
+}
+
+// CPUTime reads the user and system CPU time a process has used so far (see cpuTime).
+func CPUTime(pid int) (time.Duration, error) { return cpuTime(pid) }
 
 // cpuTime reads the user and system CPU time a process has used so far from
 // /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s).
@@ -202,16 +262,58 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
-// vmRSS reads VmRSS (KiB) from /proc/PID/status.
-func vmRSS(pid int) (int, error) {
+// Mem is a process's resident memory as /proc reports it, in KiB: VmRSS and its split into
+// file-backed pages (the binary, shared libraries) and anonymous ones (heap, stacks), and of
+// the anonymous ones those in executable mappings (wazero's compiled machine code).
+type Mem struct {
+	RSS, File, Anon, AnonExec int
+}
+
+func (m Mem) String() string {
+	return fmt.Sprintf("VmRSS %.1f MB (file %.1f, anon %.1f, of which executable %.1f)", MB(m.RSS), MB(m.File), MB(m.Anon), MB(m.AnonExec))
+}
+
+// ReadMem reads a process's Mem from /proc/PID/status and /proc/PID/smaps.
+func ReadMem(pid int) (Mem, error) {
+	var m Mem
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return m, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		switch k {
+		case "VmRSS":
+			m.RSS = n
+		case "RssFile":
+			m.File = n
+		case "RssAnon":
+			m.Anon = n
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc status")
+	if m.RSS == 0 {
+		return m, errors.New("no VmRSS in /proc status")
+	}
+	sm, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return m, err
+	}
+	// A mapping's header line is "start-end perms offset dev inode [path]"; its Rss line follows.
+	execAnon := false
+	for _, line := range strings.Split(string(sm), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4 {
+			execAnon = f[1][2] == 'x' && f[4] == "0" && (len(f) == 5 || strings.HasPrefix(f[5], "[anon"))
+			continue
+		}
+		if execAnon && len(f) == 3 && f[0] == "Rss:" {
+			n, _ := strconv.Atoi(f[1])
+			m.AnonExec += n
+		}
+	}
+	return m, nil
 }

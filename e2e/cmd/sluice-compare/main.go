@@ -17,7 +17,7 @@
 //	         request as a ratio to the no-op module
 //	sliding  sliding_log with a full log against token_bucket (algorithms/bench-sliding-log.sh)
 //	startup  sluice run's first answer without a compilation cache and its idle RSS
-//	         (e2e/cmd/sluice-startup)
+//	         (e2e/cmd/sluice-startup), beside the minimal wazero host's (e2e/cmd/sluice-floor)
 //	redis    Redis against the local backend through sluice run, and Redis CPU per decision
 //	         against envoyproxy/ratelimit: need a Redis Cluster, so only their commands are
 //	         printed unless the section is named explicitly
@@ -54,6 +54,7 @@ type env struct {
 	wasm     string // patched sluice.wasm
 	noop     string // the no-op module
 	load     string // sluice-load
+	floor    string // sluice-floor (the startup section's minimal wazero host)
 	rounds   int
 	duration time.Duration
 	warmup   time.Duration
@@ -165,6 +166,7 @@ func (e *env) build() error {
 	}
 	e.sluice, e.wasm = filepath.Join(e.dir, "sluice"), filepath.Join(e.dir, "sluice.wasm")
 	e.noop, e.load = filepath.Join(e.dir, "noop.wasm"), filepath.Join(e.dir, "sluice-load")
+	e.floor = filepath.Join(e.dir, "sluice-floor")
 	wasip1 := append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	steps := []struct {
 		dir string
@@ -176,6 +178,7 @@ func (e *env) build() error {
 		{filepath.Join(e.root, "host", "testdata", "guests", "minimal"), wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.noop, "."}},
 		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.sluice, "./cmd/sluice"}},
 		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.load, "./e2e/cmd/sluice-load"}},
+		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.floor, "./e2e/cmd/sluice-floor"}},
 	}
 	fmt.Fprintf(os.Stderr, "sluice-compare: building into %s\n", e.dir)
 	for _, s := range steps {
@@ -511,10 +514,11 @@ func SlidingLog(e *env) error {
 	return c.Run()
 }
 
-// Startup runs e2e/cmd/sluice-startup on the binary and module built here.
+// Startup runs e2e/cmd/sluice-startup on the binary and module built here, with the minimal
+// wazero host (e2e/cmd/sluice-floor) on both modules in the same rounds.
 func Startup(e *env) error {
-	fmt.Fprintf(e.out, "go run ./e2e/cmd/sluice-startup -sluice SLUICE -wasm SLUICE.WASM,NOOP.WASM -rounds %d (the no-op module: the floor):\n\n", e.rounds)
-	c := exec.Command("go", "run", "./e2e/cmd/sluice-startup", "-sluice", e.sluice, "-wasm", e.wasm+","+e.noop, "-rounds", strconv.Itoa(e.rounds))
+	fmt.Fprintf(e.out, "go run ./e2e/cmd/sluice-startup -sluice SLUICE -wasm SLUICE.WASM,NOOP.WASM -floor SLUICE-FLOOR -rounds %d (the no-op module, and the minimal wazero host: the floors):\n\n", e.rounds)
+	c := exec.Command("go", "run", "./e2e/cmd/sluice-startup", "-sluice", e.sluice, "-wasm", e.wasm+","+e.noop, "-floor", e.floor, "-rounds", strconv.Itoa(e.rounds))
 	c.Dir = e.root
 	c.Stdout, c.Stderr = e.out, os.Stderr
 	return c.Run()
