@@ -2,7 +2,9 @@ package redisrl
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -319,6 +321,119 @@ func TestRefundUndoesAdmission(t *testing.T) {
 			want.ResetAfter, want.RetryAfter = ceilUS(want.ResetAfter), ceilUS(want.RetryAfter)
 			if got.Decision != want {
 				t.Fatalf("after refund: %+v, want %+v", got.Decision, want)
+			}
+		})
+	}
+}
+
+// A refund of a large cost (sliding_log removes its members in chunks) undoes
+// exactly that admission, for every algorithm.
+func TestRefundLargeCost(t *testing.T) {
+	h := newHost(t)
+	for _, kind := range algorithms.Kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			p := params(kind, 1000, time.Hour, 0)
+			ref, _ := algorithms.New(kind, p)
+			key := testKey(t, kind, "k")
+			now := int64(1_700_000_000_000_000) + 99
+			if res, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 200, Now: now}); err != nil || !res.Allowed {
+				t.Fatalf("admission: %+v %v", res, err)
+			}
+			big := &Request{Kind: kind, Params: p, Key: key, Cost: 700, Now: now + 10}
+			second, err := h.run(big)
+			if err != nil || !second.Allowed {
+				t.Fatalf("admission: %+v %v", second, err)
+			}
+			refund := *big
+			refund.Now, refund.Refund = now+20, &second
+			if _, err := h.run(&refund); err != nil {
+				t.Fatal(err)
+			}
+			// Reference: only the 200.
+			st, _, _ := ref.Decide(nil, nil, now*1000, 200)
+			_, want, _ := ref.Decide(nil, st, (now+30)*1000, 1)
+			got, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 1, Now: now + 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want.ResetAfter, want.RetryAfter = ceilUS(want.ResetAfter), ceilUS(want.RetryAfter)
+			if got.Decision != want {
+				t.Fatalf("after refund: %+v, want %+v", got.Decision, want)
+			}
+		})
+	}
+}
+
+// The state layout README documents: a string of little-endian doubles
+// (each an integer below 2^53) under the v2 key (sliding_log: a sorted set under "sl"), whose TTL the admission
+// set; a v1 hash left under the old name (…:fw, …:tb) is neither read nor
+// written.
+func TestStateLayout(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	fields := map[algorithms.Kind]int{algorithms.TokenBucket: 2, algorithms.LeakyBucket: 3, algorithms.FixedWindow: 2, algorithms.SlidingWindow: 3}
+	for _, kind := range algorithms.Kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			key := testKey(t, kind, "k")
+			owner, err := cluster.NodeOf(string(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc := cluster.Client(owner)
+			defer pc.Close()
+			old := strings.TrimSuffix(string(key), "2")
+			if old != string(key) {
+				if err := pc.HSet(ctx, old, "w", "1", "n", "999999", "s", "0", "ts", "1", "tat", "9999999999999999", "f", "0", "p", "999999").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := params(kind, 5, time.Minute, 0)
+			res, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 1})
+			if err != nil || !res.Allowed || res.Remaining != 4 {
+				t.Fatalf("first decision %+v %v (a v1 hash must not count)", res, err)
+			}
+			typ, err := pc.Type(ctx, string(key)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kind == algorithms.SlidingLog {
+				if typ != "zset" {
+					t.Fatalf("type %s", typ)
+				}
+			} else {
+				v, err := pc.Get(ctx, string(key)).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(v) != 8*fields[kind] {
+					t.Fatalf("value %q: %d bytes, want %d doubles", v, len(v), fields[kind])
+				}
+				var f []float64
+				for i := 0; i < len(v); i += 8 {
+					x := math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[i:])))
+					if x < 0 || x != math.Trunc(x) || x >= 1<<53 {
+						t.Fatalf("value %q: field %v is not an integer below 2^53", v, x)
+					}
+					f = append(f, x)
+				}
+				// The fields: the time (window start, last update) is
+				// Redis's clock, within a minute of ours.
+				at := map[algorithms.Kind]int{algorithms.TokenBucket: 1, algorithms.LeakyBucket: 2, algorithms.FixedWindow: 0, algorithms.SlidingWindow: 0}[kind]
+				if d := time.Since(time.UnixMicro(int64(f[at]))); d < -time.Minute || d > 2*time.Minute {
+					t.Fatalf("value %v: field %d is not the time (%v ago)", f, at, d)
+				}
+				if (kind == algorithms.FixedWindow && f[1] != 1) || (kind == algorithms.SlidingWindow && (f[1] != 0 || f[2] != 1)) ||
+					(kind == algorithms.TokenBucket && f[0] != 4*float64(time.Minute/time.Microsecond)) {
+					t.Fatalf("value %v after one admission", f)
+				}
+			}
+			if pttl, err := pc.PTTL(ctx, string(key)).Result(); err != nil || pttl <= 0 || pttl > 2*time.Minute+2*time.Millisecond {
+				t.Fatalf("PTTL %v %v", pttl, err)
+			}
+			if old != string(key) {
+				if n, err := pc.HLen(ctx, old).Result(); err != nil || n != 7 {
+					t.Fatalf("v1 hash touched: %d fields, %v", n, err)
+				}
 			}
 		})
 	}

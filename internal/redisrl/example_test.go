@@ -36,6 +36,6 @@ func Example() {
 	}
 	fmt.Println(res.Allowed, res.Limit, res.Remaining, res.ResetAfter)
 	// Output:
-	// sluice:{api-per-key|203.0.113.7}:tb true
+	// sluice:{api-per-key|203.0.113.7}:tb2 true
 	// true 20 19 600ms
 }

@@ -18,13 +18,14 @@ import (
 // unspent is under-admission, returned when its lease ends.
 //
 // The lease script has its own arguments (it does not share the prelude of
-// the per-request scripts, only their clock and division, clockKeyDiv) and
-// keeps its own state under its own key (the
-// per-request key with "l" appended), in the same representation as the
-// per-request scripts of its algorithm: token_bucket a hash {s = tokens × W,
-// ts}, fixed_window a hash {w = window start, n = admitted in it}. A rule
-// that gains or loses "lease" therefore starts afresh, as after a change of
-// algorithm.
+// the per-request scripts, only their clock, and division as functions:
+// clockKeyDiv) and keeps its own state under its own key (AppendLeaseKey),
+// with the fields of the per-request state of its algorithm in a hash:
+// token_bucket {s = tokens × W, ts}, fixed_window {w = window start, n =
+// admitted in it} (the per-request scripts pack the same fields into a
+// string since v2; a lease call is one per many admissions, so its extra
+// PEXPIRE costs little). A rule that gains or loses "lease" therefore
+// starts afresh, as after a change of algorithm.
 //
 // Calling convention (one key, nine arguments, decimal integers but ARGV[9]):
 //
@@ -136,9 +137,15 @@ func LeaseSupported(k algorithms.Kind) bool {
 const MaxLeaseKeyLen = MaxKeyLen + 1
 
 // AppendLeaseKey appends the lease key of a (rule, key) pair for algorithm
-// k: the per-request key with "l" appended (the same cluster hash tag).
+// k: "sluice:{<rule>|<key>}:<alg>l" (the same cluster hash tag as the
+// per-request key), <alg> the v1 suffix (fw, tb): the lease state is still
+// a hash, written by the lease script alone.
 func AppendLeaseKey(dst []byte, k algorithms.Kind, rule, key string) []byte {
-	return append(AppendKey(dst, k, rule, key), 'l')
+	dst = appendKeyHead(dst, rule, key)
+	if s := ScriptFor(k); s != nil {
+		return append(dst, s.lease...)
+	}
+	return append(dst, "xxl"...)
 }
 
 // LeaseRequest is one call of the lease script.

@@ -36,6 +36,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
@@ -48,19 +49,24 @@ type Script struct {
 	Source string // the full Lua text, sent by EVAL
 	SHA1   string // hex SHA-1 of Source, sent by EVALSHA
 	suffix string // key suffix
+	lease  string // lease key suffix (AppendLeaseKey)
 }
 
 var scripts [6]Script
 
 func init() {
 	for _, s := range []Script{
-		{Kind: algorithms.TokenBucket, Source: tokenBucketBody, suffix: "tb"},
-		{Kind: algorithms.LeakyBucket, Source: leakyBucketBody, suffix: "lb"},
-		{Kind: algorithms.FixedWindow, Source: fixedWindowBody, suffix: "fw"},
-		{Kind: algorithms.SlidingLog, Source: slidingLogBody, suffix: "sl"},
-		{Kind: algorithms.SlidingWindow, Source: slidingWindowBody, suffix: "sw"},
+		{Kind: algorithms.TokenBucket, Source: tokenBucketBody, suffix: "tb2", lease: "tbl"},
+		{Kind: algorithms.LeakyBucket, Source: leakyBucketBody, suffix: "lb2", lease: "lbl"},
+		{Kind: algorithms.FixedWindow, Source: fixedWindowBody, suffix: "fw2", lease: "fwl"},
+		{Kind: algorithms.SlidingLog, Source: slidingLogBody, suffix: "sl", lease: "sll"},
+		{Kind: algorithms.SlidingWindow, Source: slidingWindowBody, suffix: "sw2", lease: "swl"},
 	} {
-		s.Source = "-- sluice " + s.Kind.String() + " v1\n" + prelude + s.Source
+		p := strings.Replace(prelude, "if BURST then B = tonumber(ARGV[3]) end\n", "", 1)
+		if s.Kind == algorithms.TokenBucket || s.Kind == algorithms.LeakyBucket {
+			p = strings.Replace(prelude, "if BURST then B = tonumber(ARGV[3]) end\n", "B = tonumber(ARGV[3])\n", 1)
+		}
+		s.Source = "-- sluice " + s.Kind.String() + " v2\n" + p + s.Source
 		sum := sha1.Sum([]byte(s.Source))
 		s.SHA1 = hex.EncodeToString(sum[:])
 		scripts[s.Kind] = s
@@ -81,7 +87,10 @@ func ScriptFor(k algorithms.Kind) *Script {
 // which applies them to every Redis rule, so that `sluice check --redis`
 // and the module refuse the same configurations.
 
-// Key layout: "sluice:{<rule>|<key>}:<alg>". The braces make the whole
+// Key layout: "sluice:{<rule>|<key>}:<alg>", <alg> one of tb2, lb2, fw2,
+// sw2 (a string value: the "2" marks the layout that replaced v1's hashes,
+// whose keys ended in tb, lb, fw, sw) and sl (a sorted set, unchanged
+// since v1). The braces make the whole
 // (rule, key) pair the cluster hash tag. A part is written as is when it is
 // at most maxRawPart bytes of printable ASCII other than the characters
 // with a meaning here ({ } | #); otherwise it is replaced by '#' and the
@@ -92,7 +101,7 @@ const (
 	maxRawPart = 96
 	hashedPart = 1 + 32
 	// MaxKeyLen bounds the length of every key AppendKey builds.
-	MaxKeyLen = len(keyPrefix) + 2*maxRawPart + len("|}:tb")
+	MaxKeyLen = len(keyPrefix) + 2*maxRawPart + len("|}:tb2")
 )
 
 func rawPart(s string) bool {
@@ -126,15 +135,20 @@ func partLen(s string) int {
 
 // AppendKey appends the Redis key of a (rule, key) pair for algorithm k.
 func AppendKey(dst []byte, k algorithms.Kind, rule, key string) []byte {
-	dst = append(dst, keyPrefix...)
-	dst = appendPart(dst, rule)
-	dst = append(dst, '|')
-	dst = appendPart(dst, key)
-	dst = append(dst, '}', ':')
+	dst = appendKeyHead(dst, rule, key)
 	if s := ScriptFor(k); s != nil {
 		return append(dst, s.suffix...)
 	}
 	return append(dst, "xx"...)
+}
+
+// appendKeyHead appends a key up to its suffix: "sluice:{<rule>|<key>}:".
+func appendKeyHead(dst []byte, rule, key string) []byte {
+	dst = append(dst, keyPrefix...)
+	dst = appendPart(dst, rule)
+	dst = append(dst, '|')
+	dst = appendPart(dst, key)
+	return append(dst, '}', ':')
 }
 
 // Request is one call of a script.

@@ -25,8 +25,13 @@ func TestScripts(t *testing.T) {
 			t.Errorf("%v: bad or duplicate SHA1 %s", k, s.SHA1)
 		}
 		seen[s.SHA1] = true
-		if !strings.Contains(s.Source, "redis.call('TIME')") || !strings.Contains(s.Source, "PEXPIRE") {
-			t.Errorf("%v: script does not read TIME or set PEXPIRE", k)
+		if !strings.Contains(s.Source, "redis.call('TIME')") || !(strings.Contains(s.Source, "PEXPIRE") || strings.Contains(s.Source, "'PX'")) {
+			t.Errorf("%v: script does not read TIME or set an expiry", k)
+		}
+		// No closure is created per call: a function defined in the
+		// script is allocated again on every EVALSHA.
+		if strings.Contains(s.Source, "function") {
+			t.Errorf("%v: script defines a function", k)
 		}
 	}
 	if ScriptFor(0) != nil || ScriptFor(99) != nil {
@@ -36,14 +41,21 @@ func TestScripts(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	k := AppendKey(nil, algorithms.TokenBucket, "api-per-key", "203.0.113.7")
-	if string(k) != "sluice:{api-per-key|203.0.113.7}:tb" {
+	if string(k) != "sluice:{api-per-key|203.0.113.7}:tb2" {
 		t.Fatalf("got %q", k)
+	}
+	// Lease keys keep v1's names (their state is still a hash).
+	if k := AppendLeaseKey(nil, algorithms.FixedWindow, "r", "k"); string(k) != "sluice:{r|k}:fwl" || len(k) > MaxLeaseKeyLen {
+		t.Fatalf("lease key %q", k)
+	}
+	if k := AppendLeaseKey(nil, algorithms.TokenBucket, "r", "k"); string(k) != "sluice:{r|k}:tbl" {
+		t.Fatalf("lease key %q", k)
 	}
 	if KeyLen(algorithms.TokenBucket, "api-per-key", "203.0.113.7") != len(k) {
 		t.Fatal("KeyLen")
 	}
 	// IPv6 and header values with ':' stay readable.
-	if k := AppendKey(nil, algorithms.FixedWindow, "r", "2001:db8::1"); string(k) != "sluice:{r|2001:db8::1}:fw" {
+	if k := AppendKey(nil, algorithms.FixedWindow, "r", "2001:db8::1"); string(k) != "sluice:{r|2001:db8::1}:fw2" {
 		t.Fatalf("got %q", k)
 	}
 	// Unsafe or long parts are hashed: bounded, tag intact, unambiguous.
@@ -198,5 +210,5 @@ func FuzzParseReply(f *testing.F) {
 
 // KeyLen returns the length of the key AppendKey builds (the tests hold AppendKey to it).
 func KeyLen(k algorithms.Kind, rule, key string) int {
-	return len(keyPrefix) + partLen(rule) + 1 + partLen(key) + 2 + 2
+	return len(keyPrefix) + partLen(rule) + 1 + partLen(key) + 2 + len(ScriptFor(k).suffix)
 }

@@ -36,44 +36,50 @@ package redisrl
 // numbers are doubles), which config.RedisParams guarantees for the parameters, and
 // divisions go through idiv/cdiv, which correct the rounding of a/b.
 //
-// Numbers go to redis.call as Lua numbers: Redis converts them with "%.17g"
-// (fpconv_dtoa since 7.2, also exact), every integer below 2^53 written
-// exactly, and read back with tonumber. num (string.format, about 0.5 µs a
-// call in Redis's Lua) is only for text built in Lua (sliding_log's member
-// names and score bounds). fixed_window rewrites only the count while the
-// window is the same.
+// The per-request scripts keep each key's state in one plain string value
+// of decimal integers separated by spaces (sliding_log: a sorted set), so a
+// decision is TIME, one GET and, when it admits, one SET … PX: the write
+// and the expiry in one call. A denial writes nothing. The bodies create no
+// closures (a Lua function defined in a script is allocated again on every
+// EVALSHA) and divide inline: q = ⌊a/b⌋ for 0 <= a < 2^53 is
+// math.floor(a / b) corrected down once when q × b > a (the correctly
+// rounded quotient is never below the true one's floor and at most one
+// above it), ⌈a/b⌉ that plus one when q × b < a. lag is eff − now: a wait
+// measured from eff (the state can be ahead of a clock that went back) is
+// reported from now by adding it. Text is built with string.format('%d'),
+// exact for every integer below 2^53 (Lua's own number-to-string keeps 14
+// digits); numbers passed to redis.call are converted by Redis ("%.17g",
+// also exact).
 const prelude = `
-local L = tonumber(ARGV[1])
-local W = tonumber(ARGV[2])
-local B = tonumber(ARGV[3])
-local c = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-local op = ARGV[6]
-local n = tonumber(ARGV[9] or '1')
+local L, W, c, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local op, n, B = ARGV[6], 1, L
+if ARGV[9] then n = tonumber(ARGV[9]) end
+if BURST then B = tonumber(ARGV[3]) end
 if not (L and W and B and c and now and n) or L < 1 or W < 1 or B < 1 or c < 1 or now < 0 or n < 1 or (op ~= '0' and op ~= '1') or (n > 1 and op ~= '0') then
   return redis.error_reply('ERR sluice: bad arguments')
 end
-local stamp = tonumber(ARGV[7]) or 0
-local ref = tonumber(ARGV[8]) or 0
-` + clockKeyDiv + `local eff = now
--- late converts a wait measured from eff to one measured from now (they
--- differ when the clock went backwards and the state is ahead of it).
-local function late(w) if w > 0 then return w + (eff - now) end return w end
--- expire sets the key to vanish w microseconds after eff (rounded up to
--- milliseconds, plus one for the expiry clock's coarser start).
-local function expire(w) redis.call('PEXPIRE', key, cdiv(late(w), 1000) + 1) end
+local px, t0 = 'PX', 0
+if now == 0 then px = 'PXAT' end
+` + clock + `local floor, eff = math.floor, now
+if px == 'PXAT' then t0 = now end
 `
 
-// clockKeyDiv follows the argument checks of every script (the
-// per-request prelude and the lease script): now from Redis TIME when the
-// caller passed 0, the key, and floor and ceiling integer division exact
-// for integers below 2^53.
-const clockKeyDiv = `if now == 0 then
+// clock follows the argument checks of every script (the per-request
+// prelude and the lease script): now from Redis TIME when the caller passed
+// 0 (its two strings converted by arithmetic, one strtod each; tonumber
+// converts twice), and the key.
+const clock = `if now == 0 then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 end
 local key = KEYS[1]
-local function idiv(a, b)
+`
+
+// clockKeyDiv is clock followed by floor and ceiling integer division
+// exact for integers below 2^53, as functions: the lease script's
+// beginning (a lease call is one per many admissions, so its closures
+// cost little).
+const clockKeyDiv = clock + `local function idiv(a, b)
   local q = math.floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
@@ -81,223 +87,331 @@ end
 local function cdiv(a, b) return -idiv(-a, b) end
 `
 
-// token_bucket. State: hash {s = tokens × W (scaled, so refill is exact
-// integer arithmetic: dt µs add dt × L), ts = time of s}.
+// token_bucket. State: "<s> <ts>": s = tokens × W (scaled, so refill is
+// exact integer arithmetic: dt µs add dt × L), ts = time of s. A refund
+// (op 1) is written like an admission of one; a = 1 stands for it.
 const tokenBucketBody = `
 local BW = B * W
-local h = redis.call('HMGET', key, 's', 'ts')
-local S, last = tonumber(h[1]), tonumber(h[2])
-local exists = S ~= nil and last ~= nil
+local v = redis.call('GET', key)
+local S, last
+if v and #v == 16 then S, last = struct.unpack('<dd', v) end
+local exists = S ~= nil
 if not exists then S, last = BW, now end
-S = math.min(math.max(S, 0), BW)
+if S > BW then S = BW end
 if last > eff then eff = last end
-if eff - last >= cdiv(BW - S, L) then S = BW else S = S + (eff - last) * L end
-local cW = c * W
+local d = eff - last
+if d * L >= BW - S then S = BW else S = S + d * L end
+local lag, cW, a, retry = eff - now, c * W, 1, 0
 if op == '1' then
   if not exists then return {1, B, B, 0, 0, eff, 0} end
   S = S + cW
   if S > BW then S = BW end
-  redis.call('HSET', key, 's', S, 'ts', eff)
-  expire(cdiv(BW - S, L))
-  return {1, B, idiv(S, W), late(cdiv(BW - S, L)), 0, eff, 0}
+elseif c > B then
+  a, retry = 0, W
+else
+  a = floor(S / cW)
+  if a * cW > S then a = a - 1 end
+  if a > n then a = n end
+  if a > 0 then S = S - a * cW end
+  if a < n then
+    local x = cW - S
+    retry = floor(x / L)
+    if retry * L > x then retry = retry - 1 end
+    if retry * L < x then retry = retry + 1 end
+    retry = retry + lag
+  end
 end
-if c > B then return {0, B, idiv(S, W), late(cdiv(BW - S, L)), W, eff, 0} end
-local a = math.min(n, idiv(S, cW))
-if a < 1 then
-  return {0, B, idiv(S, W), late(cdiv(BW - S, L)), late(cdiv(cW - S, L)), eff, 0}
+local x = BW - S
+local t = floor(x / L)
+if t * L > x then t = t - 1 end
+if t * L < x then t = t + 1 end
+if t > 0 then t = t + lag end
+if a > 0 then
+  local x = t0 + t
+  local ms = floor(x / 1000)
+  if ms * 1000 > x then ms = ms - 1 end
+  if ms * 1000 < x then ms = ms + 1 end
+  redis.call('SET', key, struct.pack('<dd', S, eff), px, ms + 1)
 end
-S = S - a * cW
-redis.call('HSET', key, 's', S, 'ts', eff)
-expire(cdiv(BW - S, L))
-local retry = 0
-if a < n then retry = late(cdiv(cW - S, L)) end
-return {a, B, idiv(S, W), late(cdiv(BW - S, L)), retry, eff, 0}
+local r = floor(S / W)
+if r * W > S then r = r - 1 end
+return {a, B, r, t, retry, eff, 0}
 `
 
-// leaky_bucket (GCRA, virtual scheduling). State: hash {tat, f, ts}: the
-// theoretical arrival time is tat + f/L µs (0 <= f < L) and ts the time of the
-// last admission. The level, scaled like the token bucket's tokens, is
+// leaky_bucket (GCRA, virtual scheduling). State: "<tat> <f> <ts>": the
+// theoretical arrival time is tat + f/L µs (0 <= f < L) and ts the time of
+// the last admission. The level, scaled like the token bucket's tokens, is
 // (TAT − eff) × L; the bucket holds B × W.
 const leakyBucketBody = `
 local BW = B * W
-local h = redis.call('HMGET', key, 'tat', 'f', 'ts')
-local tat, f, last = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
-local exists = tat ~= nil and f ~= nil and last ~= nil
+local v = redis.call('GET', key)
+local tat, f, last
+if v and #v == 24 then tat, f, last = struct.unpack('<ddd', v) end
+local exists = tat ~= nil
 if not exists then tat, f, last = now, 0, now end
 if last > eff then eff = last end
 if tat < eff then tat, f = eff, 0 end
 local lv = (tat - eff) * L + f
-local function remaining(x) if x > BW then return 0 end return idiv(BW - x, W) end
-local cW = c * W
+local lag, cW, a, retry = eff - now, c * W, 1, 0
 if op == '1' then
   if not exists then return {1, B, B, 0, 0, eff, 0} end
   lv = lv - cW
   if lv < 0 then lv = 0 end
-  local q = idiv(lv, L)
-  redis.call('HSET', key, 'tat', eff + q, 'f', lv - q * L, 'ts', eff)
-  expire(cdiv(lv, L))
-  return {1, B, remaining(lv), late(cdiv(lv, L)), 0, eff, 0}
+  local q = floor(lv / L)
+  if q * L > lv then q = q - 1 end
+  tat, f = eff + q, lv - q * L
+elseif c > B then
+  a, retry = 0, W
+else
+  a = 0
+  if lv <= BW then
+    local x = BW - lv
+    a = floor(x / cW)
+    if a * cW > x then a = a - 1 end
+    if a > n then a = n end
+  end
+  if a > 0 then
+    local tot = a * cW
+    lv = lv + tot
+    local q = floor(tot / L)
+    if q * L > tot then q = q - 1 end
+    f = f + (tot - q * L)
+    if f >= L then f, q = f - L, q + 1 end
+    tat = tat + q
+  end
+  if a < n then
+    local x = lv + cW - BW
+    retry = floor(x / L)
+    if retry * L > x then retry = retry - 1 end
+    if retry * L < x then retry = retry + 1 end
+    retry = retry + lag
+  end
 end
-if c > B then return {0, B, remaining(lv), late(cdiv(lv, L)), W, eff, 0} end
-local a = 0
-if lv <= BW then a = math.min(n, idiv(BW - lv, cW)) end
-if a < 1 then
-  return {0, B, remaining(lv), late(cdiv(lv, L)), late(cdiv(lv + cW - BW, L)), eff, 0}
+local t = floor(lv / L)
+if t * L > lv then t = t - 1 end
+if t * L < lv then t = t + 1 end
+if t > 0 then t = t + lag end
+if a > 0 then
+  local x = t0 + t
+  local ms = floor(x / 1000)
+  if ms * 1000 > x then ms = ms - 1 end
+  if ms * 1000 < x then ms = ms + 1 end
+  redis.call('SET', key, struct.pack('<ddd', tat, f, eff), px, ms + 1)
 end
-local tot = a * cW
-local after = lv + tot
-local q = idiv(tot, L)
-f = f + (tot - q * L)
-if f >= L then f, q = f - L, q + 1 end
-tat = tat + q
-redis.call('HSET', key, 'tat', tat, 'f', f, 'ts', eff)
-expire(cdiv(after, L))
-local retry = 0
-if a < n then retry = late(cdiv(after + cW - BW, L)) end
-return {a, B, remaining(after), late(cdiv(after, L)), retry, eff, 0}
+local r = 0
+if lv <= BW then
+  r = floor((BW - lv) / W)
+  if r * W > BW - lv then r = r - 1 end
+end
+return {a, B, r, t, retry, eff, 0}
 `
 
-// fixed_window. State: hash {w = window start (µs since the epoch, a multiple
-// of W), n = admitted in that window}.
+// fixed_window. State: "<w> <n>": w = window start (µs since the epoch, a
+// multiple of W), n = admitted in that window. left is the wait until the
+// window ends, from now.
 const fixedWindowBody = `
-local h = redis.call('HMGET', key, 'w', 'n')
-local start, count = tonumber(h[1]), tonumber(h[2])
-if start == nil or count == nil then start, count = -1, 0 end
+local v = redis.call('GET', key)
+local start, count = -1, 0
+if v and #v == 16 then start, count = struct.unpack('<dd', v) end
 if start > eff then eff = start end
-local ws = idiv(eff, W) * W
+local ws = floor(eff / W)
+if ws * W > eff then ws = ws - 1 end
+ws = ws * W
 if ws ~= start then count = 0 end
-local untilNext = ws + W - eff
+local left = ws + W - now
+local x = t0 + left
+local ms = floor(x / 1000)
+if ms * 1000 > x then ms = ms - 1 end
+if ms * 1000 < x then ms = ms + 1 end
 if op == '1' then
-  if idiv(stamp, W) * W ~= ws or count < c then return {1, L, L - count, 0, 0, eff, 0} end
+  local stamp = tonumber(ARGV[7]) or 0
+  local sw = floor(stamp / W)
+  if sw * W > stamp then sw = sw - 1 end
+  if sw * W ~= ws or count < c then return {1, L, L - count, 0, 0, eff, 0} end
   count = count - c
   if count == 0 then redis.call('DEL', key) return {1, L, L, 0, 0, eff, 0} end
-  redis.call('HSET', key, 'n', count)
-  expire(untilNext)
-  return {1, L, L - count, late(untilNext), 0, eff, 0}
+  redis.call('SET', key, struct.pack('<dd', ws, count), px, ms + 1)
+  return {1, L, L - count, left, 0, eff, 0}
 end
-local reset = late(untilNext)
+local reset = left
 if count == 0 then reset = 0 end
 if c > L then return {0, L, math.max(L - count, 0), reset, W, eff, 0} end
-local a = math.min(n, idiv(L - count, c))
-if a < 1 then return {0, L, math.max(L - count, 0), reset, late(untilNext), eff, 0} end
+local a = 0
+if count < L then
+  a = floor((L - count) / c)
+  if a * c > L - count then a = a - 1 end
+  if a > n then a = n end
+end
+if a < 1 then return {0, L, math.max(L - count, 0), reset, left, eff, 0} end
+-- With the Redis clock, a window's keys all expire at its end: a key of the
+-- same window keeps its TTL.
+if px == 'PXAT' and ws == start then
+  redis.call('SET', key, struct.pack('<dd', ws, count + a * c), 'KEEPTTL')
+else
+  redis.call('SET', key, struct.pack('<dd', ws, count + a * c), px, ms + 1)
+end
 count = count + a * c
-if ws == start then redis.call('HSET', key, 'n', count) else redis.call('HSET', key, 'w', ws, 'n', count) end
-expire(untilNext)
 local retry = 0
-if a < n then retry = late(untilNext) end
-return {a, L, L - count, late(untilNext), retry, eff, 0}
+if a < n then retry = left end
+return {a, L, L - count, left, retry, eff, 0}
 `
 
-// sliding_window. State: hash {w = current window start, p = previous
-// window's count, n = current window's count}. Estimate at elapsed e:
-// p × (W − e)/W + n, compared with L after multiplying through by W.
+// sliding_window. State: "<w> <p> <n>": w = current window start, p =
+// previous window's count, n = current window's count. Estimate at elapsed
+// e: p × (W − e)/W + n, compared with L after multiplying through by W.
+// A refund that finds its admission's window sets save.
 const slidingWindowBody = `
-local h = redis.call('HMGET', key, 'w', 'p', 'n')
-local start, prev, cur = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
-if start == nil or prev == nil or cur == nil then start, prev, cur = idiv(eff, W) * W, 0, 0 end
+local v = redis.call('GET', key)
+local start, prev, cur = 0, 0, 0
+if v and #v == 24 then start, prev, cur = struct.unpack('<ddd', v) end
 if start > eff then eff = start end
-local ws = idiv(eff, W) * W
+local ws = floor(eff / W)
+if ws * W > eff then ws = ws - 1 end
+ws = ws * W
+-- keep: the key expires at the end of the window after the current one's
+-- (start + 2W) both before and after this call, so its TTL stays.
+local keep = px == 'PXAT' and ws == start and cur > 0
 if ws == start + W then prev, cur = cur, 0 elseif ws ~= start then prev, cur = 0, 0 end
 start = ws
-local e = eff - start
-local LW = L * W
-local function weighted(p, n) return p * (W - e) + n * W end
-local function remaining(p, n)
-  local est = weighted(p, n)
-  if est > LW then return 0 end
-  return idiv(LW - est, W)
-end
-local function resetAfter(p, n)
-  if n > 0 then return start + 2 * W - eff elseif p > 0 then return start + W - eff end
-  return 0
-end
--- admitFrom: the elapsed time from which p × (W − x)/W <= a.
-local function admitFrom(p, a) if p <= a then return 0 end return W - idiv(a * W, p) end
-local function save()
-  if prev == 0 and cur == 0 then redis.call('DEL', key) return end
-  redis.call('HSET', key, 'w', start, 'p', prev, 'n', cur)
-  expire(resetAfter(prev, cur))
-end
+local e, LW, lag = eff - start, L * W, eff - now
+local a, wait, save = 1, 0, false
 if op == '1' then
-  local sw = idiv(stamp, W) * W
-  if sw == start and cur >= c then cur = cur - c save()
-  elseif sw == start - W and prev >= c then prev = prev - c save() end
-  return {1, L, remaining(prev, cur), late(resetAfter(prev, cur)), 0, eff, 0}
-end
-if c > L then return {0, L, remaining(prev, cur), late(resetAfter(prev, cur)), W, eff, 0} end
-local a, room = 0, LW - weighted(prev, cur)
-if room >= 0 then a = math.min(n, idiv(room, c * W)) end
-if a > 0 then
-  cur = cur + a * c
-  save()
-end
-local wait = 0
-if a < n then
-  if cur + c <= L then
-    local at = admitFrom(prev, L - cur - c)
-    if at < W then wait = at - e end
+  local stamp = tonumber(ARGV[7]) or 0
+  local sw = floor(stamp / W)
+  if sw * W > stamp then sw = sw - 1 end
+  sw = sw * W
+  if sw == start and cur >= c then cur, save = cur - c, true
+  elseif sw == start - W and prev >= c then prev, save = prev - c, true end
+elseif c > L then
+  a, wait = 0, W
+else
+  a = 0
+  local room = LW - (prev * (W - e) + cur * W)
+  if room >= 0 then
+    local cW = c * W
+    a = floor(room / cW)
+    if a * cW > room then a = a - 1 end
+    if a > n then a = n end
   end
-  if wait == 0 then wait = start + W + admitFrom(cur, L - c) - eff end
-  wait = late(wait)
+  if a > 0 then cur, save = cur + a * c, true end
+  if a < n then
+    -- The first elapsed time from which the previous window's weighted
+    -- count p × (W − x)/W leaves room for another request: W − ⌊k × W / p⌋
+    -- for k = what the current window leaves (0 when p <= k).
+    if cur + c <= L then
+      local k, at = L - cur - c, 0
+      if prev > k then
+        local q = floor(k * W / prev)
+        if q * prev > k * W then q = q - 1 end
+        at = W - q
+      end
+      if at < W then wait = at - e end
+    end
+    if wait == 0 then
+      local k, at = L - c, 0
+      if cur > k then
+        local q = floor(k * W / cur)
+        if q * cur > k * W then q = q - 1 end
+        at = W - q
+      end
+      wait = start + W + at - eff
+    end
+    if wait > 0 then wait = wait + lag end
+  end
 end
-return {a, L, remaining(prev, cur), late(resetAfter(prev, cur)), wait, eff, 0}
+local reset = 0
+if cur > 0 then reset = start + 2 * W - eff elseif prev > 0 then reset = start + W - eff end
+if reset > 0 then reset = reset + lag end
+if save then
+  if prev == 0 and cur == 0 then
+    redis.call('DEL', key)
+  elseif keep and cur > 0 and op == '0' then
+    redis.call('SET', key, struct.pack('<ddd', start, prev, cur), 'KEEPTTL')
+  else
+    local x = t0 + reset
+    local ms = floor(x / 1000)
+    if ms * 1000 > x then ms = ms - 1 end
+    if ms * 1000 < x then ms = ms + 1 end
+    redis.call('SET', key, struct.pack('<ddd', start, prev, cur), px, ms + 1)
+  end
+end
+local est, r = prev * (W - e) + cur * W, 0
+if est <= LW then
+  r = floor((LW - est) / W)
+  if r * W > LW - est then r = r - 1 end
+end
+return {a, L, r, reset, wait, eff, 0}
 `
 
 // sliding_log. State: a sorted set with one member per admitted unit of
 // cost, scored by its time in µs and named "<time>:<index>" (indexes at one
 // time are consecutive from 1, so names never collide). Entries at or before
 // eff − W have expired; they are ignored, and pruned by the next admission.
+// The newest entry, read first for eff, also gives a denial's reset, and
+// tells whether entries at eff exist (only then are their indexes read).
 const slidingLogBody = `
-local function num(x) return string.format('%.17g', x) end
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-if newest[2] then
-  local t = tonumber(newest[2])
-  if t > eff then eff = t end
-end
-local cutoff = eff - W
-local live = '(' .. num(cutoff)
+local top = tonumber(newest[2])
+if top and top > eff then eff = top end
+local cutoff, lag = eff - W, eff - now
+local live = '(' .. string.format('%d', cutoff)
 if op == '1' then
-  for i = ref, ref + c - 1 do redis.call('ZREM', key, num(stamp) .. ':' .. num(i)) end
+  local ref, s = tonumber(ARGV[8]) or 0, string.format('%d', tonumber(ARGV[7]) or 0)
+  local names, m = {}, 0
+  for i = ref, ref + c - 1 do
+    m = m + 1
+    names[m] = s .. ':' .. string.format('%d', i)
+    if m >= 256 then redis.call('ZREM', key, unpack(names, 1, m)) m = 0 end
+  end
+  if m > 0 then redis.call('ZREM', key, unpack(names, 1, m)) end
   local used = redis.call('ZCOUNT', key, live, '+inf')
   return {1, L, math.max(L - used, 0), 0, 0, eff, 0}
 end
-local used = redis.call('ZCOUNT', key, live, '+inf')
+local used = 0
+if top and top > cutoff then used = redis.call('ZCOUNT', key, live, '+inf') end
 local a = 0
-if c <= L and used + c <= L then a = math.min(n, idiv(L - used, c)) end
+if c <= L and used + c <= L then
+  a = floor((L - used) / c)
+  if a * c > L - used then a = a - 1 end
+  if a > n then a = n end
+end
 if a < 1 then
   -- A denial writes nothing (not even the pruning): the state stays exactly
   -- as it was, so a clock that later goes backwards sees it unchanged.
   local reset, retry = 0, W
-  if used > 0 then
-    local n = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    reset = late(tonumber(n[2]) - cutoff)
-  end
+  if used > 0 then reset = top - cutoff + lag end
   if c <= L then
     local o = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
-    retry = late(tonumber(o[2]) - cutoff)
+    retry = tonumber(o[2]) - cutoff + lag
   end
   return {0, L, math.max(L - used, 0), reset, retry, eff, 0}
 end
-redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+if top then redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff) end
 local base = 1
-local same = redis.call('ZRANGEBYSCORE', key, eff, eff)
-for _, m in ipairs(same) do
-  local i = tonumber(string.match(m, ':(%d+)$'))
-  if i and i >= base then base = i + 1 end
+if top == eff then
+  local same = redis.call('ZRANGEBYSCORE', key, eff, eff)
+  for _, m in ipairs(same) do
+    local i = tonumber(string.match(m, ':(%d+)$'))
+    if i and i >= base then base = i + 1 end
+  end
 end
-local s = num(eff)
+local s = string.format('%d', eff) .. ':'
 local add, m = {}, 0
 for i = base, base + a * c - 1 do
-  add[m + 1], add[m + 2], m = s, s .. ':' .. num(i), m + 2
+  add[m + 1], add[m + 2], m = eff, s .. string.format('%d', i), m + 2
   if m >= 512 then redis.call('ZADD', key, unpack(add, 1, m)) m = 0 end
 end
 if m > 0 then redis.call('ZADD', key, unpack(add, 1, m)) end
-expire(W)
+local x = t0 + W + lag
+local ms = floor(x / 1000)
+if ms * 1000 > x then ms = ms - 1 end
+if ms * 1000 < x then ms = ms + 1 end
+if px == 'PXAT' then redis.call('PEXPIREAT', key, ms + 1) else redis.call('PEXPIRE', key, ms + 1) end
 used = used + a * c
 local retry = 0
 if a < n then
   local o = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', used + c - L - 1, 1)
-  retry = late(tonumber(o[2]) - cutoff)
+  retry = tonumber(o[2]) - cutoff + lag
 end
-return {a, L, L - used, late(W), retry, eff, base}
+return {a, L, L - used, W + lag, retry, eff, base}
 `
