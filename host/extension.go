@@ -98,7 +98,7 @@ func (g *Guest) Start() (deliver func(fn func(g *Guest))) {
 		if !once.CompareAndSwap(false, true) {
 			return
 		}
-		v.w.postAsync(job{fn: func(w *worker) {
+		v.w.postReply(job{fn: func(w *worker) {
 			v.extCalls--
 			if fn == nil || w.vm != v || v.dead {
 				return
