@@ -7,7 +7,9 @@ import (
 )
 
 func TestAppendIntHex(t *testing.T) {
-	ints := []int64{0, 1, 9, 10, 99, 100, 12345, -1, -10, -987654321, math.MaxInt64, math.MinInt64, math.MaxInt32, 1e18}
+	ints := []int64{0, 1, 9, 10, 99, 100, 12345, -1, -10, -987654321, math.MaxInt64, math.MinInt64, math.MaxInt32, 1e18,
+		// Around appendInt's 32-bit split: the low nine digits keep their zeros.
+		math.MaxUint32, math.MaxUint32 + 1, -(math.MaxUint32 + 1), 1e9, 1e10, 5e9 + 7, 1e18 + 1, 1e17 + 1e9, 999999999999, 4294967296000000001}
 	for _, v := range ints {
 		if got, want := string(appendInt([]byte("x"), v)), strconv.AppendInt([]byte("x"), v, 10); got != string(want) {
 			t.Errorf("appendInt(%d) = %q, want %q", v, got, want)

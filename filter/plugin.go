@@ -45,14 +45,15 @@ type Plugin struct {
 	seed    uint64
 	req     request
 	hdrs    []abi.Header
-	vals    []byte        // scratch for header values
-	body    []byte        // rejection body
-	grpcMsg []byte        // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
-	errors  uint32        // metric id of sluice.errors
-	logged  int           // store errors logged so far (bounded)
-	redis   *redisState   // nil without Redis rules
-	rls     *rlsState     // nil without RLS rules
-	remote  remoteBackend // redis or rls (a configuration has at most one); nil without remote rules
+	vals    []byte           // scratch for header values
+	body    []byte           // rejection body
+	grpcMsg []byte           // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
+	errors  uint32           // metric id of sluice.errors
+	logged  int              // store errors logged so far (bounded)
+	redis   *redisState      // nil without Redis rules
+	rls     *rlsState        // nil without RLS rules
+	remote  remoteBackend    // redis or rls (a configuration has at most one); nil without remote rules
+	adder   abi.HeadersAdder // host, when it adds several headers in one call (Imports); else nil
 
 	// Scopes (scope.go): a root context's Plugin has one Plugin per entry
 	// of "_rules_" (scopes, by index); a scope's Plugin has its entry
@@ -182,6 +183,7 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	p.cfg = cfg
 	p.rules = rules
 	p.hdrs = make([]abi.Header, 0, 8)
+	p.adder, _ = p.host.(abi.HeadersAdder) // resolved once: a type assertion is a runtime call
 	maxQuoted := 0
 	for _, r := range rules {
 		maxQuoted = max(maxQuoted, len(r.quoted))
@@ -632,8 +634,12 @@ func (p *Plugin) onResponse(s *stream) abi.Action {
 	}
 	p.vals = p.vals[:0]
 	p.hdrs = p.appendRateLimitHeaders(p.hdrs[:0], s.rule, &s.d)
-	for i := range p.hdrs {
-		p.host.AddHeader(abi.MapResponseHeaders, p.hdrs[i].Name, p.hdrs[i].Value)
+	if p.adder != nil {
+		p.adder.AddHeaders(abi.MapResponseHeaders, p.hdrs) // one guest call, not one per header
+	} else {
+		for i := range p.hdrs {
+			p.host.AddHeader(abi.MapResponseHeaders, p.hdrs[i].Name, p.hdrs[i].Value)
+		}
 	}
 	s.hasHeaders = false
 	return abi.ActionContinue

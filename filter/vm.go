@@ -293,8 +293,10 @@ func (vm *VM) OnLog(id uint32) {
 // expects of a root that still has work. Redis calls need no wait: a
 // command sent cannot be unsent.
 func (vm *VM) OnDone(id uint32) bool {
-	if vm.streams.get(id) != nil {
-		return true // a stream's proxy_on_done, once per request: no map lookup
+	if (id == vm.loggedID && id != 0) || vm.streams.get(id) != nil {
+		// A stream's proxy_on_done, once per request: no map lookup (a
+		// stream is usually released at proxy_on_log already, just before).
+		return true
 	}
 	root := vm.plugins[id]
 	if root == nil {

@@ -132,6 +132,14 @@ type Host interface {
 	Now() int64
 }
 
+// HeadersAdder is implemented by a Host that adds several headers in one
+// call (Imports: one guest call instead of one per header; the host still
+// gets one proxy_add_header_map_value per header). AddHeaders adds every
+// header of hdrs to map mt in order and returns the first failure, if any.
+type HeadersAdder interface {
+	AddHeaders(mt MapType, hdrs []Header) Status
+}
+
 // Handler receives the callbacks the host makes into the module. The wasip1
 // exports translate each proxy_on_* call into one Handler call, after
 // recovering from any panic (a panic is logged at critical level and the

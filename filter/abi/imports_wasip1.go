@@ -64,12 +64,16 @@ func resetOut() {
 	outID = 0
 }
 
-// outBytes returns the buffer the host returned through outPtr/outSize.
+// outBytes returns the buffer the host returned through outPtr/outSize. It
+// slices a pointer to a maximal array rather than calling unsafe.Slice, whose
+// overflow check is a runtime call (internal/runtime/math.MulUintptr) in
+// wasm: two guest calls per request. The host wrote outSize bytes at outPtr,
+// inside the 32-bit linear memory, so the bound cannot overflow.
 func outBytes() []byte {
 	if outPtr == nil || outSize == 0 {
 		return nil
 	}
-	return unsafe.Slice(outPtr, outSize)
+	return (*[1 << 31]byte)(unsafe.Pointer(outPtr))[:outSize:outSize]
 }
 
 func strPtr(s string) unsafe.Pointer { return unsafe.Pointer(unsafe.StringData(s)) }
@@ -113,6 +117,19 @@ func (*Imports) GetHeaderPairs(mt MapType) ([]byte, Status) {
 // AddHeader implements Host.
 func (*Imports) AddHeader(mt MapType, name string, value []byte) Status {
 	return Status(proxyAddHeaderMapValue(uint32(mt), strPtr(name), uint32(len(name)), bytesPtr(value), uint32(len(value))))
+}
+
+// AddHeaders implements HeadersAdder: one guest call for the response's
+// rate-limit headers, each still its own proxy_add_header_map_value.
+func (*Imports) AddHeaders(mt MapType, hdrs []Header) Status {
+	st := StatusOK
+	for i := range hdrs {
+		h := &hdrs[i]
+		if r := Status(proxyAddHeaderMapValue(uint32(mt), strPtr(h.Name), uint32(len(h.Name)), bytesPtr(h.Value), uint32(len(h.Value)))); r != StatusOK && st == StatusOK {
+			st = r
+		}
+	}
+	return st
 }
 
 // GetProperty implements Host.
