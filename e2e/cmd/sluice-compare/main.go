@@ -61,6 +61,7 @@ type env struct {
 	conc     int
 	workers  int
 	pin      bool
+	wasmB    string // guest: a second module measured beside sluice.wasm (-guest-wasm-b)
 	out      io.Writer
 }
 
@@ -88,6 +89,7 @@ func main() {
 	flag.IntVar(&e.conc, "c", 32, "guest: connections of the load generator")
 	flag.IntVar(&e.workers, "workers", runtime.NumCPU(), "guest: sluice run --workers")
 	flag.BoolVar(&e.pin, "pin", false, "guest: sluice run on CPU 0 and the load generator on CPU 1 (taskset)")
+	flag.StringVar(&e.wasmB, "guest-wasm-b", "", "guest: also run every sluice configuration with this module (say, built before a change), in the same rotation; its rows end in \" (b)\"")
 	flag.Parse()
 	e.out = os.Stdout
 	if e.rounds < 1 {
@@ -217,19 +219,20 @@ type guestConfig struct {
 	config string // "" for the no-op module
 	keys   int    // -keys of the load generator
 	status int    // every measured request must get it
+	wasm   string // the module, when not sluice.wasm (-guest-wasm-b)
 }
 
 // GuestConfigs are the guest section's configurations; the first is the baseline.
 var GuestConfigs = []guestConfig{
-	{"noop", "no-op standard-Go module", "", 0, 200},
+	{"noop", "no-op standard-Go module", "", 0, 200, ""},
 	{"allow", "sluice, token_bucket on the client IP (one hot key), every request admitted, headers both",
-		`{"rules":[{"name":"per-ip","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1000000000,"window":"1s"}],"response":{"headers":"both"}}`, 0, 200},
+		`{"rules":[{"name":"per-ip","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1000000000,"window":"1s"}],"response":{"headers":"both"}}`, 0, 200, ""},
 	{"allow-1k", "sluice, token_bucket on x-key, 1,000 keys, every request admitted, headers both",
-		`{"rules":[{"name":"per-key","key":[{"header":"x-key"}],"algorithm":"token_bucket","limit":1000000000,"window":"1s"}],"response":{"headers":"both"}}`, 1000, 200},
+		`{"rules":[{"name":"per-key","key":[{"header":"x-key"}],"algorithm":"token_bucket","limit":1000000000,"window":"1s"}],"response":{"headers":"both"}}`, 1000, 200, ""},
 	{"allow-1k-none", "as allow-1k with headers none",
-		`{"rules":[{"name":"per-key","key":[{"header":"x-key"}],"algorithm":"token_bucket","limit":1000000000,"window":"1s"}],"response":{"headers":"none"}}`, 1000, 200},
+		`{"rules":[{"name":"per-key","key":[{"header":"x-key"}],"algorithm":"token_bucket","limit":1000000000,"window":"1s"}],"response":{"headers":"none"}}`, 1000, 200, ""},
 	{"deny", "sluice, token_bucket on the client IP, limit 1 per hour: every request denied (429), headers both",
-		`{"rules":[{"name":"per-ip","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1,"window":"1h"}],"response":{"headers":"both"}}`, 0, 429},
+		`{"rules":[{"name":"per-ip","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1,"window":"1h"}],"response":{"headers":"both"}}`, 0, 429, ""},
 }
 
 // guestSample is one configuration's figures in one round.
@@ -241,11 +244,18 @@ type guestSample struct {
 // Guest measures the guest section: every configuration once per round, in a rotated order.
 func Guest(e *env) error {
 	cache := filepath.Join(e.dir, "cache")
-	samples := make([][]guestSample, len(GuestConfigs))
+	configs := slices.Clone(GuestConfigs)
+	if e.wasmB != "" {
+		for _, gc := range GuestConfigs[1:] {
+			gc.name, gc.wasm = gc.name+" (b)", e.wasmB
+			configs = append(configs, gc)
+		}
+	}
+	samples := make([][]guestSample, len(configs))
 	for r := 0; r < e.rounds; r++ {
-		for k := range GuestConfigs {
-			i := (k + r) % len(GuestConfigs) // rotate: no configuration always runs first
-			gc := GuestConfigs[i]
+		for k := range configs {
+			i := (k + r) % len(configs) // rotate: no configuration always runs first
+			gc := configs[i]
 			s, err := e.guestRun(gc, cache)
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %v", gc.name, r+1, err)
@@ -259,7 +269,7 @@ func Guest(e *env) error {
 	fmt.Fprintln(e.out, "| configuration | CPU per request vs no-op | req/s vs no-op | CPU µs/request | req/s |")
 	fmt.Fprintln(e.out, "|---|---:|---:|---:|---:|")
 	base := samples[0]
-	for i, gc := range GuestConfigs {
+	for i, gc := range configs {
 		var cpuR, rpsR, cpu, rps []float64
 		for r, s := range samples[i] {
 			cpuR = append(cpuR, s.cpuPerReq/base[r].cpuPerReq)
@@ -284,6 +294,9 @@ func Guest(e *env) error {
 	for _, gc := range GuestConfigs {
 		fmt.Fprintf(e.out, "- %s: %s\n", gc.name, gc.what)
 	}
+	if e.wasmB != "" {
+		fmt.Fprintf(e.out, "- (b): the same configuration with %s\n", e.wasmB)
+	}
 	return nil
 }
 
@@ -294,11 +307,15 @@ func (e *env) guestRun(gc guestConfig, cache string) (guestSample, error) {
 	if gc.config == "" {
 		args = append(args, "--wasm", e.noop)
 	} else {
-		cfg := filepath.Join(e.dir, gc.name+".json")
+		cfg := filepath.Join(e.dir, strings.TrimSuffix(gc.name, " (b)")+".json")
 		if err := os.WriteFile(cfg, []byte(gc.config), 0o644); err != nil {
 			return guestSample{}, err
 		}
-		args = append(args, "--wasm", e.wasm, "--config", cfg)
+		wasm := e.wasm
+		if gc.wasm != "" {
+			wasm = gc.wasm
+		}
+		args = append(args, "--wasm", wasm, "--config", cfg)
 	}
 	if e.pin {
 		args = append([]string{"taskset", "-c", "0"}, args...)
