@@ -150,14 +150,19 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 		rc = rc.WithCloseOnContextDone(true)
 	}
 	h.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	t0 := time.Now()
 	if err := h.compileAndLink(ctx); err != nil {
 		h.rt.Close(ctx)
 		return nil, err
 	}
+	t1 := time.Now()
 	if err := h.startWorkers(ctx); err != nil {
 		h.rt.Close(ctx)
 		return nil, err
 	}
+	// Where the start-up goes (README, Performance): compiling (or loading from the
+	// cache) and linking, then the workers' VMs in parallel (each VM logs its own phases).
+	h.log.Debug("host: started", "compile_and_link", t1.Sub(t0).Round(time.Microsecond), "workers", time.Since(t1).Round(time.Microsecond))
 	if opts.CallTimeout > 0 {
 		go h.watchdog(opts.CallTimeout)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // rootContextID is the id of the first root context of a VM (plugin 0's, at start-up).
@@ -47,6 +48,8 @@ type vm struct {
 	mod  api.Module
 	mem  api.Memory // mod.Memory(), looked up once
 	dead bool
+	// linmem backs mem (linmem.go); released by close, after the module.
+	linmem *linearMemory
 
 	stack  [8]uint64 // for top-level guest calls
 	mstack [1]uint64 // for proxy_on_memory_allocate (called from inside host calls)
@@ -142,14 +145,17 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 		WithArgs(h.opts.PluginName).
 		WithStdout(&guestWriter{log: v.log, stream: "stdout"}).
 		WithStderr(&guestWriter{log: v.log, stream: "stderr"})
-	mod, err := h.rt.InstantiateModule(v.ctx, h.compiled, mc)
+	v.linmem = &linearMemory{}
+	t0 := time.Now()
+	mod, err := h.rt.InstantiateModule(experimental.WithMemoryAllocator(v.ctx, v.linmem), h.compiled, mc)
 	if err != nil {
+		v.linmem.release()
 		return nil, fmt.Errorf("host: instantiating module: %w", err)
 	}
 	v.mod = mod
 	v.mem = mod.Memory()
 	fail := func(err error) (*vm, error) {
-		mod.Close(context.Background())
+		v.close()
 		return nil, err
 	}
 	exp := func(name string) api.Function { return mod.ExportedFunction(name) }
@@ -169,6 +175,7 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 	v.onGrpcReceive = exp("proxy_on_grpc_receive")
 	v.onGrpcClose = exp("proxy_on_grpc_close")
 
+	t1 := time.Now()
 	for _, start := range []string{"_initialize", "_start"} {
 		f := exp(start)
 		if f == nil {
@@ -181,6 +188,7 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 		}
 		break
 	}
+	t2 := time.Now()
 	v.active = make([]*rootCtx, len(w.configs))
 	for p, cfg := range w.configs {
 		r, err := v.startRoot(p, cfg)
@@ -189,6 +197,9 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 		}
 		v.active[p] = r
 	}
+	t3 := time.Now()
+	v.log.Debug("host: VM started", "instantiate", t1.Sub(t0).Round(time.Microsecond), "initialize", t2.Sub(t1).Round(time.Microsecond),
+		"start_and_configure", t3.Sub(t2).Round(time.Microsecond), "memory_bytes", v.mem.Size())
 	return v, nil
 }
 
@@ -429,6 +440,7 @@ func (v *vm) close() {
 	if v.mod != nil {
 		v.mod.Close(context.Background())
 	}
+	v.linmem.release()
 }
 
 func (v *vm) callOpt(f api.Function, id uint32) error {

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
@@ -224,8 +225,44 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 	rs.serve(ctx, ln, adminLn)
 	// Compiling the module leaves tens of MB of garbage that the Go runtime would keep
 	// (and only slowly return): collect it and give it back now, off the serving path.
-	go debug.FreeOSMemory()
+	go func() {
+		debug.FreeOSMemory()
+		writeMemProfile(logger)
+	}()
 	return rs, nil
+}
+
+// memProfileEnv names a file for a heap profile of what is live once `sluice run` has
+// started (after the collection that follows start-up): a measuring aid (README,
+// Performance), not a flag.
+const memProfileEnv = "SLUICE_DEBUG_MEMPROFILE"
+
+func init() {
+	if os.Getenv(memProfileEnv) != "" {
+		runtime.MemProfileRate = 4096 // fine enough to attribute the start-up's megabytes
+	}
+}
+
+// writeMemProfile writes the heap profile that memProfileEnv asks for, if it does.
+func writeMemProfile(logger *slog.Logger) {
+	path := os.Getenv(memProfileEnv)
+	if path == "" {
+		return
+	}
+	err := func() error {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}()
+	if err != nil {
+		logger.Warn("sluice run: "+memProfileEnv, "error", err)
+	}
 }
 
 // runInputs is what `sluice run` reads before it starts anything: the log level, the
