@@ -128,6 +128,7 @@ type measurement struct {
 	res                         *result
 	redisCPU, serviceCPU        float64 // seconds over the measured span
 	commands                    map[string]cmdStat
+	reads, writes               int64 // Redis's socket reads and writes over the span
 }
 
 // commandProfile is "name calls/decision×µs/call" per command, most calls first.
@@ -157,6 +158,17 @@ func (m measurement) label() string {
 
 func (m measurement) redisPerDecision() float64 {
 	return m.redisCPU / float64(m.res.decisions()) * 1e6
+}
+
+// commandPerDecision is the Redis command time (commandTime) per decision
+// in µs; the rest of redisPerDecision is reading, parsing and writing the
+// commands and replies, the event loop and the cron.
+func (m measurement) commandPerDecision() float64 {
+	return float64(commandTime(m.commands)) / float64(m.res.decisions())
+}
+
+func (m measurement) readsPerDecision() float64 {
+	return float64(m.reads) / float64(m.res.decisions())
 }
 
 func (m measurement) servicePerDecision() float64 {
@@ -286,6 +298,8 @@ func run(o options) error {
 						percentile(m.res.lat, 99).Round(time.Microsecond), m.redisPerDecision(), m.servicePerDecision(),
 						100*float64(m.res.ok)/float64(max(1, m.res.decisions())), m.res.errs)
 					fmt.Printf("    redis commands per decision × time per call: %s\n", m.commandProfile())
+					fmt.Printf("    redis per decision: command time %.1f µs, the rest %.1f µs; %.3f reads, %.3f writes\n",
+						m.commandPerDecision(), m.redisPerDecision()-m.commandPerDecision(), m.readsPerDecision(), float64(m.writes)/float64(m.res.decisions()))
 					if m.res.errs > 0 {
 						fmt.Printf("    first error: %v\n", m.res.firstErr)
 					}
@@ -355,6 +369,27 @@ func clusterCommands(c *rediscluster.Cluster) (map[string]cmdStat, error) {
 	return out, nil
 }
 
+// clusterIO sums total_reads_processed and total_writes_processed over the
+// masters.
+func clusterIO(c *rediscluster.Cluster) (reads, writes int64, err error) {
+	for i := range c.Addrs {
+		cl := c.Client(i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := cl.Info(ctx, "stats").Result()
+		cancel()
+		cl.Close()
+		if err != nil {
+			return 0, 0, fmt.Errorf("INFO stats %s: %w", c.Addrs[i], err)
+		}
+		r, w, err := ioStats(info)
+		if err != nil {
+			return 0, 0, err
+		}
+		reads, writes = reads+r, writes+w
+	}
+	return reads, writes, nil
+}
+
 // clusterCPU sums used_cpu_sys + used_cpu_user over the masters.
 func clusterCPU(c *rediscluster.Cluster) (float64, error) {
 	var sum float64
@@ -379,6 +414,7 @@ func clusterCPU(c *rediscluster.Cluster) (float64, error) {
 func measure(c *rediscluster.Cluster, s *service, l load) (measurement, error) {
 	var r0, r1 float64
 	var s0, s1 int64
+	var io0, io1 [2]int64
 	var errs []error
 	var cmds map[string]cmdStat
 	res := l.run(s.c, func(begin bool) {
@@ -400,10 +436,14 @@ func measure(c *rediscluster.Cluster, s *service, l load) (measurement, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+		rd, wr, err := clusterIO(c)
+		if err != nil {
+			errs = append(errs, err)
+		}
 		if begin {
-			r0, s0 = r, t
+			r0, s0, io0 = r, t, [2]int64{rd, wr}
 		} else {
-			r1, s1 = r, t
+			r1, s1, io1 = r, t, [2]int64{rd, wr}
 		}
 	})
 	if len(errs) > 0 {
@@ -412,5 +452,9 @@ func measure(c *rediscluster.Cluster, s *service, l load) (measurement, error) {
 	if res.decisions() == 0 {
 		return measurement{}, fmt.Errorf("%s: no decision in %v (first error: %v)\n%s", s.p.name, l.duration, res.firstErr, s.p.tail())
 	}
-	return measurement{service: s.name, res: res, redisCPU: r1 - r0, serviceCPU: float64(s1-s0) / clockTicks, commands: cmds}, nil
+	// The harness's own INFO calls in the span (a read and a write each
+	// per master: commandstats, cpu, stats at the end) are left out.
+	n := int64(3 * len(c.Addrs))
+	return measurement{service: s.name, res: res, redisCPU: r1 - r0, serviceCPU: float64(s1-s0) / clockTicks, commands: cmds,
+		reads: io1[0] - io0[0] - n, writes: io1[1] - io0[1] - n}, nil
 }

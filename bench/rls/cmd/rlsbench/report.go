@@ -18,6 +18,8 @@ var figures = []figure{
 	{"p50 µs", "%.0f", func(m measurement) float64 { return float64(percentile(m.res.lat, 50)) / float64(time.Microsecond) }},
 	{"p99 µs", "%.0f", func(m measurement) float64 { return float64(percentile(m.res.lat, 99)) / float64(time.Microsecond) }},
 	{"Redis CPU µs/decision", "%.1f", measurement.redisPerDecision},
+	{"Redis command µs/decision", "%.1f", measurement.commandPerDecision},
+	{"Redis reads/decision", "%.3f", measurement.readsPerDecision},
 	{"service CPU µs/decision", "%.1f", measurement.servicePerDecision},
 	{"service+Redis CPU µs/decision", "%.1f", func(m measurement) float64 { return m.servicePerDecision() + m.redisPerDecision() }},
 }

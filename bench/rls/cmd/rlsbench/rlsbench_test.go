@@ -145,3 +145,20 @@ func TestCommandStats(t *testing.T) {
 		t.Error("a bad number was accepted")
 	}
 }
+
+func TestIOStatsAndCommandTime(t *testing.T) {
+	r, w, err := ioStats("# Stats\r\ntotal_reads_processed:120\r\ntotal_writes_processed:80\r\n")
+	if err != nil || r != 120 || w != 80 {
+		t.Fatalf("ioStats = %d, %d, %v", r, w, err)
+	}
+	if _, _, err := ioStats("total_reads_processed:1\r\n"); err == nil {
+		t.Error("ioStats without writes: no error")
+	}
+	// A script's usec includes the commands it calls: only EVALSHA counts.
+	if got := commandTime(map[string]cmdStat{"evalsha": {10, 300}, "get": {10, 50}, "set": {5, 40}}); got != 300 {
+		t.Errorf("commandTime with a script = %d, want 300", got)
+	}
+	if got := commandTime(map[string]cmdStat{"incrby": {10, 30}, "expire": {10, 20}}); got != 50 {
+		t.Errorf("commandTime of plain commands = %d, want 50", got)
+	}
+}

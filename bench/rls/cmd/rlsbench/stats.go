@@ -126,3 +126,47 @@ func commandStats(info string, into map[string]cmdStat) error {
 	}
 	return nil
 }
+
+// ioStats parses total_reads_processed and total_writes_processed of INFO
+// stats: the read and write calls Redis's event loop made on client
+// sockets (a pipelined client's many commands can come in one read).
+func ioStats(info string) (reads, writes int64, err error) {
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "total_reads_processed" && k != "total_writes_processed") {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("INFO stats %s: %w", k, err)
+		}
+		if k == "total_reads_processed" {
+			reads = n
+		} else {
+			writes = n
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("INFO stats: total_reads_processed and total_writes_processed not found")
+	}
+	return reads, writes, nil
+}
+
+// commandTime is the time Redis spent executing the service's commands (INFO
+// commandstats usec, wall time inside the command): the scripts' EVALSHA
+// and EVAL, whose usec includes the commands they call (which commandstats
+// also lists on their own), or else every command.
+func commandTime(cmds map[string]cmdStat) (usec int64) {
+	for _, n := range []string{"evalsha", "eval"} {
+		usec += cmds[n].usec
+	}
+	if usec > 0 {
+		return usec
+	}
+	for _, st := range cmds {
+		usec += st.usec
+	}
+	return usec
+}
