@@ -364,6 +364,42 @@ func TestRefundLargeCost(t *testing.T) {
 	}
 }
 
+// sliding_log prunes its dead entries at the first admission of a window
+// after the newest entry's, so the set never holds more than two windows of
+// entries (at most 2 × limit), and the skipped pruning changes no decision
+// (TestConformanceWithAlgorithms).
+func TestSlidingLogPruning(t *testing.T) {
+	h := newHost(t)
+	p := params(algorithms.SlidingLog, 5, time.Millisecond, 0)
+	key := testKey(t, algorithms.SlidingLog, "k")
+	owner, err := cluster.NodeOf(string(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := cluster.Client(owner)
+	defer pc.Close()
+	now := int64(1_700_000_000_000_000)
+	rng := rand.New(rand.NewPCG(1, 2))
+	maxCard := int64(0)
+	for i := 0; i < 400; i++ {
+		now += 1 + rng.Int64N(400) // µs: several admissions per 1 ms window
+		if _, err := h.run(&Request{Kind: algorithms.SlidingLog, Params: p, Key: key, Cost: 1, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := pc.ZCard(context.Background(), string(key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxCard = max(maxCard, n)
+		if n > 2*p.Limit {
+			t.Fatalf("step %d: %d entries, more than two windows' worth (%d)", i, n, 2*p.Limit)
+		}
+	}
+	if maxCard <= p.Limit {
+		t.Errorf("at most %d entries: the workload never kept dead entries", maxCard)
+	}
+}
+
 // The state layout README documents: a string of little-endian doubles
 // (each an integer below 2^53) under the v2 key (sliding_log: a sorted set under "sl"), whose TTL the admission
 // set; a v1 hash left under the old name (…:fw, …:tb) is neither read nor

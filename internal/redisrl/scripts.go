@@ -347,8 +347,10 @@ return {a, L, r, reset, wait, eff, 0}
 // cost, scored by its time in µs and named "<time>:<index>" (indexes at one
 // time are consecutive from 1, so names never collide). Entries at or before
 // eff − W have expired; they are ignored, and pruned by the next admission.
-// The newest entry, read first for eff, also gives a denial's reset, and
-// tells whether entries at eff exist (only then are their indexes read).
+// The newest entry, read first for eff, also gives a denial's reset, tells
+// whether entries at eff exist (only then are their indexes read), and
+// whether an admission prunes (only the first in a window after the
+// newest entry's: the set holds at most two windows of entries).
 const slidingLogBody = `
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 local top = tonumber(newest[2])
@@ -386,7 +388,17 @@ if a < 1 then
   end
   return {0, L, math.max(L - used, 0), reset, retry, eff, 0}
 end
-if top then redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff) end
+-- Pruning waits for the first admission in a window after the newest
+-- entry's: the set then holds entries of at most the last two windows, and
+-- dead ones are never counted (every read bounds the score).
+local wi = floor(eff / W)
+if wi * W > eff then wi = wi - 1 end
+local ti = -1
+if top then
+  ti = floor(top / W)
+  if ti * W > top then ti = ti - 1 end
+end
+if top and ti ~= wi then redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff) end
 local base = 1
 if top == eff then
   local same = redis.call('ZRANGEBYSCORE', key, eff, eff)
