@@ -251,7 +251,10 @@ func (h *Host) addExtensions(exts []Extension) error {
 func (h *Host) compileAndLink(ctx context.Context) error {
 	// Compile functions on every CPU (wazero compiles one function at a time otherwise):
 	// compiling is most of the time to the first response when nothing is cached.
-	compiled, err := h.rt.CompileModule(experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0)), h.opts.Wasm)
+	// Join the module's data segments (Go writes tens of thousands of a few bytes each),
+	// which wazero would keep one by one: the same bytes land in memory (datamerge.go).
+	wasm, _ := mergeDataSegments(h.opts.Wasm)
+	compiled, err := h.rt.CompileModule(experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0)), wasm)
 	if err != nil {
 		return fmt.Errorf("host: compiling module: %w", err)
 	}
