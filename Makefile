@@ -21,7 +21,7 @@ wasm:
 
 $(BIN): FORCE
 	@mkdir -p $(DIST)
-	$(GO) build -trimpath -o $(BIN) ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sluice
 FORCE:
 
 # The whole test suite. Tests that need the compiled module build it themselves.
