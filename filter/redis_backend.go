@@ -186,6 +186,9 @@ type redisRule struct {
 	params   algorithms.Params
 	fallback *slotStore // failure_mode local: shared data, the limit divided by redis.instances
 	lease    *leaseRule // "lease": N (lease.go); nil without
+
+	// keys builds the rule's keys (redisrl.AppendKey's bytes), once.
+	keys redisrl.KeyTemplate
 }
 
 // redisWait is one paused request.
@@ -244,7 +247,7 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, e
 		// (config.RedisParams) and built the local fallback.
 		lim := r.cfg.Limiter
 		r.remote = true
-		r.redis = &redisRule{kind: lim.Kind(), params: lim.Params(),
+		r.redis = &redisRule{kind: lim.Kind(), params: lim.Params(), keys: redisrl.NewKeyTemplate(lim.Kind(), r.id),
 			fallback: newSlotStore(p.host, r.cfg.Fallback, "sluice:"+p.name+":"+r.id+":fallback:", r.cfg.MaxKeys)}
 	}
 	var err error
@@ -343,7 +346,7 @@ func (rs *redisState) dispatch(s *stream, now int64) remoteWait {
 			rs.leases.dispatch(rr.lease, r.hash, c.key, w, i, now)
 			continue
 		}
-		c.key = redisrl.AppendKey(c.key, rr.kind, r.id, unsafeString(r.key))
+		c.key = rr.keys.Append(c.key, unsafeString(r.key))
 		c.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.key, Cost: 1}
 		w.missing++
 		rs.enqueue(c, r.hash^(uint64(i)+1)*0x9e3779b97f4a7c15, now)
@@ -469,10 +472,7 @@ func (rs *redisState) onQueueReply(q *keyQueue, status uint32, size int, now int
 		if st != abi.StatusOK && size > 0 {
 			err = errors.New("reading the redis reply: " + st.String())
 		} else {
-			var v resp.Value
-			if v, err = rs.dec.Parse(buf); err == nil {
-				b, err = redisrl.ParseBatchReply(v, q.req.N)
-			}
+			b, err = redisrl.ParseBatchReplyBytes(&rs.dec, buf, q.req.N)
 		}
 	}
 	if redisrl.IsNoScript(err) && !q.eval {
@@ -628,11 +628,13 @@ func (rs *redisState) onReply(token, status uint32, size int) {
 		if st != abi.StatusOK && size > 0 {
 			err = errors.New("reading the redis reply: " + st.String())
 		} else {
-			var v resp.Value
-			if v, err = rs.dec.Parse(b); err == nil && c.lr != nil {
-				lres, err = redisrl.ParseLeaseReply(v, c.lr.N)
-			} else if err == nil {
-				res, err = redisrl.ParseReply(v)
+			if c.lr != nil {
+				var v resp.Value
+				if v, err = rs.dec.Parse(b); err == nil {
+					lres, err = redisrl.ParseLeaseReply(v, c.lr.N)
+				}
+			} else {
+				res, err = redisrl.ParseReplyBytes(&rs.dec, b)
 			}
 		}
 	}

@@ -50,6 +50,9 @@ type Script struct {
 	SHA1   string // hex SHA-1 of Source, sent by EVALSHA
 	suffix string // key suffix
 	lease  string // lease key suffix (AppendLeaseKey)
+	// evalSHAHead is the start of an EVALSHA call of 8 and 9 arguments,
+	// up to its key: array header, "EVALSHA", SHA1, the key count 1.
+	evalSHAHead [2]string
 }
 
 var scripts [6]Script
@@ -69,6 +72,9 @@ func init() {
 		s.Source = "-- sluice " + s.Kind.String() + " v2\n" + p + s.Source
 		sum := sha1.Sum([]byte(s.Source))
 		s.SHA1 = hex.EncodeToString(sum[:])
+		for i := range s.evalSHAHead {
+			s.evalSHAHead[i] = string(appendCallHead(nil, "EVALSHA", s.SHA1, 8+i))
+		}
 		scripts[s.Kind] = s
 	}
 }
@@ -104,13 +110,21 @@ const (
 	MaxKeyLen = len(keyPrefix) + 2*maxRawPart + len("|}:tb2")
 )
 
+// rawByte marks the bytes a part written as is may hold: printable ASCII
+// other than { } | #.
+var rawByte = func() (t [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		t[c] = c != '{' && c != '}' && c != '|' && c != '#'
+	}
+	return t
+}()
+
 func rawPart(s string) bool {
 	if len(s) > maxRawPart {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c <= ' ' || c >= 0x7f, c == '{', c == '}', c == '|', c == '#':
+		if !rawByte[s[i]] {
 			return false
 		}
 	}
@@ -140,6 +154,36 @@ func AppendKey(dst []byte, k algorithms.Kind, rule, key string) []byte {
 		return append(dst, s.suffix...)
 	}
 	return append(dst, "xx"...)
+}
+
+// KeyTemplate holds the parts of one rule's keys for one algorithm that do
+// not depend on the request's key, built once (NewKeyTemplate), so that
+// building a key per request (Append) only checks and copies the key.
+// The zero KeyTemplate appends what AppendKey appends for rule "" and an
+// unknown Kind.
+type KeyTemplate struct {
+	head string // "sluice:{<rule>|"
+	tail string // "}:<alg>"
+}
+
+// NewKeyTemplate returns the template of rule's keys for algorithm k.
+func NewKeyTemplate(k algorithms.Kind, rule string) KeyTemplate {
+	t := KeyTemplate{head: string(appendPart([]byte(keyPrefix), rule)) + "|", tail: "}:xx"}
+	if s := ScriptFor(k); s != nil {
+		t.tail = "}:" + s.suffix
+	}
+	return t
+}
+
+// Append appends the key of the pair (the template's rule, key): the bytes
+// AppendKey appends for them.
+func (t *KeyTemplate) Append(dst []byte, key string) []byte {
+	if t.head == "" {
+		return AppendKey(dst, 0, "", key)
+	}
+	dst = append(dst, t.head...)
+	dst = appendPart(dst, key)
+	return append(dst, t.tail...)
 }
 
 // appendKeyHead appends a key up to its suffix: "sluice:{<rule>|<key>}:".
@@ -177,7 +221,7 @@ func (r *Request) AppendEvalSHA(dst []byte) []byte {
 	if s == nil {
 		return dst
 	}
-	return r.appendCall(dst, "EVALSHA", s.SHA1)
+	return r.appendCall(dst, "EVALSHA", s.SHA1, &s.evalSHAHead)
 }
 
 // AppendEval appends the EVAL command of r (the fallback after NOSCRIPT).
@@ -186,10 +230,12 @@ func (r *Request) AppendEval(dst []byte) []byte {
 	if s == nil {
 		return dst
 	}
-	return r.appendCall(dst, "EVAL", s.Source)
+	return r.appendCall(dst, "EVAL", s.Source, nil)
 }
 
-func (r *Request) appendCall(dst []byte, cmd, script string) []byte {
+// appendCall appends the call of r's script; heads, when not nil, holds
+// the call's start for 8 and 9 arguments (Script.evalSHAHead).
+func (r *Request) appendCall(dst []byte, cmd, script string, heads *[2]string) []byte {
 	burst := r.Params.Burst
 	if burst == 0 || (r.Kind != algorithms.TokenBucket && r.Kind != algorithms.LeakyBucket) {
 		burst = r.Params.Limit
@@ -198,17 +244,25 @@ func (r *Request) appendCall(dst []byte, cmd, script string) []byte {
 	if r.N > 1 && r.Refund == nil {
 		args = 9
 	}
-	dst = appendScriptHead(dst, cmd, script, args, r.Key, r.Params, burst, r.Cost, r.Now)
+	head := ""
+	if heads != nil {
+		head = heads[args-8]
+	}
+	if head != "" {
+		dst = append(dst, head...)
+	} else {
+		dst = appendCallHead(dst, cmd, script, args)
+	}
+	dst = appendScriptArgs(dst, r.Key, r.Params, burst, r.Cost, r.Now)
 	if r.Refund == nil {
-		dst = resp.AppendBulkString(dst, "0")
-		dst = resp.AppendBulkString(dst, "0")
-		dst = resp.AppendBulkString(dst, "0")
+		// Three "0": not a refund, no stamp, no ref.
+		dst = append(dst, "$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n"...)
 		if args == 9 {
 			dst = resp.AppendBulkInt(dst, r.N)
 		}
 		return dst
 	}
-	dst = resp.AppendBulkString(dst, "1")
+	dst = append(dst, "$1\r\n1\r\n"...)
 	dst = resp.AppendBulkInt(dst, r.Refund.Stamp)
 	return resp.AppendBulkInt(dst, r.Refund.Ref)
 }
@@ -218,10 +272,22 @@ func (r *Request) appendCall(dst []byte, cmd, script string) []byte {
 // script begins with: limit, window in µs, burst, a count (the cost of a
 // decision, the n of a lease call) and now.
 func appendScriptHead(dst []byte, cmd, script string, args int, key []byte, p algorithms.Params, burst, count, now int64) []byte {
+	dst = appendCallHead(dst, cmd, script, args)
+	return appendScriptArgs(dst, key, p, burst, count, now)
+}
+
+// appendCallHead appends the start of a script call with args arguments,
+// up to its key: the array header, cmd, script and the key count 1.
+func appendCallHead(dst []byte, cmd, script string, args int) []byte {
 	dst = resp.AppendArrayHeader(dst, 3+1+args)
 	dst = resp.AppendBulkString(dst, cmd)
 	dst = resp.AppendBulkString(dst, script)
-	dst = resp.AppendBulkString(dst, "1")
+	return append(dst, "$1\r\n1\r\n"...)
+}
+
+// appendScriptArgs appends a script call's key and the five arguments
+// every script begins with (appendScriptHead).
+func appendScriptArgs(dst []byte, key []byte, p algorithms.Params, burst, count, now int64) []byte {
 	dst = resp.AppendBulk(dst, key)
 	dst = resp.AppendBulkInt(dst, p.Limit)
 	dst = resp.AppendBulkInt(dst, int64(p.Window/time.Microsecond))
@@ -284,6 +350,67 @@ func ParseReply(v resp.Value) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return decision(n)
+}
+
+// ParseReplyBytes is d.Parse(b) then ParseReply: the same result and the
+// same errors. The usual reply, an array of ReplyLen integers of 1 to 18
+// digits without sign, is read straight from b (fastInts); any other
+// goes through d.
+func ParseReplyBytes(d *resp.Decoder, b []byte) (Result, error) {
+	if n, ok := fastInts(b); ok {
+		return decision(n)
+	}
+	v, err := d.Parse(b)
+	if err != nil {
+		return Result{}, err
+	}
+	return ParseReply(v)
+}
+
+// ParseBatchReplyBytes is d.Parse(b) then ParseBatchReply(v, n), read as
+// ParseReplyBytes does.
+func ParseBatchReplyBytes(d *resp.Decoder, b []byte, n int64) (Batch, error) {
+	if ints, ok := fastInts(b); ok {
+		return batch(ints, n)
+	}
+	v, err := d.Parse(b)
+	if err != nil {
+		return Batch{}, err
+	}
+	return ParseBatchReply(v, n)
+}
+
+// fastInts reads b when it is exactly "*7\r\n" and ReplyLen lines
+// ":<digits>\r\n" of 1 to 18 digits (no sign: the values fit an int64 and
+// resp's decoder reads them the same); ok is false for anything else.
+func fastInts(b []byte) (n [ReplyLen]int64, ok bool) {
+	if len(b) < 4+4*ReplyLen || b[0] != '*' || b[1] != '0'+ReplyLen || b[2] != '\r' || b[3] != '\n' {
+		return n, false
+	}
+	i := 4
+	for k := range n {
+		if i >= len(b) || b[i] != ':' {
+			return n, false
+		}
+		i++
+		start := i
+		var v uint64
+		for i < len(b) && b[i]-'0' < 10 {
+			v = v*10 + uint64(b[i]-'0')
+			i++
+		}
+		if d := i - start; d == 0 || d > 18 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+			return n, false
+		}
+		n[k] = int64(v)
+		i += 2
+	}
+	return n, i == len(b)
+}
+
+// decision checks a script's reply's integers and converts them.
+func decision(n [ReplyLen]int64) (Result, error) {
 	const maxDur = int64(1<<63-1) / int64(time.Microsecond)
 	switch {
 	case n[0] != 0 && n[0] != 1:
@@ -332,20 +459,24 @@ func ParseBatchReply(v resp.Value, n int64) (Batch, error) {
 	if err != nil {
 		return Batch{}, err
 	}
+	return batch(ints, n)
+}
+
+// batch checks the integers of the reply of a call deciding n requests and
+// converts them.
+func batch(ints [ReplyLen]int64, n int64) (Batch, error) {
 	a := ints[0]
 	if a < 0 || a > n {
 		return Batch{}, badReply("admitted " + strconv.FormatInt(a, 10) + " of " + strconv.FormatInt(n, 10))
 	}
 	// The admitted count aside, the reply is one request's: admitted when
 	// all were (no retry after), else denied (a retry after).
-	allowed := v.Elems[0]
 	if a == n {
-		v.Elems[0].Int = 1
+		ints[0] = 1
 	} else {
-		v.Elems[0].Int = 0
+		ints[0] = 0
 	}
-	r, err := ParseReply(v)
-	v.Elems[0] = allowed
+	r, err := decision(ints)
 	if err != nil {
 		return Batch{}, err
 	}

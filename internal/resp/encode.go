@@ -45,9 +45,43 @@ func AppendBulk(dst []byte, b []byte) []byte {
 // AppendBulkInt appends the decimal form of n as a bulk string (how Redis
 // expects numeric command arguments).
 func AppendBulkInt(dst []byte, n int64) []byte {
-	var tmp [20]byte
-	d := strconv.AppendInt(tmp[:0], n, 10)
-	return AppendBulk(dst, d)
+	if uint64(n) < 10 {
+		return append(dst, '$', '1', '\r', '\n', byte('0'+n), '\r', '\n')
+	}
+	// The digits and the final CRLF are written from the end of tmp, then
+	// the header and they are appended: no strconv, and digits in 32 bits
+	// when they fit (the Wasm guest pays dearly for 64-bit division).
+	var tmp [22]byte
+	i := len(tmp) - 2
+	tmp[i], tmp[i+1] = '\r', '\n'
+	u := uint64(n)
+	if n < 0 {
+		u = -u
+	}
+	for u >= 1<<32 {
+		q := u / 10
+		i--
+		tmp[i] = byte('0' + u - q*10)
+		u = q
+	}
+	for v := uint32(u); ; {
+		q := v / 10
+		i--
+		tmp[i] = byte('0' + v - q*10)
+		if v = q; v == 0 {
+			break
+		}
+	}
+	if n < 0 {
+		i--
+		tmp[i] = '-'
+	}
+	if l := len(tmp) - 2 - i; l < 10 {
+		dst = append(dst, '$', byte('0'+l), '\r', '\n')
+	} else {
+		dst = append(dst, '$', byte('0'+l/10), byte('0'+l%10), '\r', '\n')
+	}
+	return append(dst, tmp[i:]...)
 }
 
 // AppendValue appends v in wire form. It is the inverse of Decode for every
