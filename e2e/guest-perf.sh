@@ -37,18 +37,30 @@ for _ in $(seq 1 600); do
 done
 [ -s "/tmp/perf-$pid.map" ] || { echo "guest-perf.sh: no /tmp/perf-$pid.map (is the benchmark running?)" >&2; cat "$dir/bench.txt" >&2; exit 1; }
 # Every compiled module adds to the map, and the benchmark compiles the module twice (its
-# b.N=1 run, then the measured one): sample once the map has doubled and stopped growing.
+# b.N=1 run, then the measured one): sample once the map has grown a second time (or not for
+# 20 s: both compiles were quick) and stopped growing.
+alive() { # fails, with the benchmark's output, once it has exited
+	kill -0 "$pid" 2>/dev/null && return 0
+	echo "guest-perf.sh: the benchmark exited before it was sampled:" >&2
+	cat "$dir/bench.txt" >&2
+	exit 1
+}
 stable() { # waits until the map has not grown for 2 s; prints its size
 	local last=-1 still=0 size
 	while [ "$still" -lt 4 ]; do
+		alive
 		size=$(stat -c %s "/tmp/perf-$pid.map")
 		if [ "$size" = "$last" ]; then still=$((still + 1)); else still=0 last=$size; fi
 		sleep 0.5
 	done
 	echo "$last"
 }
-first=$(stable)
-while [ "$(stat -c %s "/tmp/perf-$pid.map")" -lt $((first * 19 / 10)) ]; do sleep 0.5; done
+first=$(stable) && [ -n "$first" ] || exit 1
+for _ in $(seq 1 40); do
+	alive
+	[ "$(stat -c %s "/tmp/perf-$pid.map")" -gt "$first" ] && break
+	sleep 0.5
+done
 stable >/dev/null
 perf record -q -e cpu-clock -F 5000 -p "$pid" -o "$dir/perf.data" -- sleep "$SECS" >/dev/null 2>&1
 kill "$pid" 2>/dev/null || true
