@@ -147,17 +147,7 @@ func Run(c Config, workers int, idle time.Duration) (Sample, error) {
 	if err := cmd.Start(); err != nil {
 		return Sample{}, err
 	}
-	defer func() {
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}()
+	defer Stop(cmd)
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -197,6 +187,20 @@ func Run(c Config, workers int, idle time.Duration) (Sample, error) {
 	s.Mem, err = ReadMem(cmd.Process.Pid)
 	s.RSSKB = s.Mem.RSS
 	return s, err
+}
+
+// Stop interrupts a started `sluice run` child (it drains and exits), kills it if it has not
+// exited within 10 s, and waits for it.
+func Stop(cmd *exec.Cmd) {
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
 }
 
 // RunFloor starts one sluice-floor child for c (its instances' linear memories mmap-backed,

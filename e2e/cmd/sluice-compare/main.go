@@ -44,6 +44,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-proxy/sluice/e2e/startup"
 )
 
 // env is what every section gets: the built artifacts and the common options.
@@ -331,7 +333,7 @@ func (e *env) guestRun(gc guestConfig, cache string) (guestSample, error) {
 	if err := srv.Start(); err != nil {
 		return guestSample{}, err
 	}
-	defer stop(srv)
+	defer startup.Stop(srv)
 	addr, err := listenAddr(ctx, stdout)
 	if err != nil {
 		return guestSample{}, err
@@ -343,7 +345,7 @@ func (e *env) guestRun(gc guestConfig, cache string) (guestSample, error) {
 	if _, err := e.loadRun(ctx, url, gc, e.warmup, 0); err != nil {
 		return guestSample{}, fmt.Errorf("warm-up: %v", err)
 	}
-	cpu0, err := procCPU(srv.Process.Pid)
+	cpu0, err := startup.CPUTime(srv.Process.Pid)
 	if err != nil {
 		return guestSample{}, err
 	}
@@ -351,7 +353,7 @@ func (e *env) guestRun(gc guestConfig, cache string) (guestSample, error) {
 	if err != nil {
 		return guestSample{}, err
 	}
-	cpu1, err := procCPU(srv.Process.Pid)
+	cpu1, err := startup.CPUTime(srv.Process.Pid)
 	if err != nil {
 		return guestSample{}, err
 	}
@@ -421,45 +423,6 @@ func waitReady(ctx context.Context, url string) error {
 	}
 	return errors.New("sluice run did not answer within a minute")
 }
-
-func stop(c *exec.Cmd) {
-	c.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { c.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		c.Process.Kill()
-		<-done
-	}
-}
-
-// procCPU returns the user+system CPU time of process pid (/proc/PID/stat).
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name, which is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("unreadable /proc stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state): utime is field 14, stime 15.
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("unreadable /proc stat times")
-	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
-}
-
-// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
-const clockTicks = 100
 
 // Cycle runs BenchmarkCycle once per round (its configurations in turn within the round) and
 // prints each one's CPU per request as a ratio to the no-op module's in that round.
