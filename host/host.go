@@ -15,6 +15,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 // Options configures a Host. Wasm is required; everything else has a default.
@@ -252,8 +254,8 @@ func (h *Host) compileAndLink(ctx context.Context) error {
 	// Compile functions on every CPU (wazero compiles one function at a time otherwise):
 	// compiling is most of the time to the first response when nothing is cached.
 	// Join the module's data segments (Go writes tens of thousands of a few bytes each),
-	// which wazero would keep one by one: the same bytes land in memory (datamerge.go).
-	wasm, _ := mergeDataSegments(h.opts.Wasm)
+	// which wazero would keep one by one: the same bytes land in memory (wasmpatch.JoinDataSegments).
+	wasm, _ := wasmpatch.JoinDataSegments(h.opts.Wasm)
 	compiled, err := h.rt.CompileModule(experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0)), wasm)
 	if err != nil {
 		return fmt.Errorf("host: compiling module: %w", err)

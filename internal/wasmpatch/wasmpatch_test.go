@@ -5,36 +5,17 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
-func build(t *testing.T, dir string) []byte {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "m.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", dir, err, msg)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // A guest whose request callback sleeps makes Go's scheduler call poll_oneoff on every
 // request. In the strictest profile (cpp-host before #533: ENOSYS) the unpatched module
 // dies on its first request; the patched one answers itself and never calls the host's.
 func TestPollOneoffAnsweredByTheModule(t *testing.T) {
-	orig := build(t, "testdata/sleeper")
+	orig := wasmpatch.BuildModule(t, "testdata/sleeper")
 	patched, err := wasmpatch.PollOneoff(orig)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +49,7 @@ func TestPollOneoffAnsweredByTheModule(t *testing.T) {
 // The shipped module patches cleanly, and still imports poll_oneoff (so it links on every
 // cpp-host exactly as before).
 func TestPatchSluiceModule(t *testing.T) {
-	patched, err := wasmpatch.PollOneoff(build(t, "../../cmd/sluice-wasm"))
+	patched, err := wasmpatch.PollOneoff(wasmpatch.BuildModule(t, "../../cmd/sluice-wasm"))
 	if err != nil {
 		t.Fatal(err)
 	}

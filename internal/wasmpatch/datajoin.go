@@ -1,4 +1,4 @@
-package host
+package wasmpatch
 
 import (
 	"cmp"
@@ -6,12 +6,12 @@ import (
 	"slices"
 )
 
-// mergeDataGap is the largest run of zero bytes between two active data segments that
-// mergeDataSegments fills to join them.
-const mergeDataGap = 64
+// joinDataGap is the largest run of zero bytes between two active data segments that
+// JoinDataSegments fills to join them.
+const joinDataGap = 64
 
-// mergeDataSegments returns mod with its active data segments joined wherever they are at
-// most mergeDataGap bytes apart, the gaps filled with the zeros a fresh memory holds there,
+// JoinDataSegments returns mod with its active data segments joined wherever they are at
+// most joinDataGap bytes apart, the gaps filled with the zeros a fresh memory holds there,
 // so instantiating it writes the same bytes into memory. Go's linker writes its data as tens
 // of thousands of segments of a few bytes (sluice.wasm: 43,189, median 2 bytes), and wazero
 // keeps a decoded record of each for the module's life and a slice header per segment in
@@ -19,7 +19,7 @@ const mergeDataGap = 64
 // the module is not in the shape this handles: a data count section (bulk memory may name
 // segments by index), a passive segment or one for another memory, an offset that is not a
 // constant, or overlapping segments.
-func mergeDataSegments(mod []byte) (out []byte, ok bool) {
+func JoinDataSegments(mod []byte) (out []byte, ok bool) {
 	if len(mod) < 8 || string(mod[:4]) != "\x00asm" {
 		return mod, false
 	}
@@ -58,7 +58,7 @@ func mergeDataSegments(mod []byte) (out []byte, ok bool) {
 			if uint64(s.offset) < end {
 				return mod, false // overlapping: which wins depends on the order; leave the module alone
 			}
-			if gap := uint64(s.offset) - end; gap <= mergeDataGap {
+			if gap := uint64(s.offset) - end; gap <= joinDataGap {
 				m := &merged[last]
 				m.init = append(append(m.init, make([]byte, gap)...), s.init...)
 				continue
@@ -126,18 +126,13 @@ func readDataSegments(b []byte) ([]dataSegment, error) {
 
 var errLEB = errors.New("bad LEB128")
 
+// readU32 is readULEB held to a u32's encoding: at most 5 bytes, a value below 2^32.
 func readU32(b []byte) (uint32, int, error) {
-	var v uint64
-	for i := 0; i < len(b) && i < 5; i++ {
-		v |= uint64(b[i]&0x7f) << (7 * i)
-		if b[i] < 0x80 {
-			if v > 1<<32-1 {
-				return 0, 0, errLEB
-			}
-			return uint32(v), i + 1, nil
-		}
+	v, k, err := readULEB(b)
+	if err != nil || k > 5 || v > 1<<32-1 {
+		return 0, 0, errLEB
 	}
-	return 0, 0, errLEB
+	return uint32(v), k, nil
 }
 
 func readS32(b []byte) (int32, int, error) {
@@ -157,13 +152,7 @@ func readS32(b []byte) (int32, int, error) {
 	return 0, 0, errLEB
 }
 
-func appendU32(b []byte, v uint32) []byte {
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v >>= 7
-	}
-	return append(b, byte(v))
-}
+func appendU32(b []byte, v uint32) []byte { return uleb(b, uint64(v)) }
 
 func appendS32(b []byte, v int32) []byte {
 	x := int64(v)

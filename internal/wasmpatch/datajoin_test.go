@@ -1,8 +1,11 @@
-package host
+package wasmpatch
 
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -66,9 +69,9 @@ func activeSeg(off int32, data ...byte) []byte {
 	return append(b, data...)
 }
 
-func TestMergeDataSegments(t *testing.T) {
+func TestJoinDataSegments(t *testing.T) {
 	mod := dataModule(activeSeg(100, 1, 2), activeSeg(105, 3), activeSeg(170, 4, 5), activeSeg(237, 6))
-	out, ok := mergeDataSegments(mod)
+	out, ok := JoinDataSegments(mod)
 	if !ok {
 		t.Fatal("not merged")
 	}
@@ -96,17 +99,17 @@ func TestMergeDataSegments(t *testing.T) {
 	}
 	// Out of address order (as Go writes them): joined in address order.
 	unordered := dataModule(activeSeg(50, 1), activeSeg(10, 2), activeSeg(52, 3))
-	if out, ok := mergeDataSegments(unordered); !ok || len(dataOf(t, out)) != 1 || !bytes.Equal(dataImage(t, unordered), dataImage(t, out)) {
+	if out, ok := JoinDataSegments(unordered); !ok || len(dataOf(t, out)) != 1 || !bytes.Equal(dataImage(t, unordered), dataImage(t, out)) {
 		t.Errorf("unordered segments: ok %v", ok)
 	}
 	// Large offsets take multi-byte signed LEBs (bit 6 of the last byte set).
 	big := dataModule(activeSeg(0x3000, 9), activeSeg(0x3010, 8))
-	if out, ok := mergeDataSegments(big); !ok || len(dataOf(t, out)) != 1 || dataOf(t, out)[0].offset != 0x3000 {
+	if out, ok := JoinDataSegments(big); !ok || len(dataOf(t, out)) != 1 || dataOf(t, out)[0].offset != 0x3000 {
 		t.Errorf("large offsets: ok %v", ok)
 	}
 }
 
-func TestMergeDataSegmentsLeavesOtherShapes(t *testing.T) {
+func TestJoinDataSegmentsLeavesOtherShapes(t *testing.T) {
 	passive := append([]byte{1}, appendU32(nil, 2)...)
 	passive = append(passive, 7, 7)
 	for name, mod := range map[string][]byte{
@@ -115,20 +118,20 @@ func TestMergeDataSegmentsLeavesOtherShapes(t *testing.T) {
 		"one segment": dataModule(activeSeg(50, 1)),
 		"not wasm":    []byte("not a module"),
 	} {
-		if out, ok := mergeDataSegments(mod); ok || !bytes.Equal(out, mod) {
+		if out, ok := JoinDataSegments(mod); ok || !bytes.Equal(out, mod) {
 			t.Errorf("%s: merged (ok %v)", name, ok)
 		}
 	}
 	withCount := append(dataModule(activeSeg(0, 1), activeSeg(2, 2)), 12, 1, 2) // a data count section after
-	if _, ok := mergeDataSegments(withCount); ok {
+	if _, ok := JoinDataSegments(withCount); ok {
 		t.Error("merged a module with a data count section")
 	}
 }
 
-// The real guests: the merged module writes the same memory with far fewer segments.
-func TestMergeDataSegmentsGoModule(t *testing.T) {
-	mod := guest(t, "minimal")
-	out, ok := mergeDataSegments(mod)
+// A real Go module: the merged module writes the same memory with far fewer segments.
+func TestJoinDataSegmentsGoModule(t *testing.T) {
+	mod := BuildModule(t, "testdata/sleeper")
+	out, ok := JoinDataSegments(mod)
 	if !ok {
 		t.Fatal("a Go module was not merged")
 	}
@@ -140,4 +143,22 @@ func TestMergeDataSegmentsGoModule(t *testing.T) {
 		t.Fatal("the merged module writes other bytes")
 	}
 	t.Logf("%d data segments -> %d; module %d -> %d bytes", before, after, len(mod), len(out))
+}
+
+// BuildModule builds the Go package in dir for wasip1 (-buildmode=c-shared) and returns the
+// module; the external tests use it too.
+func BuildModule(t *testing.T, dir string) []byte {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "m.wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", dir, err, msg)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
