@@ -180,7 +180,7 @@ func (e *env) build() error {
 		{e.root, wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.wasm, "./cmd/sluice-wasm"}},
 		{e.root, nil, []string{"go", "run", "./internal/wasmpatch/cmd/wasmpatch", e.wasm}},
 		{filepath.Join(e.root, "host", "testdata", "guests", "minimal"), wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.noop, "."}},
-		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.sluice, "./cmd/sluice"}},
+		{e.root, append(os.Environ(), "CGO_ENABLED=0"), []string{"go", "build", "-trimpath", "-o", e.sluice, "./cmd/sluice"}}, // as `make build`
 		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.load, "./e2e/cmd/sluice-load"}},
 		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.floor, "./e2e/cmd/sluice-floor"}},
 	}
