@@ -59,6 +59,7 @@ type serveConfig struct {
 	headers                   *rls.HeaderNames
 	poolSize                  int
 	shadow                    bool
+	chargeDenied              bool
 	confOpts                  rls.ConfigOptions
 }
 
@@ -89,7 +90,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	fs.BoolVar(&cfg.confOpts.MergeDomains, "merge-domains", os.Getenv("MERGE_DOMAIN_CONFIG") == "true",
 		"let several --config files configure one domain (merged), as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG")
 	fs.BoolVar(&cfg.shadow, "shadow-mode", os.Getenv("SHADOW_MODE") == "true",
-		"answer OK even over a limit (statuses still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE; such calls are still charged to no descriptor")
+		"answer OK even over a limit (statuses still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE; without --charge-denied such calls are still charged to no descriptor")
+	fs.BoolVar(&cfg.chargeDenied, "charge-denied", false,
+		"count denied requests too, as envoyproxy/ratelimit does: every descriptor of every call adds its hits_addend to its window's counter; fixed_window limits only")
 	fs.BoolVar(&check, "check", false, "validate --config, print \"ok\" and one line per limit, and exit (no --redis-cluster needed)")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8081", "address to serve gRPC on")
 	fs.StringVar(&cluster, "redis-cluster", "", "HOST:PORT[,HOST:PORT...]: seed nodes of the Redis Cluster (required)")
@@ -118,7 +121,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 		if cfg.configPath == "" {
 			return nil, usageError(stderr, "serve", errors.New("--check needs --config"))
 		}
-		c, err := rls.LoadConfigWith(cfg.configPath, cfg.confOpts)
+		c, err := loadServeConfig(*cfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice serve --check: %v\n", err)
 			return nil, 1
@@ -164,6 +167,21 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	return cfg, 0
 }
 
+// loadServeConfig reads --config and checks it against the flags that
+// constrain it (--charge-denied: fixed_window limits only).
+func loadServeConfig(cfg serveConfig) (*rls.Config, error) {
+	c, err := rls.LoadConfigWith(cfg.configPath, cfg.confOpts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.chargeDenied {
+		if err := c.CheckChargeDenied(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
 // newServeBackend connects the service to its Redis Cluster; tests replace
 // it to hold calls in flight.
 var newServeBackend = func(cfg serveConfig) (interface {
@@ -184,7 +202,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	var conf *rls.Config
 	if cfg.configPath != "" {
-		c, err := rls.LoadConfigWith(cfg.configPath, cfg.confOpts)
+		c, err := loadServeConfig(cfg)
 		if err != nil {
 			return fmt.Errorf("--config: %w", err)
 		}
@@ -197,7 +215,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	defer backend.Close()
 	goredis.SetLogger(redisLogger{logger})
 	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
-		Headers: cfg.headers, GlobalShadow: cfg.shadow, RefundTimeout: cfg.redisTimeout, Logger: logger})
+		Headers: cfg.headers, GlobalShadow: cfg.shadow, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -259,7 +277,7 @@ loop:
 				logger.Warn("SIGHUP: no --config to reload")
 				continue
 			}
-			c, err := rls.LoadConfigWith(cfg.configPath, cfg.confOpts)
+			c, err := loadServeConfig(cfg)
 			if err != nil {
 				logger.Error("SIGHUP: configuration not reloaded, the previous one stays", "err", err)
 				continue

@@ -59,6 +59,24 @@ func TestServeFlags(t *testing.T) {
 		!strings.Contains(errOut.String(), "bad.yaml: descriptor 'd.k': invalid rate limit unit 'lightyear'") {
 		t.Errorf("--check of a bad file: exit %d, %q", code, errOut.String())
 	}
+	// --charge-denied refuses a configuration with other algorithms than
+	// fixed_window, in --check and at start-up (before Redis is dialled).
+	errOut.Reset()
+	if code := dispatch([]string{"serve", "--check", "--charge-denied", "--config", good}, io.Discard, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "--charge-denied applies to fixed_window limits only (envoyproxy/ratelimit's counters); not to d.k_v (token_bucket)") {
+		t.Errorf("--check --charge-denied: exit %d, %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := dispatch([]string{"serve", "--redis-cluster", "127.0.0.1:1", "--charge-denied", "--config", good}, io.Discard, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "--config: --charge-denied applies to fixed_window limits only") {
+		t.Errorf("serve --charge-denied: exit %d, %q", code, errOut.String())
+	}
+	fixed := writeFile(t, "fixed.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	out.Reset()
+	if code := dispatch([]string{"serve", "--check", "--charge-denied", "--config", fixed}, &out, io.Discard); code != 0 ||
+		out.String() != "ok\nd.k: 5 per minute fixed_window\n" {
+		t.Errorf("--check --charge-denied of fixed windows: exit %d, %q", code, out.String())
+	}
 	var stderr bytes.Buffer
 	if code := dispatch([]string{"serve", "--redis-cluster", "127.0.0.1:1", "--config", filepath.Join(t.TempDir(), "none.yaml")}, io.Discard, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "--config:") {

@@ -26,6 +26,7 @@ const (
 	outcomeLease     = "lease"            // a lease acquire that was granted admissions
 	outcomeLeaseOver = "lease_over_limit" // a lease acquire that got none
 	outcomeReturn    = "return"           // a lease return
+	outcomeNegative  = "negative_hits"    // is_negative_hits: units given back
 )
 
 // latencyBounds are the upper bounds (seconds) of the call latency
@@ -185,7 +186,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 	}
 	family("sluice_rls_calls_total", "counter", "ShouldRateLimit calls by domain and answer (OK, OVER_LIMIT or the gRPC error code).")
 	labelled("sluice_rls_calls_total", "domain", "code", m.calls)
-	family("sluice_rls_descriptors_total", "counter", "Descriptors decided, by domain and outcome (ok, over_limit, shadow_over_limit, unlimited, no_limit, refund, lease, lease_over_limit, return).")
+	family("sluice_rls_descriptors_total", "counter", "Descriptors decided, by domain and outcome (ok, over_limit, shadow_over_limit, unlimited, no_limit, refund, lease, lease_over_limit, return, negative_hits).")
 	labelled("sluice_rls_descriptors_total", "domain", "outcome", m.descriptors)
 	for _, c := range []struct {
 		name, help string

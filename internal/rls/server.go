@@ -88,6 +88,14 @@ type Options struct {
 	// RefundTimeout bounds the refunds the service sends after a denial
 	// (they outlive the caller's deadline). 0 means one second.
 	RefundTimeout time.Duration
+	// ChargeDenied counts every hit of a configured fixed_window limit,
+	// denied or not, as envoyproxy/ratelimit's Redis cache does (charged.go):
+	// each descriptor's counter gets its hits_addend, and is over its limit
+	// when the count after the addition exceeds requests_per_unit; there is
+	// no refund. The configuration must hold fixed_window limits only
+	// (Config.CheckChargeDenied). Inline descriptors keep sluice's
+	// semantics.
+	ChargeDenied bool
 	// Now, when set, pins the scripts' time (Unix µs) instead of Redis
 	// TIME: tests only.
 	Now func() int64
@@ -157,6 +165,11 @@ type item struct {
 	res       redisrl.Result
 	err       error
 	denied    bool // the limit denied the request (before shadow mode)
+	neg       bool // is_negative_hits: cost units go back to the limit
+	// A configured fixed_window limit under Options.ChargeDenied: the
+	// counter's call and reply.
+	charged *chargedCall
+	cres    chargedResult
 	// A lease descriptor (in.leaseCall()): the lease script's call and reply.
 	lq   *redisrl.LeaseRequest
 	lres redisrl.LeaseResult
@@ -194,11 +207,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	replacing := map[string]bool{}
 	for i, d := range ds {
 		it := &items[i]
-		if d.GetIsNegativeHits() {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported", i)
-		}
+		it.neg = d.GetIsNegativeHits()
 		it.cost = hitsAddend(req, d)
 		if IsInline(d) {
+			if it.neg {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits on an inline descriptor (sluice.wasm gives admissions back with %s)", i, EntryRefund)
+			}
 			if !s.inlineAllowed(domain) {
 				return nil, status.Errorf(codes.PermissionDenied, "descriptor %d: inline descriptors are not enabled for domain %q (sluice serve --inline-domains)", i, domain)
 			}
@@ -234,12 +248,22 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 		it.m = m
 		l := m.limit
+		if s.opts.ChargeDenied && l.Kind == algorithms.FixedWindow {
+			it.charged = &chargedCall{key: chargedKey(domain, redisKeyPart(d.GetEntries(), m.shared)),
+				window: l.Params.Window, take: it.neg}
+			continue
+		}
 		it.req = redisrl.Request{Kind: l.Kind, Params: l.Params,
 			Key: redisrl.AppendKey(nil, l.Kind, domain+"/", redisKeyPart(d.GetEntries(), m.shared))}
 	}
 	for i := range items {
 		if l := items[i].limit(); l != nil && l.Name != "" && replacing[l.Name] {
-			items[i].m = nil
+			items[i].m, items[i].charged = nil, nil
+		}
+	}
+	for i := range items {
+		if it := &items[i]; it.neg && it.charged == nil && it.m != nil && !canGiveBack(it.m.limit.Kind) {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits: %s keeps no count that hits can be given back to (token_bucket, leaky_bucket and fixed_window do)", i, it.m.limit.Kind)
 		}
 	}
 	var now int64
@@ -253,9 +277,17 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			// A lease call ignores hits_addend: it reserves or returns n.
 			it.call = true
 			it.lq.Now = now
+		case it.charged != nil:
+			// Every call, hits_addend 0 and requests_per_unit 0 included,
+			// reads the counter (envoyproxy/ratelimit's INCRBY).
+			it.call = true
+			it.charged.now = now
+			it.charged.hits = clampHits(it.cost)
 		case it.in == nil && it.m == nil:
 		case it.cost == 0:
 			// hits_addend 0 charges nothing: OK without a call.
+		case it.neg && it.m.limit.Params.Limit == 0:
+			// Nothing to give back to a limit that admits nothing.
 		case it.in == nil && it.m.limit.Params.Limit == 0:
 			it.denied = true // requests_per_unit 0
 		default:
@@ -278,6 +310,15 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 					it.lres, it.err = runLease(dctx, s.opts.Backend, it.lq, s.Metrics.noscript)
 					return
 				}
+				if it.charged != nil {
+					it.cres, it.err = runCharged(dctx, s.opts.Backend, it.charged, s.Metrics.noscript)
+					it.denied = it.err == nil && !it.neg && it.cres.count > it.m.limit.Params.Limit
+					return
+				}
+				if it.neg {
+					it.res, it.err = s.giveBack(dctx, it.req)
+					return
+				}
 				it.res, it.err = s.decide(dctx, &it.req)
 				if it.err == nil && it.req.Refund == nil {
 					it.denied = !it.res.Allowed
@@ -298,6 +339,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 		l := it.limit()
 		switch {
+		case it.charged != nil:
+			// envoyproxy/ratelimit: a quota_mode limit over its limit
+			// answers OK and never decides the call.
+			if it.denied && !l.Shadow && !l.Quota {
+				over = true
+			}
 		case l != nil && l.Quota:
 			quotaTotal++
 			if it.denied {
@@ -360,7 +407,7 @@ func (s *Server) refundAdmitted(ctx context.Context, domain string, items []item
 			}
 			continue
 		}
-		if !it.call || it.err != nil || it.req.Refund != nil || !it.res.Allowed {
+		if !it.call || it.err != nil || it.req.Refund != nil || !it.res.Allowed || it.neg || it.charged != nil {
 			continue
 		}
 		wg.Add(1)
@@ -431,7 +478,18 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 		case it.m != nil:
 			l := it.m.limit
 			st.CurrentLimit = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
-			outcome = s.fill(st, it, l.Shadow)
+			switch {
+			case it.charged != nil:
+				outcome = fillCharged(st, it, l)
+			case it.neg:
+				outcome = outcomeNegative
+				if it.call {
+					st.LimitRemaining = clampU32(it.res.Remaining)
+					st.DurationUntilReset = durationpb.New(it.res.ResetAfter)
+				}
+			default:
+				outcome = s.fill(st, it, l.Shadow)
+			}
 		}
 		s.Metrics.descriptor(domain, outcome)
 	}
