@@ -135,6 +135,23 @@ func TestChargeDenied(t *testing.T) {
 	check(t, "next minute", r, pb.RateLimitResponse_OK, want{pb.RateLimitResponse_OK, 2, 60 * time.Second}, want{pb.RateLimitResponse_OK, 4, 1740 * time.Second})
 }
 
+// One counter named twice or more in a call is charged in descriptor
+// order, each status reading the count after its own hits, as the peer's
+// pipeline of INCRBYs does.
+func TestChargeDeniedSameKeyInOrder(t *testing.T) {
+	_, c := serve(t, Options{Config: parse(t, chargedConfig), ChargeDenied: true})
+	k := uniq("k")
+	for round := 0; round < 20; round++ {
+		k := k + "-" + string(rune('a'+round))
+		r := rlCall(t, c, &pb.RateLimitRequest{Domain: "cd", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			desc("a", k), desc("b", k), withHits(desc("a", k), 0, false), desc("a", k), withHits(desc("a", k), 2, false), desc("a", k)}})
+		const m, h = 30 * time.Second, 1770 * time.Second
+		check(t, "same key", r, pb.RateLimitResponse_OVER_LIMIT, want{pb.RateLimitResponse_OK, 2, m}, want{pb.RateLimitResponse_OK, 9, h},
+			want{pb.RateLimitResponse_OK, 2, m}, want{pb.RateLimitResponse_OK, 1, m}, want{pb.RateLimitResponse_OVER_LIMIT, 0, m},
+			want{pb.RateLimitResponse_OVER_LIMIT, 0, m})
+	}
+}
+
 // Without --charge-denied a denied request is charged to no descriptor.
 func TestDeniedNotChargedByDefault(t *testing.T) {
 	_, c := serve(t, Options{Config: parse(t, chargedConfig)})

@@ -170,6 +170,11 @@ type item struct {
 	// counter's call and reply.
 	charged *chargedCall
 	cres    chargedResult
+	// next is the call's next charged descriptor on the same counter, run
+	// after this one (envoyproxy/ratelimit's pipeline runs a call's INCRBYs
+	// in order); queued marks every one but the first.
+	next   *item
+	queued bool
 	// A lease descriptor (in.leaseCall()): the lease script's call and reply.
 	lq   *redisrl.LeaseRequest
 	lres redisrl.LeaseResult
@@ -300,9 +305,18 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	// backend's timeout: the service must learn what it charged to be able
 	// to undo it.
 	dctx := context.WithoutCancel(ctx)
+	last := map[string]*item{}
+	for i := range items {
+		if it := &items[i]; it.call && it.charged != nil {
+			if prev := last[string(it.charged.key)]; prev != nil {
+				prev.next, it.queued = it, true
+			}
+			last[string(it.charged.key)] = it
+		}
+	}
 	var wg sync.WaitGroup
 	for i := range items {
-		if it := &items[i]; it.call {
+		if it := &items[i]; it.call && !it.queued {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -310,9 +324,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 					it.lres, it.err = runLease(dctx, s.opts.Backend, it.lq, s.Metrics.noscript)
 					return
 				}
+				for c := it; it.charged != nil && c != nil; c = c.next {
+					c.cres, c.err = runCharged(dctx, s.opts.Backend, c.charged, s.Metrics.noscript)
+					c.denied = c.err == nil && !c.neg && c.cres.count > c.m.limit.Params.Limit
+				}
 				if it.charged != nil {
-					it.cres, it.err = runCharged(dctx, s.opts.Backend, it.charged, s.Metrics.noscript)
-					it.denied = it.err == nil && !it.neg && it.cres.count > it.m.limit.Params.Limit
 					return
 				}
 				if it.neg {

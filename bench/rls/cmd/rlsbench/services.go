@@ -174,8 +174,8 @@ func startPeer(bin, dir string, redisAddrs []string, config []byte) (*proc, stri
 }
 
 // startSluice runs `sluice serve` on the cluster with config (the same
-// format, plus rate_limit.algorithm).
-func startSluice(bin, dir string, redisAddrs []string, config []byte) (*proc, string, error) {
+// format, plus rate_limit.algorithm) and any extra flags.
+func startSluice(bin, dir string, redisAddrs []string, config []byte, extra ...string) (*proc, string, error) {
 	cfg := filepath.Join(dir, "sluice-serve.yaml")
 	if err := os.WriteFile(cfg, config, 0o644); err != nil {
 		return nil, "", err
@@ -189,12 +189,13 @@ func startSluice(bin, dir string, redisAddrs []string, config []byte) (*proc, st
 		return nil, "", err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(listen)
-	p, err := start("sluice-serve", dir, bin, []string{"serve",
+	args := append([]string{"serve",
 		"--listen", addr,
 		"--redis-cluster", strings.Join(redisAddrs, ","),
 		"--config", cfg,
 		"--admin", "127.0.0.1:" + strconv.Itoa(admin),
-	}, nil)
+	}, extra...)
+	p, err := start("sluice-serve", dir, bin, args, nil)
 	return p, addr, err
 }
 
