@@ -8,20 +8,24 @@ import (
 
 // AdminStatus is the JSON document served at /status.
 type AdminStatus struct {
-	ABIVersion    string              `json:"abi_version"`
-	VMID          string              `json:"vm_id"`
-	RootID        string              `json:"root_id"`
-	PluginName    string              `json:"plugin_name"`
-	FailOpen      bool                `json:"fail_open"`
-	Closed        bool                `json:"closed"`
-	UptimeSeconds float64             `json:"uptime_seconds"`
-	StartedAt     time.Time           `json:"started_at"`
-	Requests      uint64              `json:"requests"`
-	VMRestarts    uint64              `json:"vm_restarts"`
-	Failed        uint64              `json:"failed_requests"`
-	MemoryLimit   uint64              `json:"memory_limit_bytes"`
-	Workers       []AdminWorkerStatus `json:"workers"`
-	SharedData    struct {
+	ABIVersion    string    `json:"abi_version"`
+	VMID          string    `json:"vm_id"`
+	RootID        string    `json:"root_id"`
+	PluginName    string    `json:"plugin_name"`
+	FailOpen      bool      `json:"fail_open"`
+	FailurePolicy string    `json:"failure_policy"`
+	Closed        bool      `json:"closed"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
+	StartedAt     time.Time `json:"started_at"`
+	Requests      uint64    `json:"requests"`
+	VMRestarts    uint64    `json:"vm_restarts"`
+	// ReloadBackoffs counts requests that found their worker's VM failed and were refused
+	// a reload by FailReload's backoff (Envoy's wasm.<plugin>.vm_reload_backoff).
+	ReloadBackoffs uint64              `json:"vm_reload_backoffs"`
+	Failed         uint64              `json:"failed_requests"`
+	MemoryLimit    uint64              `json:"memory_limit_bytes"`
+	Workers        []AdminWorkerStatus `json:"workers"`
+	SharedData     struct {
 		Keys  int `json:"keys"`
 		Bytes int `json:"bytes"`
 	} `json:"shared_data"`
@@ -65,11 +69,13 @@ func (s Snapshot) Status() AdminStatus {
 		RootID:           s.RootID,
 		PluginName:       s.PluginName,
 		FailOpen:         s.FailOpen,
+		FailurePolicy:    s.FailurePolicy.String(),
 		Closed:           s.Closed,
 		UptimeSeconds:    st.Uptime.Seconds(),
 		StartedAt:        s.StartedAt.UTC(),
 		Requests:         st.Requests,
 		VMRestarts:       st.VMRestarts,
+		ReloadBackoffs:   st.ReloadBackoffs,
 		Failed:           st.Failed,
 		MemoryLimit:      s.MemoryLimitBytes,
 		Workers:          []AdminWorkerStatus{},

@@ -169,13 +169,44 @@
 //
 // A guest call that fails (unreachable, Go panic → proc_exit, out of memory at the memory cap,
 // a panic inside a host call, or — with Options.CallTimeout — a call that runs too long)
-// kills that VM. The request in progress gets a 500 response (Response.Failed is true), or,
-// with Options.FailOpen, goes on to the upstream unfiltered; the other streams of that VM
-// are treated the same way (paused ones at once, the others at their next phase; a trap in
-// proxy_on_log/done/delete leaves the already computed response alone). The worker then
-// instantiates and configures a fresh VM before it serves anything else (if that fails, it
-// retries at most once a second and its requests fail meanwhile; /healthz says so); Stats
-// counts restarts. The Host itself never panics because of a guest.
+// fails that VM. What follows is Envoy's failure_policy (Options.FailurePolicy, `sluice run
+// --failure-policy`; PluginConfig::createContext and maybeReloadHandleIfNeeded in
+// envoyproxy/envoy source/extensions/common/wasm/wasm.cc, CHECK_FAIL_HTTP in cpp-host
+// src/context.cc), checked against the 1.36.4 and 1.40.0 release builds with
+// testdata/guests/trapper:
+//
+//   - The request whose callback trapped gets Envoy's failure reply (Context::failStream,
+//     source/extensions/common/wasm/context.cc): 503, no body (content-length: 0), details
+//     wasm_fail_stream; a gRPC request gets it as a trailers-only response with
+//     grpc-status 14 (UNAVAILABLE) and no grpc-message. A trap in the response phase replaces
+//     the upstream's response with it while the headers are not out yet, else cuts the body
+//     short. The other streams of that VM get it too (paused ones at once, the others at
+//     their next phase; a trap in proxy_on_log/done/delete leaves the response alone). With
+//     Options.FailOpen — Envoy's legacy fail_open: true, which cpp-host reads as fail_open_ —
+//     these go on to the upstream unfiltered instead.
+//   - FailClosed, the zero value, is Envoy's default: failure_policy unset and fail_open
+//     false. (The design notes said FAIL_RELOAD since 1.33; both release builds keep a
+//     failed VM — wasm.<plugin>.vm_reload_* stay 0 — and 1.36.4 logs the runtime guard
+//     envoy.reloadable_features.wasm_failure_reload_by_default as removed.) The worker keeps
+//     no VM; every later request on it gets the failure reply until the Host is recreated.
+//   - FailReload: the first request that comes at least the backoff after the worker's last
+//     load — its start or its last reload attempt, not the failure — loads a fresh VM
+//     (_initialize, every plugin's root with the configuration in force on that worker) and
+//     is served by it; the requests before get the failure reply and are counted in
+//     Stats.ReloadBackoffs (Envoy's vm_reload_backoff). The backoff is drawn for every
+//     request at random in [ReloadBackoff, 1.5×ReloadBackoff), Envoy's
+//     JitteredLowerBoundBackOffStrategy (source/common/common/backoff_strategy.cc) over
+//     reload_config.backoff.base_interval, default 1 s. So a trap long after the last load is
+//     followed by an immediate reload, and a second trap soon after it by 1–1.5 s of 503s
+//     (as observed). Stats counts reloads as VMRestarts.
+//   - FailOpen: later requests on the worker skip the filter (Envoy creates no filter for
+//     them) and go to the upstream unfiltered; Response.Failed is set.
+//
+// A Reconfigure whose proxy_on_configure traps replaces that worker's VM at once, whatever
+// the policy: Envoy would have configured the update on its canary VM first and refused it
+// there (see VM lifecycle). Not modelled: whether a configuration update gives a failed
+// worker a fresh VM in Envoy (here it does not; the worker keeps its policy). The Host itself
+// never panics because of a guest; /healthz reports a worker without a VM.
 //
 // A body callback that returns Pause buffers: the next callback sees the accumulated body,
 // and the data is released on Continue or at the end of the body. Pause from

@@ -78,14 +78,15 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 	if err := s.run(ctx, stepReqHeaders); err != nil {
 		return // client gone or host closed
 	}
+	iw := &interceptor{rw: rw, s: s, h: h, ctx: r}
 	if s.failed {
 		s.w.failed.Add(1)
-		if !h.opts.FailOpen {
-			writeFailed(rw)
+		if !s.passes() {
+			iw.headersDone, iw.discard = true, true
+			iw.writeLocalHeaders(s.failReply())
 			return
 		}
 	}
-	iw := &interceptor{rw: rw, s: s, h: h, ctx: r}
 	if s.local != nil {
 		lr := s.local
 		s.local = nil
@@ -183,12 +184,6 @@ func applyRequest(out *http.Request, m *headerMap) {
 	out.Header = hdr
 }
 
-func writeFailed(rw http.ResponseWriter) {
-	rw.Header().Set("Content-Type", "text/plain")
-	rw.WriteHeader(http.StatusInternalServerError)
-	io.WriteString(rw, "filter failed\n")
-}
-
 // bodyFilter passes the request body through proxy_on_request_body, chunk by chunk.
 type bodyFilter struct {
 	src   io.ReadCloser
@@ -233,7 +228,7 @@ func (b *bodyFilter) Read(p []byte) (int, error) {
 				b.err = err
 				return 0, err
 			}
-			if s.failed && !b.h.opts.FailOpen {
+			if s.failed && !s.passes() {
 				b.err = errFilterFailed
 				return 0, errFilterFailed
 			}
@@ -413,7 +408,7 @@ func (iw *interceptor) takeHeaders(eos bool) {
 	iw.bodyFilter = s.vm != nil && s.vm.onRespBody != nil
 }
 
-// writeHeaders writes the status and headers the response phase left (or a 500 when the
+// writeHeaders writes the status and headers the response phase left (or the failure reply when the
 // filter failed closed, or the filter's local response) and decides whether the body
 // still passes through the filter. done is true when the response is complete.
 func (iw *interceptor) writeHeaders(failedBefore bool) (done bool) {
@@ -421,10 +416,10 @@ func (iw *interceptor) writeHeaders(failedBefore bool) (done bool) {
 	iw.headersDone = true
 	hdr := iw.rw.Header()
 	switch {
-	case s.failed && !iw.h.opts.FailOpen && !failedBefore:
+	case s.failed && !s.passes() && !failedBefore:
 		iw.discard = true
 		clear(hdr)
-		writeFailed(iw.rw)
+		iw.writeLocalHeaders(s.failReply())
 		return true
 	case s.failed:
 		// Fail-open (or a trap in the request phase with FailOpen): pass through unfiltered.
@@ -475,7 +470,7 @@ func (iw *interceptor) writeBody(bodyStep, failedBefore bool) {
 	switch {
 	case iw.discard:
 		iw.held = iw.held[:0]
-	case s.failed && !failedBefore && !iw.h.opts.FailOpen:
+	case s.failed && !failedBefore && !s.passes():
 		// Headers are out already: all we can do is cut the body short.
 		iw.discard = true
 		iw.err = errFilterFailed

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // echoUpstream answers with the request line and headers it received, then the body.
@@ -134,25 +135,42 @@ func TestHandlerBodies(t *testing.T) {
 }
 
 func TestHandlerTrap(t *testing.T) {
-	for _, failOpen := range []bool{false, true} {
-		h, _ := newHost(t, "trapper", Options{Workers: 1, FailOpen: failOpen})
+	for _, policy := range []string{"closed", "reload", "legacy-open"} {
+		c := newFakeClock()
+		opts := Options{Workers: 1}
+		switch policy {
+		case "reload":
+			opts = reloadOptions(c, opts)
+		case "legacy-open":
+			opts.FailOpen = true
+		}
+		h, _ := newHost(t, "trapper", opts)
 		srv := httptest.NewServer(h.Handler(echoUpstream()))
 		for _, phase := range []string{"request", "response"} {
 			resp, body := get(t, srv.Client(), "GET", srv.URL+"/", nil, "x-trap", "panic", "x-trap-phase", phase)
-			want := 500
-			if failOpen {
-				want = 200
+			want, wantBody := 503, ""
+			if policy == "legacy-open" {
+				want, wantBody = 200, body
 			}
-			if resp.StatusCode != want {
-				t.Errorf("failOpen=%v phase=%s: status %d, want %d (%q)", failOpen, phase, resp.StatusCode, want, body)
+			if resp.StatusCode != want || body != wantBody || (want == 503 && resp.Header.Get("Content-Length") != "0") {
+				t.Errorf("%s phase=%s: status %d %v, want %d (%q)", policy, phase, resp.StatusCode, resp.Header, want, body)
 			}
+			c.advance(2 * time.Second)
 			resp, _ = get(t, srv.Client(), "GET", srv.URL+"/", nil)
-			if resp.StatusCode != 200 || resp.Header.Get("X-Vm-Served") != "1" {
-				t.Errorf("after trap: %d %v", resp.StatusCode, resp.Header)
+			switch policy {
+			case "closed":
+				if resp.StatusCode != 503 {
+					t.Errorf("closed, after trap: %d %v", resp.StatusCode, resp.Header)
+				}
+			case "reload":
+				if resp.StatusCode != 200 || resp.Header.Get("X-Vm-Served") != "1" {
+					t.Errorf("reload, after trap: %d %v", resp.StatusCode, resp.Header)
+				}
+			case "legacy-open":
+				if resp.StatusCode != 200 || resp.Header.Get("X-Vm-Served") != "" {
+					t.Errorf("legacy-open, after trap: %d %v (want the filter skipped)", resp.StatusCode, resp.Header)
+				}
 			}
-		}
-		if st := h.Stats(); st.VMRestarts != 2 || st.Failed != 2 {
-			t.Errorf("failOpen=%v: stats %+v", failOpen, st)
 		}
 		srv.Close()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"strings"
@@ -36,8 +37,17 @@ type Options struct {
 	VMID, RootID, PluginName string
 	// Workers is the number of workers, each with its own VM (default runtime.NumCPU()).
 	Workers int
-	// FailOpen lets a request through to the upstream, unfiltered, when the guest traps
-	// while handling it; without it such a request gets a 500.
+	// FailurePolicy is what happens to requests once a worker's VM has failed (a trap), as
+	// Envoy's failure_policy (see FailurePolicy). The zero value is FailClosed, Envoy's
+	// default: an unset failure_policy with fail_open false.
+	FailurePolicy FailurePolicy
+	// ReloadBackoff is FailReload's base interval (Envoy's reload_config.backoff
+	// base_interval; default 1 s): a failed VM is reloaded by the first request that comes
+	// at least a random [ReloadBackoff, 1.5×ReloadBackoff) after the worker's last load.
+	ReloadBackoff time.Duration
+	// FailOpen is Envoy's legacy fail_open: true: the request whose callback trapped goes on
+	// to the upstream unfiltered too (not only the later ones, as with FailurePolicy
+	// FailOpen), and the filter is skipped from then on. It implies FailurePolicy FailOpen.
 	FailOpen bool
 	// MemoryLimitPages caps each VM's linear memory, in 64 KiB pages (default 4096 = 256 MiB).
 	MemoryLimitPages uint32
@@ -55,8 +65,8 @@ type Options struct {
 	// Extensions add host calls to the "env" module (for example Higress's Redis calls).
 	Extensions []Extension
 	// CallTimeout bounds one call into the guest (0: no bound). A call that runs longer —
-	// a guest stuck in a loop — is aborted and handled like a trap: the request fails (or
-	// goes through with FailOpen) and the worker gets a fresh VM. It is off by default
+	// a guest stuck in a loop — is aborted and handled like a trap (see FailurePolicy).
+	// It is off by default
 	// because it is expensive: wazero 1.12 then checks for termination in every loop and
 	// starts a goroutine per guest call (a full request cycle measured ~4x slower).
 	CallTimeout time.Duration
@@ -76,6 +86,10 @@ type Options struct {
 	// guest defined it (Proxy-Wasm metrics carry no description); "" or nil: a
 	// description by type and name.
 	MetricHelp func(name string) string
+
+	// now and jitter replace the clock and the randomness of FailReload's backoff (tests).
+	now    func() time.Time
+	jitter func(n int64) int64
 }
 
 // Host runs a Proxy-Wasm module on a pool of workers. Safe for concurrent use.
@@ -118,6 +132,11 @@ type Host struct {
 	canonMu sync.Mutex
 
 	grpcClients grpcClients // proxy_grpc_call's connections, one per cluster (grpccall.go)
+
+	// now and jitter are the clock and the randomness of FailReload's backoff (time.Now and
+	// rand.Int64N unless Options say otherwise).
+	now    func() time.Time
+	jitter func(n int64) int64
 }
 
 var (
@@ -183,6 +202,15 @@ func prepareOptions(opts Options) (Options, Profile, error) {
 	if opts.MemoryLimitPages == 0 {
 		opts.MemoryLimitPages = 4096
 	}
+	if opts.FailOpen {
+		opts.FailurePolicy = FailOpen
+	}
+	if opts.FailurePolicy > FailOpen {
+		return opts, Profile{}, fmt.Errorf("host: unknown FailurePolicy %d", opts.FailurePolicy)
+	}
+	if opts.ReloadBackoff <= 0 {
+		opts.ReloadBackoff = DefaultReloadBackoff
+	}
 	if opts.MemoryLimitPages > 65536 {
 		return opts, Profile{}, fmt.Errorf("host: MemoryLimitPages %d exceeds 65536 (4 GiB)", opts.MemoryLimitPages)
 	}
@@ -221,8 +249,16 @@ func bareHost(opts Options, profile Profile) *Host {
 		unimplSeen: map[string]bool{},
 		extFuncs:   map[string]HostFunc{},
 		exports:    map[string]bool{},
+		now:        time.Now,
+		jitter:     rand.Int64N,
 		profile:    profile,
 		plugins:    1 + len(opts.MorePlugins),
+	}
+	if opts.now != nil {
+		h.now = opts.now
+	}
+	if opts.jitter != nil {
+		h.jitter = opts.jitter
 	}
 	if h.client == nil {
 		h.client = &http.Client{}
@@ -317,6 +353,7 @@ func (h *Host) startWorkers(ctx context.Context) error {
 	}
 	for i, w := range h.workers {
 		w.vm = vms[i]
+		w.lastLoad = h.now()
 		w.updateMemory()
 		go w.loop()
 	}
@@ -558,11 +595,14 @@ func (h *Host) pick() *worker {
 type Stats struct {
 	Workers    []WorkerStats
 	VMRestarts uint64 // sum over workers
-	Requests   uint64 // streams started, sum over workers
-	Failed     uint64 // requests whose VM trapped
-	Uptime     time.Duration
-	ABIVersion string
-	SharedData struct{ Keys, Bytes int }
+	// ReloadBackoffs counts requests refused a reload by FailReload's backoff (Envoy's
+	// wasm.<plugin>.vm_reload_backoff), sum over workers.
+	ReloadBackoffs uint64
+	Requests       uint64 // streams started, sum over workers
+	Failed         uint64 // requests whose VM trapped
+	Uptime         time.Duration
+	ABIVersion     string
+	SharedData     struct{ Keys, Bytes int }
 	// Profile is the cpp-host profile in force; RestrictedTraps counts host calls that
 	// trapped because cpp-host forbids them where they were made; PollOneoffCalls counts the
 	// guest's WASI poll_oneoff calls (each is a VM death under the strictest profile).
@@ -596,6 +636,7 @@ func (h *Host) Stats() Stats {
 		s.VMRestarts += ws.VMRestarts
 		s.Requests += ws.Requests
 		s.Failed += ws.Failed
+		s.ReloadBackoffs += w.reloadBackoffs.Load()
 	}
 	s.Uptime = time.Since(h.start)
 	s.ABIVersion = h.abi

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // whoami asks the kitchen guest which root the stream of plugin p got as parent and what
@@ -214,7 +215,8 @@ func TestTicksPerRoot(t *testing.T) {
 }
 
 func TestRestartAfterTrapRecreatesAllRoots(t *testing.T) {
-	h, logs := newHost(t, "kitchen", Options{Workers: 1, PluginConfig: []byte("p0"), MorePlugins: [][]byte{[]byte("p1")}})
+	c := newFakeClock()
+	h, logs := newHost(t, "kitchen", reloadOptions(c, Options{Workers: 1, PluginConfig: []byte("p0"), MorePlugins: [][]byte{[]byte("p1")}}))
 	ctx := testCtx(t)
 	if err := h.Reconfigure(ctx, 1, []byte("p1-new")); err != nil {
 		t.Fatal(err)
@@ -222,9 +224,11 @@ func TestRestartAfterTrapRecreatesAllRoots(t *testing.T) {
 	if got := whoami(t, h, 1); got != "root=3;config=p1-new" {
 		t.Fatalf("plugin 1 after Reconfigure: %q", got)
 	}
-	if r := mustExchange(t, h, &Request{Path: "/trap", Plugin: 1}, nil); r.Status != 500 || !r.Failed {
+	if r := mustExchange(t, h, &Request{Path: "/trap", Plugin: 1}, nil); !isFailReply(r) {
 		t.Fatalf("/trap: %+v", r)
 	}
+	c.advance(2 * time.Second) // FailReload: the next request reloads the VM
+	whoami(t, h, 0)
 	if st := h.Stats(); st.VMRestarts != 1 {
 		t.Fatalf("VMRestarts = %d", st.VMRestarts)
 	}

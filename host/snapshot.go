@@ -17,6 +17,7 @@ type Snapshot struct {
 	// The options the Host runs with.
 	VMID, RootID, PluginName string
 	FailOpen                 bool
+	FailurePolicy            FailurePolicy
 	MemoryLimitBytes         uint64
 	// Plugins holds, per plugin (Plugins[i].Plugin == i), the configurations in force.
 	Plugins []Plugin
@@ -59,6 +60,7 @@ func (h *Host) Snapshot() Snapshot {
 		RootID:           h.opts.RootID,
 		PluginName:       h.opts.PluginName,
 		FailOpen:         h.opts.FailOpen,
+		FailurePolicy:    h.opts.FailurePolicy,
 		MemoryLimitBytes: uint64(h.opts.MemoryLimitPages) * 65536,
 		Metrics:          h.Metrics(),
 	}

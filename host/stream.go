@@ -53,6 +53,7 @@ type stream struct {
 	grpc    bool // a gRPC request, decided from the request headers as they came (grpc.go)
 	head    bool // a HEAD request
 	failed  bool
+	bypass  bool // failed because the worker had no VM, and the policy skips the filter (FailOpen)
 	created bool
 	ended   bool // log/done/delete ran, or the context died with its VM
 	aborted bool
@@ -145,7 +146,7 @@ type Response struct {
 	Headers [][2]string // lower-case names, in order
 	Body    []byte
 	// Local is true when the response is not the upstream's: the filter sent a local
-	// response, or the host answered 500 because the guest trapped (then Failed is true too).
+	// response, or the host answered 503 wasm_fail_stream because the VM failed (then Failed is true too).
 	Local   bool
 	Details string // status details given to proxy_send_local_response
 	// GRPCStatus is, for a local response, the grpc_status given to
@@ -175,7 +176,7 @@ type Upstream func(*Request) *Response
 // upstream with the request as the filter left it, then the response phase, then log, done
 // and delete, all before it returns; one hand-off to the worker when the filter does not
 // pause. A nil upstream answers 200 with no body. The error is non-nil only when
-// req.Plugin does not exist, ctx ends or the Host is closed; a trapping guest gives a 500
+// req.Plugin does not exist, ctx ends or the Host is closed; a trapping guest gives a 503
 // Response with Failed set (or, with FailOpen, the upstream's response with Failed set).
 func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*Response, error) {
 	if !h.enter() {
@@ -237,8 +238,9 @@ func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream
 	}
 	if s.failed {
 		s.w.failed.Add(1)
-		if !h.opts.FailOpen {
-			return failedResponse(), nil
+		if !s.passes() {
+			lr := s.failReply()
+			return &Response{Status: lr.status, Headers: lr.headers, Body: lr.body, Local: true, Failed: true, Details: lr.details, GRPCStatus: lr.grpcStatus}, nil
 		}
 		// Fail-open: the VM is gone; the upstream's answer goes back unfiltered.
 		if !s.upstreamCalled {
@@ -325,10 +327,6 @@ func (s *stream) callUpstream() {
 	} else {
 		s.steps &^= stepRespBody
 	}
-}
-
-func failedResponse() *Response {
-	return &Response{Status: 500, Headers: [][2]string{{"content-type", "text/plain"}}, Body: []byte("filter failed\n"), Local: true, Failed: true, Details: "wasm_fail"}
 }
 
 // signal wakes the goroutine waiting on s, if any.

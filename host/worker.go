@@ -28,9 +28,11 @@ type worker struct {
 	quit    chan struct{}
 	exited  chan struct{}
 
-	vm          *vm // current VM; nil while none is configured
-	pending     []*stream
-	lastAttempt time.Time
+	vm      *vm // current VM; nil while none is configured
+	pending []*stream
+	// lastLoad is when the worker last loaded a VM, or tried to: its start, or its last
+	// reload (FailReload measures the backoff from it; worker.reloadDue).
+	lastLoad time.Time
 	// configs holds, per plugin, the configuration in force on this worker: a VM created
 	// for it (at start, after a trap) gets one root per plugin configured with these.
 	configs [][]byte
@@ -46,11 +48,12 @@ type worker struct {
 	callStart atomic.Int64 // UnixNano when the current guest call started; 0 when idle
 	callVM    atomic.Pointer[vm]
 
-	memBytes atomic.Uint64
-	restarts atomic.Uint64
-	requests atomic.Uint64
-	failed   atomic.Uint64
-	healthy  atomic.Bool
+	memBytes       atomic.Uint64
+	restarts       atomic.Uint64
+	reloadBackoffs atomic.Uint64 // requests refused a reload by FailReload's backoff
+	requests       atomic.Uint64
+	failed         atomic.Uint64
+	healthy        atomic.Bool
 }
 
 func newWorker(h *Host, id int) *worker {
@@ -193,12 +196,16 @@ func (w *worker) do(j job) {
 	}
 }
 
-// current returns the worker's VM, re-creating it (at most once a second) if the last one died.
+// current returns the worker's VM, or nil when it has none: its VM failed and the failure
+// policy keeps it failed (FailClosed, FailOpen), or FailReload's backoff since the last load
+// has not passed. Under FailReload a request that comes after the backoff reloads the VM
+// first, as Envoy's PluginConfig::maybeReloadHandleIfNeeded does when it creates the
+// request's filter.
 func (w *worker) current() *vm {
 	if w.vm != nil && !w.vm.dead {
 		return w.vm
 	}
-	if w.closing || time.Since(w.lastAttempt) < time.Second {
+	if w.closing || w.h.opts.FailurePolicy != FailReload || !w.reloadDue() {
 		return nil
 	}
 	w.restart()
@@ -206,7 +213,7 @@ func (w *worker) current() *vm {
 }
 
 func (w *worker) restart() {
-	w.lastAttempt = time.Now()
+	w.lastLoad = w.h.now()
 	v, err := w.h.newVM(context.Background(), w)
 	if err != nil {
 		w.h.log.Error("host: re-creating the VM failed; requests on this worker fail until it succeeds", "worker", w.id, "error", err)
@@ -220,11 +227,12 @@ func (w *worker) restart() {
 	w.h.log.Info("host: worker has a fresh VM", "worker", w.id, "restarts", w.restarts.Load())
 }
 
-// trap handles a failed guest call on v: v is closed and replaced. Streams paused on v fail
-// now; the others (their goroutine owns them between phases) find out at their next step,
-// when vmFor sees that their VM is gone. The caller marks the stream it was advancing.
+// trap handles a failed guest call on v: v is closed, and the worker has no VM until the
+// failure policy gives it one (current). Streams paused on v fail now; the others (their
+// goroutine owns them between phases) find out at their next step, when vmFor sees that
+// their VM is gone. The caller marks the stream it was advancing.
 func (w *worker) trap(v *vm, where string, err error) {
-	w.h.log.Error("host: guest trapped; replacing the VM", "worker", w.id, "in", where, "error", err)
+	w.h.log.Error("host: guest trapped; the VM is failed", "worker", w.id, "in", where, "error", err, "failure_policy", w.h.opts.FailurePolicy)
 	v.dead = true
 	for _, s := range v.streams {
 		if s.paused {
@@ -238,9 +246,6 @@ func (w *worker) trap(v *vm, where string, err error) {
 	if w.vm == v {
 		w.vm = nil
 		w.healthy.Store(false)
-		if !w.closing { // a closing host starts no fresh VM
-			w.restart()
-		}
 	}
 }
 
@@ -285,6 +290,13 @@ func (w *worker) reconfigure(plugin int, config []byte) error {
 	if err != nil {
 		if v.dead {
 			w.trap(v, "reconfigure", err)
+			// Envoy would not get here: its canary VM configures the update first and
+			// a trap there NACKs it, leaving the workers' VMs as they are. The nearest
+			// equivalent: this worker gets a fresh VM with the previous configuration
+			// at once, whatever the failure policy.
+			if !w.closing {
+				w.restart()
+			}
 			return fmt.Errorf("worker %d: %w (the VM was replaced; the previous configuration stays in force)", w.id, err)
 		}
 		w.retire(v, r)
@@ -553,6 +565,9 @@ func (w *worker) vmFor(s *stream, step uint8) *vm {
 		v := w.current()
 		if v == nil {
 			s.failed = true
+			// Envoy creates no filter for the request under FAIL_OPEN
+			// (PluginConfig::createContext returns nullptr), a failing one otherwise.
+			s.bypass = w.h.opts.FailurePolicy == FailOpen
 			return nil
 		}
 		s.vm = v

@@ -68,6 +68,7 @@ type runConfig struct {
 	wasm, configPath, listen, upstream, admin, vmID, logLevel string
 	workers                                                   int
 	failOpen                                                  bool
+	failurePolicy                                             string // --failure-policy
 	memoryMB                                                  int
 	callTimeout                                               time.Duration
 	drainTimeout                                              time.Duration // --drain-timeout: Close's deadline on SIGTERM/SIGINT
@@ -110,7 +111,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.upstream, "upstream", "", "URL to forward allowed requests to: http://, https://, or h2c://HOST:PORT for HTTP/2 cleartext (a gRPC server) (default: a built-in echo server)")
 	fs.IntVar(&cfg.workers, "workers", runtime.NumCPU(), "workers, each with its own VM")
 	fs.StringVar(&cfg.admin, "admin", "", "address for the admin server (/metrics, /status, /healthz); empty: none")
-	fs.BoolVar(&cfg.failOpen, "fail-open", false, "let a request through unfiltered when the filter traps (default: answer 500)")
+	fs.BoolVar(&cfg.failOpen, "fail-open", false, "Envoy's legacy fail_open: true: a request whose filter traps, and every later one on that worker, goes through unfiltered (default: --failure-policy)")
+	fs.StringVar(&cfg.failurePolicy, "failure-policy", "fail-closed", "what a worker does once its VM has trapped, as Envoy's failure_policy: fail-closed (Envoy's default: 503 until restart), fail-reload (503 until a request comes at least 1-1.5 s after the last load, which reloads it) or fail-open (later requests skip the filter)")
 	fs.StringVar(&cfg.vmID, "vm-id", "sluice", "vm_id: names the shared-data map")
 	fs.IntVar(&cfg.memoryMB, "memory-limit-mb", 256, "linear memory cap per VM, in MiB")
 	fs.Var(durationFlag{&cfg.callTimeout}, "call-timeout", "abort a filter call that runs longer (a stuck filter) and replace its VM; 0: off (it slows every call)")
@@ -139,6 +141,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, err := host.LookupProfile(cfg.profile); err != nil {
 		return usageError(stderr, "run", fmt.Errorf("--profile: %v", err))
+	}
+	if _, err := host.ParseFailurePolicy(cfg.failurePolicy); err != nil {
+		return usageError(stderr, "run", fmt.Errorf("--failure-policy: %v", err))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -320,6 +325,12 @@ func readRunInputs(cfg runConfig) (runInputs, error) {
 	return in, nil
 }
 
+// failurePolicy is --failure-policy, checked by runRun ("" and unknown: Envoy's default).
+func failurePolicy(s string) host.FailurePolicy {
+	p, _ := host.ParseFailurePolicy(s)
+	return p
+}
+
 // runHostOptions builds the host's options from the flags and what was read; without a
 // usable --cache-dir it warns and compiles every time.
 func runHostOptions(cfg runConfig, in runInputs, logger *slog.Logger) host.Options {
@@ -330,6 +341,7 @@ func runHostOptions(cfg runConfig, in runInputs, logger *slog.Logger) host.Optio
 		PluginName:       "sluice",
 		Workers:          cfg.workers,
 		FailOpen:         cfg.failOpen,
+		FailurePolicy:    failurePolicy(cfg.failurePolicy),
 		MemoryLimitPages: uint32(cfg.memoryMB) * 16,
 		Logger:           logger,
 		LogLevel:         in.level,

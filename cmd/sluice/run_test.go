@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/sluice-proxy/sluice/host"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -263,6 +265,8 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"--call-timeout", "5x"}, 2, `sluice run: invalid value "5x" for flag -call-timeout: "5x" is not a duration (500ms, 1m30s, 1h, 1d); see 'sluice run --help'`},
 		{[]string{"--profile", "envoy-9"}, 2, `--profile: host: unknown profile "envoy-9" (known: cpphost-533, envoy-1.33, higress, permissive)`},
 		{[]string{"-h"}, 0, "envoy-1.33, cpphost-533, higress, permissive (the default is the strictest"},
+		{[]string{"--failure-policy", "reboot"}, 2, `--failure-policy: host: unknown failure policy "reboot"`},
+		{[]string{"-h"}, 0, "fail-closed (Envoy's default: 503 until restart)"},
 	} {
 		var out, errOut bytes.Buffer
 		code := dispatch(append([]string{"run"}, tc.args...), &out, &errOut)
@@ -327,5 +331,21 @@ func TestRunPrintsConfigErrorsLikeCheck(t *testing.T) {
 		if !strings.Contains(err.Error(), "\n"+line) {
 			t.Errorf("run's error lacks check's line %q:\n%v", line, err)
 		}
+	}
+}
+
+// --failure-policy reaches the host; --fail-open is Envoy's legacy flag.
+func TestRunFailurePolicyFlag(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		flag string
+		want host.FailurePolicy
+	}{{"", host.FailClosed}, {"fail-closed", host.FailClosed}, {"fail-reload", host.FailReload}, {"FAIL_OPEN", host.FailOpen}} {
+		if got := runHostOptions(runConfig{failurePolicy: tc.flag}, runInputs{}, logger).FailurePolicy; got != tc.want {
+			t.Errorf("--failure-policy %q: %v, want %v", tc.flag, got, tc.want)
+		}
+	}
+	if o := runHostOptions(runConfig{failOpen: true}, runInputs{}, logger); !o.FailOpen {
+		t.Errorf("--fail-open: %+v", o)
 	}
 }
