@@ -431,3 +431,54 @@ func TestLocalResponseRefusedContinues(t *testing.T) {
 		t.Errorf("errors metric %d", v)
 	}
 }
+
+// metricCallHost records every IncrementMetric call.
+type metricCallHost struct {
+	*filtertest.Host
+	calls *[][2]int64 // id, delta
+}
+
+func (m metricCallHost) DefineMetric(t abi.MetricType, name string) (uint32, abi.Status) {
+	id, st := m.Host.DefineMetric(t, name)
+	if name == filter.GCCyclesMetric {
+		*m.calls = append(*m.calls, [2]int64{-1, int64(id)}) // remember the counter's id
+	}
+	return id, st
+}
+
+func (m metricCallHost) IncrementMetric(id uint32, delta int64) abi.Status {
+	*m.calls = append(*m.calls, [2]int64{int64(id), delta})
+	return m.Host.IncrementMetric(id, delta)
+}
+
+// Envoy refuses a counter increment ≤ 0 (BadArgument): the guest never asks for one, though
+// it reports its heap every 64 requests whether or not a collection ran.
+func TestGCCyclesNeverIncrementedByZero(t *testing.T) {
+	h := filtertest.NewHost()
+	h.Now_ = t0
+	var calls [][2]int64
+	w := filtertest.NewWorker(h, filter.NewVM(metricCallHost{h, &calls}))
+	if !w.Start(`{"rules":[{"name":"p","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1000000,"window":"1h"}]}`) {
+		t.Fatal(h.Logs)
+	}
+	for i := 0; i < 64*5; i++ {
+		w.Do(req("10.0.0.1:1"))
+	}
+	gcID := int64(-2)
+	reports := 0
+	for _, c := range calls {
+		switch {
+		case c[0] == -1:
+			gcID = c[1]
+		case c[0] == gcID:
+			reports++
+			if c[1] <= 0 {
+				t.Errorf("%s incremented by %d", filter.GCCyclesMetric, c[1])
+			}
+		}
+	}
+	if gcID == -2 {
+		t.Fatalf("%s never defined; calls %v", filter.GCCyclesMetric, calls)
+	}
+	t.Logf("%d increments of %s in %d requests", reports, filter.GCCyclesMetric, 64*5)
+}

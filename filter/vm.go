@@ -85,8 +85,14 @@ func (vm *VM) reportHeap() {
 	}
 	cycles, heap := abi.GCCycles(), abi.HeapBytes()
 	if vm.metricsOK {
-		vm.host.IncrementMetric(vm.gcID, int64(cycles-vm.gcReported))
-		vm.host.IncrementMetric(vm.heapID, int64(heap)-int64(vm.heapShown))
+		// Envoy refuses a counter increment ≤ 0 (BadArgument, Context::incrementMetric),
+		// and most reports come with no collection since the last one: only real ones.
+		if cycles > vm.gcReported {
+			vm.host.IncrementMetric(vm.gcID, int64(cycles-vm.gcReported))
+		}
+		if d := int64(heap) - int64(vm.heapShown); d != 0 {
+			vm.host.IncrementMetric(vm.heapID, d)
+		}
 	}
 	vm.gcReported, vm.heapShown = cycles, heap
 }

@@ -107,6 +107,12 @@
 //     use_remote_address: true. With Envoy's default (false) the connection manager takes
 //     it from X-Forwarded-For instead (mutateRequestHeaders in envoyproxy/envoy
 //     source/common/http/conn_manager_utility.cc) — README says why an edge must not run so.
+//   - Metrics: proxy_increment_metric on a counter refuses an offset ≤ 0 with BAD_ARGUMENT
+//     and proxy_record_metric on a counter adds the value (Context::incrementMetric and
+//     Context::recordMetric in envoyproxy/envoy source/extensions/common/wasm/context.cc;
+//     checked on 1.40.0: increments of 0 and -1 answer 2, records of 5 and 1 on a counter
+//     at 2 give 8). Not modelled: Envoy's gauges are unsigned (a gauge taken below 0 shows
+//     2^64 minus the deficit); here they are int64.
 //   - Shared data: cas tokens come from one process-wide counter starting at 1 and skipping
 //     0, not per key; a missing key is NOT_FOUND; cas 0 writes unconditionally and a nonzero
 //     cas on a missing key still creates it (SharedData in src/shared_data.cc). The same in
