@@ -98,11 +98,19 @@
 //     returns (DeferAfterCallActions' destructor, src/context.cc). So a local reply for
 //     stream B sent from stream A's callback leaves A paused until something continues it;
 //     from proxy_on_tick or a reply callback it stops nothing.
-//   - Header reads return the first value of a repeated header (Context::getHeaderMapValue
-//     in envoyproxy/envoy source/extensions/common/wasm/context.cc), and the pairs call
-//     returns one pair per value. (Envoy coalesces repeated inline headers such as
-//     X-Forwarded-For into one comma-joined value when it parses a request; this host keeps
-//     them as separate pairs.)
+//   - Repeated headers (headers.go): Envoy's inline headers reach the module as one entry
+//     joined with "," (HeaderMapImpl::addViaMove → appendToHeader, envoyproxy/envoy
+//     source/common/http/header_map_impl.cc) — authorization, user-agent, x-forwarded-for,
+//     accept, content-type, … in requests; cache-control, date, etag, location, server, … in
+//     responses: the sets inlineRequest and inlineResponse, as the 1.36.4 and 1.40.0 release
+//     builds joined them for a probe module; cookie stays separate over HTTP/1.1 and is
+//     joined with "; " over HTTP/2. Other repeats (x-api-key, set-cookie, range, forwarded,
+//     …) stay separate pairs, and proxy_get_header_map_value returns the first
+//     (Context::getHeaderMapValue in source/extensions/common/wasm/context.cc). Not
+//     modelled: the headers Envoy strips or adds before the filters (te, connection, the
+//     x-envoy-* it does not trust, x-request-id, x-forwarded-proto), the HTTP/2 cookie's
+//     place at the end of the map, and the upstream seeing the joined value when the
+//     filter leaves the request unchanged (net/http path).
 //   - source.address is the TCP peer here: Envoy's downstream remote address with
 //     use_remote_address: true. With Envoy's default (false) the connection manager takes
 //     it from X-Forwarded-For instead (mutateRequestHeaders in envoyproxy/envoy

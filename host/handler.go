@@ -61,6 +61,12 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 		[2]string{":method", r.Method}, [2]string{":scheme", scheme})
 	for k, vs := range r.Header {
 		lk := lower(k)
+		if len(vs) > 1 {
+			if d, ok := joinDelim(lk, false, r.ProtoMajor == 2); ok {
+				kv = append(kv, [2]string{lk, strings.Join(vs, d)})
+				continue
+			}
+		}
 		for _, v := range vs {
 			if lk == "te" {
 				var keep bool
@@ -398,6 +404,12 @@ func (iw *interceptor) takeHeaders(eos bool) {
 	kv = append(kv, [2]string{":status", strconv.Itoa(iw.code)})
 	for k, vs := range hdr {
 		lk := lower(k)
+		if len(vs) > 1 {
+			if d, ok := joinDelim(lk, true, false); ok {
+				kv = append(kv, [2]string{lk, strings.Join(vs, d)})
+				continue
+			}
+		}
 		for _, v := range vs {
 			kv = append(kv, [2]string{lk, v})
 		}

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 )
@@ -68,5 +69,44 @@ func TestCanonicalKey(t *testing.T) {
 	}
 	if m := h.canon.Load(); len(*m) > maxCanonicalKeys {
 		t.Errorf("cache holds %d names, bound %d", len(*m), maxCanonicalKeys)
+	}
+}
+
+// Repeated inline headers reach the module joined, as Envoy's codecs add them; others stay
+// separate entries and the getter returns the first (observed on Envoy 1.36.4 and 1.40.0).
+func TestRepeatedInlineHeadersJoined(t *testing.T) {
+	kv := [][2]string{{":path", "/"}, {"x-forwarded-for", "1.1.1.1"}, {"x-custom", "a"}, {"user-agent", "u1"},
+		{"x-forwarded-for", "2.2.2.2"}, {"cookie", "a=1"}, {"x-custom", "b"}, {"user-agent", "u2"}, {"cookie", "b=2"}, {"authorization", "x"}, {"authorization", "y"}}
+	got := joinInline(append([][2]string(nil), kv...), false, false)
+	want := [][2]string{{":path", "/"}, {"x-forwarded-for", "1.1.1.1,2.2.2.2"}, {"x-custom", "a"}, {"user-agent", "u1,u2"},
+		{"cookie", "a=1"}, {"x-custom", "b"}, {"cookie", "b=2"}, {"authorization", "x,y"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("HTTP/1.1 request:\n got %v\nwant %v", got, want)
+	}
+	got = joinInline(append([][2]string(nil), kv...), false, true)
+	if c := (&headerMap{kv: got}).getOr("cookie", ""); c != "a=1; b=2" {
+		t.Errorf("HTTP/2 cookie = %q, want a=1; b=2", c)
+	}
+	resp := joinInline([][2]string{{"set-cookie", "a"}, {"set-cookie", "b"}, {"cache-control", "x"}, {"cache-control", "y"}, {"x-forwarded-for", "p"}, {"x-forwarded-for", "q"}}, true, false)
+	if fmt.Sprint(resp) != fmt.Sprint([][2]string{{"set-cookie", "a"}, {"set-cookie", "b"}, {"cache-control", "x,y"}, {"x-forwarded-for", "p"}, {"x-forwarded-for", "q"}}) {
+		t.Errorf("response: %v", resp)
+	}
+	// Through Exchange: kitchen's /set-pairs sends the module's pairs upstream as they are.
+	h, _ := newHost(t, "kitchen", Options{Workers: 1})
+	var seen [][2]string
+	mustExchange(t, h, &Request{Path: "/set-pairs", Headers: [][2]string{{"X-Forwarded-For", "1.1.1.1"}, {"x-custom", "a"}, {"x-forwarded-for", "2.2.2.2"}, {"x-custom", "b"}}},
+		func(r *Request) *Response { seen = r.Headers; return nil })
+	m := headerMap{kv: seen}
+	if v, _ := m.get("x-forwarded-for"); v != "1.1.1.1,2.2.2.2" {
+		t.Errorf("x-forwarded-for = %q (headers %v)", v, seen)
+	}
+	n := 0
+	for _, p := range seen {
+		if p[0] == "x-custom" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("x-custom entries = %d, want 2 (headers %v)", n, seen)
 	}
 }

@@ -222,7 +222,7 @@ func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream
 		}
 		kv = append(kv, [2]string{k, v})
 	}
-	s.reqHeaders.kv = kv
+	s.reqHeaders.kv = joinInline(kv, false, false)
 	s.grpc, s.head = isGRPCRequest(&s.reqHeaders), method == "HEAD"
 	s.req, s.upstream = req, upstream
 	hasBody := len(req.Body) > 0
@@ -318,7 +318,7 @@ func (s *stream) callUpstream() {
 	for _, p := range resp.Headers {
 		rk = append(rk, [2]string{lower(p[0]), p[1]})
 	}
-	s.respHeaders.kv = rk
+	s.respHeaders.kv = joinInline(rk, true, false)
 	s.respHeadersEOS = len(resp.Body) == 0
 	s.respBody = resp.Body
 	if len(resp.Body) > 0 {
