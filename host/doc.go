@@ -121,6 +121,21 @@
 //     checked on 1.40.0: increments of 0 and -1 answer 2, records of 5 and 1 on a counter
 //     at 2 give 8). Not modelled: Envoy's gauges are unsigned (a gauge taken below 0 shows
 //     2^64 minus the deficit); here they are int64.
+//   - Not modelled, VM lifecycle: Envoy (1.36.4 and 1.40.0, 2 workers, a probe module
+//     counting in shared data) runs _initialize, proxy_on_vm_start and proxy_on_configure
+//     workers + 2 times per plugin against the real shared data before serving: a canary
+//     clone (configured, then dropped without proxy_on_done or proxy_on_delete), the main
+//     thread's VM (kept, serves no request) and one per worker;
+//     wasm.envoy.wasm.runtime.v8.created is workers + 3, active workers + 2. This host starts
+//     one VM per worker only, so a module's start-up writes to shared data happen workers
+//     times, not workers + 2, and an update whose configure traps or refuses is seen by the
+//     workers instead of being refused on a canary (see Traps).
+//   - Not modelled, metric names: Envoy shows a guest metric as wasmcustom.<name> in /stats
+//     and, in /stats/prometheus, as <name> with every character outside [a-zA-Z0-9_] turned
+//     to '_' (labels inside the name included: probe.my-counter{a="b"} became
+//     probe_my_counter_a__b__), an empty {} label set and # TYPE but no # HELP lines (1.40.0).
+//     `sluice run`'s /metrics is its own documented format instead (see Metrics: labels kept,
+//     # HELP lines, sluice_host_* families); the guest's names are unchanged there.
 //   - Shared data: cas tokens come from one process-wide counter starting at 1 and skipping
 //     0, not per key; a missing key is NOT_FOUND; cas 0 writes unconditionally and a nonzero
 //     cas on a missing key still creates it (SharedData in src/shared_data.cc). The same in
