@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -14,20 +13,9 @@ import (
 	"time"
 )
 
-// TestScenarios runs every scenario against the target (see target_test.go), one proxy per
-// scenario.
+// TestScenarios runs every scenario against `sluice run` (see target_test.go), one proxy
+// per scenario; TestEnvoyScenarios runs them through real Envoy.
 func TestScenarios(t *testing.T) {
-	if targetName() == "envoy" {
-		// One Envoy serves one scenario's configuration: insist on knowing which.
-		name := os.Getenv(envScenario)
-		found := false
-		for _, sc := range Scenarios() {
-			found = found || sc.Name == name
-		}
-		if !found {
-			t.Fatalf("%s=envoy needs %s naming one scenario (got %q); e2e/envoy/run.sh sets it", envTarget, envScenario, name)
-		}
-	}
 	for _, sc := range Scenarios() {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
@@ -35,7 +23,7 @@ func TestScenarios(t *testing.T) {
 				runStartFailure(t, sc)
 				return
 			}
-			p := startProxy(t, sc)
+			p := startHost(t, sc)
 			runSteps(t, p, sc.Steps)
 			checkHostHealthy(t, p)
 		})

@@ -9,12 +9,11 @@ import (
 	"text/template"
 )
 
-// Paths inside the Envoy container (e2e/envoy/compose.yaml mounts them).
-const (
-	EnvoyWasmPath   = "/etc/sluice/sluice.wasm"
-	EnvoyListenPort = 10000
-	EnvoyAdminPort  = 9901
-)
+// EnvoySite is where a rendered bootstrap finds what it needs on the machine Envoy runs on.
+type EnvoySite struct {
+	WasmPath     string // the module, as `make build` ships it
+	UpstreamPort int    // the test's upstream on 127.0.0.1 (HTTP/1.1 and h2c)
+}
 
 //go:embed envoy/envoy.yaml.tmpl
 var envoyTemplate string
@@ -33,8 +32,11 @@ var envoyTmpl = template.Must(template.New("envoy.yaml").Funcs(template.FuncMap{
 
 // envoyBootstrap is what envoy/envoy.yaml.tmpl renders.
 type envoyBootstrap struct {
+	EnvoySite
 	Name   string // the scenario or stage, for the header comment
 	Config string // the plugin configuration
+	// ExactBalance gives the listener exact connection balance across workers.
+	ExactBalance bool
 	// MaxRequestHeadersKB, when nonzero, is the connection manager's
 	// max_request_headers_kb (Envoy's default: 60).
 	MaxRequestHeadersKB int
@@ -44,12 +46,12 @@ type envoyBootstrap struct {
 	CatchAll bool
 }
 
-// RenderEnvoy returns the Envoy bootstrap (YAML) that serves sc: a listener on
-// EnvoyListenPort running sluice (EnvoyWasmPath, vm_id "sluice", sc.Config as the plugin
-// configuration) in front of the cluster "upstream" (upstream:8080), admin on
-// EnvoyAdminPort, with sc.Routes as named routes. The number of workers is Envoy's
-// --concurrency, set by run.sh.
-func RenderEnvoy(sc Scenario) ([]byte, error) {
+// RenderEnvoy returns the Envoy bootstrap (YAML) that serves sc: a listener "ingress" on a
+// free 127.0.0.1 port running sluice (site.WasmPath, vm_id "sluice", sc.Config as the
+// plugin configuration) in front of the cluster "upstream" (127.0.0.1:site.UpstreamPort),
+// admin on a free port, with sc.Routes as named routes. The number of workers is Envoy's
+// --concurrency, set by the harness; scenarios with bursts get exact connection balance.
+func RenderEnvoy(sc Scenario, site EnvoySite) ([]byte, error) {
 	routes := append([]Route(nil), sc.Routes...)
 	sort.SliceStable(routes, func(i, j int) bool { return len(routes[i].PathPrefix) > len(routes[j].PathPrefix) })
 	catchAll := true
@@ -58,15 +60,19 @@ func RenderEnvoy(sc Scenario) ([]byte, error) {
 			catchAll = false
 		}
 	}
-	return renderEnvoy(envoyBootstrap{Name: sc.Name, Config: sc.Config, Routes: routes, CatchAll: catchAll})
+	exact := false
+	for _, st := range sc.Steps {
+		exact = exact || st.Burst != nil
+	}
+	return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: sc.Name, Config: sc.Config, Routes: routes, CatchAll: catchAll, ExactBalance: exact})
 }
 
-// The survival stage of e2e/envoy/run.sh: the attack that killed earlier builds in a
+// The survival stage of the Envoy suite: the attack that killed earlier builds in a
 // cpp-host before PR #533 (Envoy 1.33–1.38). Two rules keyed on x-api-key, far above what
-// the stage sends, so every request must be admitted; x-api-key values of 33 KiB and 96 KiB
-// (run.sh sends them with sluice-load); one worker, so one VM takes every request. Envoy's
-// default max_request_headers_kb (60) would answer 431 to the 96 KiB value before sluice
-// sees it, so the stage raises the limit (e2e/envoy/upstream.yaml does too).
+// the stage sends, so every request must be admitted; x-api-key values of 33 KiB and 96 KiB;
+// one worker, so one VM takes every request. Envoy's default max_request_headers_kb (60)
+// would answer 431 to the 96 KiB value before sluice sees it, so the stage raises the limit
+// (the test's upstream accepts what Envoy forwards).
 const (
 	SurvivalWorkers             = 1
 	SurvivalMaxRequestHeadersKB = 128
@@ -81,8 +87,8 @@ const (
 
 // RenderEnvoySurvival returns the bootstrap of the survival stage: RenderEnvoy's, with
 // SurvivalConfig and max_request_headers_kb SurvivalMaxRequestHeadersKB.
-func RenderEnvoySurvival() ([]byte, error) {
-	return renderEnvoy(envoyBootstrap{Name: "survival", Config: SurvivalConfig, MaxRequestHeadersKB: SurvivalMaxRequestHeadersKB, CatchAll: true})
+func RenderEnvoySurvival(site EnvoySite) ([]byte, error) {
+	return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: "survival", Config: SurvivalConfig, MaxRequestHeadersKB: SurvivalMaxRequestHeadersKB, CatchAll: true})
 }
 
 func renderEnvoy(data envoyBootstrap) ([]byte, error) {

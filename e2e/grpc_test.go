@@ -90,9 +90,6 @@ func startGRPCUpstream(t *testing.T) *grpcUpstream {
 // startGRPCProxy runs `sluice run` with cfg in front of the h2c upstream.
 func startGRPCProxy(t *testing.T, cfg, upstream string, extra ...string) *proxy {
 	t.Helper()
-	if targetName() != "host" {
-		t.Skip("the gRPC tests start `sluice run` themselves (the Envoy target runs the grpc-* scenarios)")
-	}
 	cmd := sluiceCmd(t, writeConfig(t, Scenario{Config: cfg}), 2)
 	cmd.Args = append(cmd.Args, "--upstream", "h2c://"+upstream)
 	cmd.Args = append(cmd.Args, extra...)
@@ -281,9 +278,6 @@ func TestGRPCStreamingThroughSluiceRun(t *testing.T) {
 // failure_mode closed answers a gRPC call UNAVAILABLE when the store cannot decide: here a
 // Redis rule (sluice-redis.wasm) whose cluster refuses connections.
 func TestGRPCFailureClosedThroughSluiceRun(t *testing.T) {
-	if targetName() != "host" {
-		t.Skip("starts `sluice run` itself")
-	}
 	up := startGRPCUpstream(t)
 	wasm, err := filtertest.BuildWasm("redis")
 	if err != nil {

@@ -18,7 +18,7 @@ func TestEnvoyBootstrapRoutes(t *testing.T) {
 		{[]Route{{"a", "/a"}, {"ab", "/a/b"}}, [][2]string{{"ab", "/a/b"}, {"a", "/a"}, {"", "/"}}},
 		{nil, [][2]string{{"", "/"}}},
 	} {
-		y, err := RenderEnvoy(Scenario{Name: "t", Config: `{"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1s"}]}`, Routes: c.routes})
+		y, err := RenderEnvoy(Scenario{Name: "t", Config: `{"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1s"}]}`, Routes: c.routes}, testSite)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestEnvoyBootstrapRoutes(t *testing.T) {
 	}
 	// Every scenario's routes render.
 	for _, sc := range Scenarios() {
-		if _, err := RenderEnvoy(sc); err != nil {
+		if _, err := RenderEnvoy(sc, testSite); err != nil {
 			t.Errorf("%s: %v", sc.Name, err)
 		}
 	}

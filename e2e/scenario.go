@@ -2,7 +2,7 @@
 // configuration and a list of HTTP requests with the responses they must get. They talk to
 // a proxy only over HTTP, so the same scenarios run against `sluice run` (the embedded
 // Proxy-Wasm host, the default, built and started by the tests themselves) and against Envoy
-// in Docker (e2e/envoy/run.sh). See e2e_test.go for the targets.
+// as a local process (envoy_run_test.go). See target_test.go for the targets.
 package e2e
 
 import (
@@ -41,8 +41,11 @@ type Route struct {
 
 // StartFailure is the expected outcome of a configuration the proxy must refuse.
 type StartFailure struct {
-	// StderrContains are substrings the error output must contain.
+	// StderrContains are substrings the error output (sluice run's stderr, Envoy's log)
+	// must contain: the guest's own message.
 	StderrContains []string
+	// HostContains and EnvoyContains are more substrings, each proxy's own words.
+	HostContains, EnvoyContains []string
 }
 
 // Request is one HTTP request, relative to the proxy's base URL.

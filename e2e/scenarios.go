@@ -168,26 +168,25 @@ func shadowMode() Scenario {
 	}
 }
 
-// badConfig: sluice run refuses a configuration with an error naming the JSON path.
+// badConfig: the proxy refuses a configuration with an error naming the JSON path (sluice
+// run exits; Envoy exits at start-up, "Unable to create Wasm plugin").
 func badConfig() Scenario {
 	return Scenario{
-		Name:     "bad-config-refused",
-		HostOnly: true,
-		Config:   `{"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":5,"window":"10x"}]}`,
+		Name:   "bad-config-refused",
+		Config: `{"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":5,"window":"10x"}]}`,
 		StartFails: &StartFailure{StderrContains: []string{
-			`rules[0].window`, `is not a duration`, "proxy_on_configure returned false",
-		}},
+			`rules[0].window`, `is not a duration`,
+		}, HostContains: []string{"proxy_on_configure returned false"}, EnvoyContains: []string{"Unable to create Wasm plugin sluice"}},
 	}
 }
 
 func unknownField() Scenario {
 	return Scenario{
-		Name:     "unknown-field-refused",
-		HostOnly: true,
-		Config:   `{"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"sliding_log","limit":5,"window":"1s","limt":3}]}`,
+		Name:   "unknown-field-refused",
+		Config: `{"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"sliding_log","limit":5,"window":"1s","limt":3}]}`,
 		StartFails: &StartFailure{StderrContains: []string{
-			`rules[0].limt`, "proxy_on_configure returned false",
-		}},
+			`rules[0].limt`,
+		}, HostContains: []string{"proxy_on_configure returned false"}, EnvoyContains: []string{"Unable to create Wasm plugin sluice"}},
 	}
 }
 

@@ -18,24 +18,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
-// Targets (environment):
-//
-//	SLUICE_E2E_TARGET=host (default)  build sluice.wasm and the sluice binary into a temporary
-//	                                  directory (or use SLUICE_E2E_WASM / SLUICE_E2E_BIN), start
-//	                                  `sluice run` as a subprocess per scenario, built-in echo
-//	                                  upstream.
-//	SLUICE_E2E_TARGET=envoy           run the one scenario named by SLUICE_E2E_SCENARIO against
-//	                                  the proxy at SLUICE_E2E_URL, which the caller has started
-//	                                  with that scenario's configuration (e2e/envoy/run.sh).
+// The embedded host's target: build sluice.wasm and the sluice binary into a temporary
+// directory (or use SLUICE_E2E_WASM / SLUICE_E2E_BIN), start `sluice run` as a subprocess per
+// scenario, built-in echo upstream. Real Envoy runs the same scenarios in envoy_run_test.go
+// (TestEnvoyScenarios), as local processes.
 const (
-	envTarget   = "SLUICE_E2E_TARGET"
-	envURL      = "SLUICE_E2E_URL"
-	envScenario = "SLUICE_E2E_SCENARIO"
-	envWasm     = "SLUICE_E2E_WASM"
-	envBin      = "SLUICE_E2E_BIN"
+	envWasm = "SLUICE_E2E_WASM"
+	envBin  = "SLUICE_E2E_BIN"
 )
 
 // startTimeout bounds how long a proxy may take to start (compile the module, start the VMs)
@@ -45,39 +38,8 @@ const startTimeout = 2 * time.Minute
 // proxy is a running proxy for one scenario.
 type proxy struct {
 	url   string // base URL, no trailing slash
-	admin string // admin base URL (host target only)
-}
-
-func targetName() string {
-	if t := os.Getenv(envTarget); t != "" {
-		return t
-	}
-	return "host"
-}
-
-// startProxy starts (or, for the envoy target, locates) a proxy serving sc's configuration.
-// It skips scenarios the target cannot run.
-func startProxy(t *testing.T, sc Scenario) *proxy {
-	t.Helper()
-	switch targetName() {
-	case "host":
-		return startHost(t, sc)
-	case "envoy":
-		if sc.HostOnly {
-			t.Skipf("scenario %s needs the embedded host", sc.Name)
-		}
-		name, u := os.Getenv(envScenario), os.Getenv(envURL)
-		if name != sc.Name {
-			t.Skipf("%s=%q: the proxy at %s=%q serves another scenario's configuration", envScenario, name, envURL, u)
-		}
-		if u == "" {
-			t.Fatalf("%s=envoy needs %s (the Envoy listener serving this scenario)", envTarget, envURL)
-		}
-		return &proxy{url: strings.TrimRight(u, "/")}
-	default:
-		t.Fatalf("%s=%q: want host or envoy", envTarget, os.Getenv(envTarget))
-		return nil
-	}
+	admin string // sluice run's admin base URL (empty for Envoy)
+	envoy *envoyproc.Envoy
 }
 
 // artifacts are the module and the binary the host target runs.
@@ -167,6 +129,9 @@ func TestMain(m *testing.M) {
 	closeSurvivalCluster()
 	if artifacts.dir != "" {
 		os.RemoveAll(artifacts.dir)
+	}
+	if envoyWasmDir != "" {
+		os.RemoveAll(envoyWasmDir)
 	}
 	os.Exit(code)
 }
@@ -296,9 +261,6 @@ func startHostCmd(t *testing.T, cmd *exec.Cmd) *proxy {
 // non-zero, promptly, with the expected error text on stderr.
 func runStartFailure(t *testing.T, sc Scenario) {
 	t.Helper()
-	if targetName() != "host" {
-		t.Skipf("scenario %s needs the embedded host", sc.Name)
-	}
 	cmd := sluiceCmd(t, writeConfig(t, sc), 2)
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -322,7 +284,7 @@ func runStartFailure(t *testing.T, sc Scenario) {
 	// The guest's message reaches stderr through slog, which quotes it: unquote before
 	// looking for the JSON path.
 	text := strings.ReplaceAll(stderr.String(), `\"`, `"`)
-	for _, want := range sc.StartFails.StderrContains {
+	for _, want := range append(sc.StartFails.StderrContains, sc.StartFails.HostContains...) {
 		if !strings.Contains(text, want) {
 			t.Errorf("stderr does not contain %q:\n%s", want, stderr.String())
 		}

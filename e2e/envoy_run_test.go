@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
+)
+
+// The Envoy suite: the scenarios, and the stages only a real Envoy can run, through every
+// Envoy binary envoyproc.Targets names (ENVOY=path, ENVOY_VERSIONS="…", by default
+// envoyproc.CIVersions, fetched into a cache outside the repository when missing) with the
+// module exactly as `make build` ships it. A binary that cannot be had, or has no V8, fails
+// the suite with the command that installs it.
+
+// envoyParallel bounds the Envoys running at once: each compiles the module in V8 and runs
+// its workers on a 2-core machine.
+var envoyParallel = make(chan struct{}, 3)
+
+// upstreamMaxHeaderBytes is the test upstream's header limit: more than the survival stage's
+// largest key (96 KiB) and the other headers.
+const upstreamMaxHeaderBytes = 256 << 10
+
+// envoyUpstream is the upstream every Envoy of the suite routes to: a Go server on a free
+// 127.0.0.1 port, HTTP/1.1 and h2c, answering 200 "e2e upstream\n" and counting requests.
+type envoyUpstream struct {
+	port     int
+	requests atomic.Int64
+}
+
+var sharedUpstream = sync.OnceValues(func() (*envoyUpstream, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	u := &envoyUpstream{port: l.Addr().(*net.TCPAddr).Port}
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Protocols:      p,
+		MaxHeaderBytes: upstreamMaxHeaderBytes,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			u.requests.Add(1)
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, "e2e upstream\n")
+		}),
+	}
+	go srv.Serve(l)
+	return u, nil
+})
+
+// shippedWasm is sluice.wasm built as `make build` builds it (-trimpath, then wasmpatch),
+// once per test binary, unless SLUICE_E2E_WASM names one.
+var shippedWasm = sync.OnceValues(func() (string, error) {
+	if w := os.Getenv(envWasm); w != "" {
+		return filepath.Abs(w)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	root, err := moduleRoot(goTool)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "sluice-e2e-envoy-")
+	if err != nil {
+		return "", err
+	}
+	envoyWasmDir = dir
+	out := filepath.Join(dir, "sluice.wasm")
+	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./cmd/sluice-wasm")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building sluice.wasm: %v\n%s", err, b)
+	}
+	return out, wasmpatch.PatchFile(out)
+})
+
+var envoyWasmDir string
+
+// envoyTargets resolves the Envoys to run, each checked for V8 once; it fails the test when
+// one cannot be had.
+var envoyTargets = sync.OnceValues(func() ([]envoyproc.Target, error) {
+	ts, err := envoyproc.Targets()
+	if err != nil {
+		return nil, err
+	}
+	for _, tg := range ts {
+		dir, err := os.MkdirTemp("", "sluice-envoy-v8-")
+		if err != nil {
+			return nil, err
+		}
+		err = envoyproc.CheckV8(tg, dir)
+		os.RemoveAll(dir)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ts, nil
+})
+
+// forEachEnvoy runs f once per Envoy target, as subtests named by version.
+func forEachEnvoy(t *testing.T, f func(t *testing.T, tg envoyproc.Target)) {
+	t.Helper()
+	ts, err := envoyTargets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range ts {
+		t.Run(tg.Version, func(t *testing.T) { f(t, tg) })
+	}
+}
+
+// startEnvoy starts Envoy with a bootstrap rendered for the shared upstream and the shipped
+// module, waits for /ready and stops it when the test ends (its log goes to the test's
+// output when the test failed). It holds one of envoyParallel's slots until then.
+func startEnvoy(t *testing.T, tg envoyproc.Target, workers int, render func(EnvoySite) ([]byte, error), args ...string) *envoyproc.Envoy {
+	t.Helper()
+	e, err := tryStartEnvoy(t, tg, workers, render, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func tryStartEnvoy(t *testing.T, tg envoyproc.Target, workers int, render func(EnvoySite) ([]byte, error), args ...string) (*envoyproc.Envoy, error) {
+	t.Helper()
+	wasm, err := shippedWasm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := sharedUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := render(EnvoySite{WasmPath: wasm, UpstreamPort: up.port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envoyParallel <- struct{}{}
+	var once sync.Once
+	release := func() { once.Do(func() { <-envoyParallel }) }
+	e, err := envoyproc.Start(context.Background(), tg, envoyproc.Options{Bootstrap: y, Concurrency: workers, Dir: t.TempDir(), Args: args})
+	if err != nil {
+		release()
+		return nil, err
+	}
+	t.Cleanup(func() {
+		e.Stop()
+		release()
+		if t.Failed() {
+			t.Logf("envoy %s log:\n%s", tg.Version, boundedLog(e.Log()))
+		}
+	})
+	return e, nil
+}
+
+// boundedLog shortens every line of an Envoy log to 400 bytes (a failing request's line may
+// carry a 96 KiB header) and keeps its last 200 lines.
+func boundedLog(s string) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > 200 {
+		lines = lines[len(lines)-200:]
+	}
+	for i, l := range lines {
+		if len(l) > 400 {
+			lines[i] = l[:400] + "…"
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// envoyProxy is the proxy of a started Envoy: its ingress listener and admin.
+func envoyProxy(t *testing.T, e *envoyproc.Envoy) *proxy {
+	t.Helper()
+	u, err := e.URL("ingress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &proxy{url: u, envoy: e}
+}
+
+// envoyFailureLines are log lines of a failed VM, a failed call into it, a refused
+// module, or a Go runtime crash (Envoy runs at --log-level warn, so a guest's log line at
+// warn or above shows too: "wasm log").
+var envoyFailureLines = regexp.MustCompile(`Function: [a-z_]+ failed|Wasm VM failed|missing import|Unable to create Wasm|Failed to load Wasm|wasm log|restricted_callback|runtime\.throw|panic|fatal error|Plugin configured to fail closed`)
+
+// checkEnvoyHealthy fails the test when Envoy shows a VM failure by any signal it gives:
+// the VM lifecycle stats, the plugin's reload counters, sluice's own error counter
+// (present, and 0) and the log. Envoy 1.36 to 1.40 create workers + 3 VMs for one plugin —
+// the base VM, a canary that is destroyed once it has configured, the main thread's and one
+// per worker — so created = workers + 3 and active = workers + 2 while none has failed.
+func checkEnvoyHealthy(t *testing.T, e *envoyproc.Envoy, workers int) {
+	t.Helper()
+	st, err := e.Stats("wasm")
+	if err != nil {
+		t.Errorf("admin /stats: %v", err)
+		return
+	}
+	created, okc := st["wasm.envoy.wasm.runtime.v8.created"]
+	active, oka := st["wasm.envoy.wasm.runtime.v8.active"]
+	if !okc || !oka {
+		t.Errorf("no wasm.envoy.wasm.runtime.v8.created/active in /stats?filter=wasm: %v", st)
+	} else if created != int64(workers)+3 || active != int64(workers)+2 {
+		t.Errorf("wasm.envoy.wasm.runtime.v8 created %d, active %d; want %d and %d (%d workers): a VM was re-created or lost; wasm stats: %v",
+			created, active, workers+3, workers+2, workers, st)
+	}
+	for name, v := range st {
+		if strings.Contains(name, "vm_reload") && !strings.HasSuffix(name, "backoff") && v != 0 {
+			t.Errorf("%s = %d: the plugin's VM was reloaded", name, v)
+		}
+	}
+	if v, ok := st["wasmcustom.sluice.errors"]; !ok {
+		t.Errorf("wasmcustom.sluice.errors missing from /stats: the module did not define its metrics")
+	} else if v != 0 {
+		t.Errorf("wasmcustom.sluice.errors = %d, want 0", v)
+	}
+	for _, l := range strings.Split(e.Log(), "\n") {
+		if envoyFailureLines.MatchString(l) {
+			if len(l) > 400 {
+				l = l[:400] + "…"
+			}
+			t.Errorf("envoy log shows a failure: %s", l)
+		}
+	}
+}
+
+// TestEnvoyScenarios runs every scenario that applies to Envoy through each Envoy: one
+// Envoy per scenario, its --concurrency the scenario's workers; a scenario whose
+// configuration the proxy must refuse must make Envoy exit at start-up with the error in
+// its log.
+func TestEnvoyScenarios(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+		for _, sc := range Scenarios() {
+			if sc.HostOnly {
+				continue
+			}
+			t.Run(sc.Name, func(t *testing.T) {
+				t.Parallel()
+				render := func(site EnvoySite) ([]byte, error) { return RenderEnvoy(sc, site) }
+				if sc.StartFails != nil {
+					envoyStartFailure(t, tg, sc, render)
+					return
+				}
+				e := startEnvoy(t, tg, ScenarioWorkers(sc), render)
+				p := envoyProxy(t, e)
+				runSteps(t, p, sc.Steps)
+				checkEnvoyHealthy(t, e, ScenarioWorkers(sc))
+			})
+		}
+	})
+}
+
+// envoyStartFailure: Envoy refuses the configuration (proxy_on_configure returned false) and
+// exits at start-up, its log carrying the guest's reason.
+func envoyStartFailure(t *testing.T, tg envoyproc.Target, sc Scenario, render func(EnvoySite) ([]byte, error)) {
+	t.Helper()
+	e, err := tryStartEnvoy(t, tg, 2, render)
+	if err == nil {
+		e.Stop()
+		t.Fatalf("envoy %s became ready with a configuration sluice must refuse", tg.Version)
+	}
+	text := strings.ReplaceAll(err.Error(), `\"`, `"`)
+	for _, want := range append(sc.StartFails.StderrContains, sc.StartFails.EnvoyContains...) {
+		if !strings.Contains(text, want) {
+			t.Errorf("envoy's log does not contain %q:\n%s", want, boundedLog(err.Error()))
+		}
+	}
+}
