@@ -7,7 +7,13 @@ BIN       := $(DIST)/sluice
 LISTEN    ?= 127.0.0.1:8080
 ADMIN     ?= 127.0.0.1:9901
 
-.PHONY: all build wasm test bench bench-rls bench-startup bench-compare check run e2e-envoy fuzz clean
+.PHONY: all build wasm test bench bench-rls bench-startup bench-compare check run e2e-envoy envoy-fetch envoy-run fuzz clean
+
+# Real Envoy (e2e/envoyproc): ENVOY=/path/to/envoy (or docker:IMAGE) runs one binary;
+# ENVOY_VERSIONS="1.36.4 1.40.0" chooses pinned versions, fetched into SLUICE_ENVOY_CACHE
+# (default ~/.cache/sluice/envoy) when missing. make test runs the versions CI runs.
+export ENVOY ENVOY_VERSIONS SLUICE_ENVOY_CACHE
+ENVOY_VERSION ?= 1.40.0
 
 all: build
 
@@ -24,7 +30,8 @@ $(BIN): FORCE
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sluice
 FORCE:
 
-# The whole test suite. Tests that need the compiled module build it themselves.
+# The whole test suite, real Envoy included (1.36.4 and 1.40.0, fetched on first use).
+# Tests that need the compiled module build it themselves.
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m ./...
@@ -71,8 +78,18 @@ check:
 run: build
 	$(BIN) run --wasm $(WASM) --listen $(LISTEN) --admin $(ADMIN)
 
+# The Envoy suite alone: every scenario and stage through real Envoy, the module as shipped.
 e2e-envoy:
-	./e2e/envoy/run.sh
+	$(GO) test -count=1 -timeout 30m -run '^TestEnvoy' -v ./e2e
+
+# Fetch the pinned Envoy binaries (ENVOY_VERSIONS, default the CI versions) and check V8.
+envoy-fetch:
+	$(GO) run ./e2e/cmd/sluice-envoy -fetch
+
+# sluice.wasm in a real Envoy on this machine: envoy/envoy.yaml, Envoy ENVOY_VERSION
+# (fetched when missing), listener 127.0.0.1:10000, admin 127.0.0.1:9901.
+envoy-run: build
+	$(GO) run ./e2e/cmd/sluice-envoy -version $(ENVOY_VERSION) -wasm $(WASM)
 
 clean:
 	rm -rf $(DIST)

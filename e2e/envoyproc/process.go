@@ -29,8 +29,9 @@ type Options struct {
 	// Dir holds the bootstrap, the admin address file and anything else the caller puts
 	// there (the module). Required.
 	Dir string
-	// Args are more command-line arguments (e.g. --log-level debug). The default log level
-	// is warn.
+	// LogLevel is --log-level; "": warn.
+	LogLevel string
+	// Args are more command-line arguments.
 	Args []string
 	// ReadyTimeout bounds the wait for /ready; 0: 2 minutes.
 	ReadyTimeout time.Duration
@@ -64,8 +65,12 @@ func Start(ctx context.Context, t Target, opts Options) (*Envoy, error) {
 	}
 	adminFile := filepath.Join(opts.Dir, "admin-address")
 	os.Remove(adminFile)
+	level := opts.LogLevel
+	if level == "" {
+		level = "warn"
+	}
 	args := []string{"-c", cfg, "--concurrency", strconv.Itoa(conc), "--admin-address-path", adminFile,
-		"--use-dynamic-base-id", "--log-level", "warn"}
+		"--use-dynamic-base-id", "--log-level", level}
 	args = append(args, opts.Args...)
 	e := &Envoy{Target: t, log: &syncBuffer{}, done: make(chan struct{})}
 	if t.Image != "" {
