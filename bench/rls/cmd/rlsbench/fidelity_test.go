@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,62 +105,83 @@ func TestFidelityChargeDenied(t *testing.T) {
 		clients[i] = c
 	}
 
-	rng := rand.New(rand.NewPCG(22, 1))
 	keys := []string{"sec", "sec", "min", "hour", "user", "shadow", "quota", "zero", "unl", "none"}
-	values := []string{"a", "b", "c"}
-	newCall := func() *rlsv3.RateLimitRequest {
-		req := &rlsv3.RateLimitRequest{Domain: "fidelity", HitsAddend: uint32(rng.IntN(3))} // 0 means 1
-		for n := 1 + rng.IntN(4); n > 0; n-- {
-			k, v := keys[rng.IntN(len(keys))], values[rng.IntN(len(values))]
-			d := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
-			if k == "user" {
-				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "path", Value: "/" + v})
-			}
-			switch r := rng.IntN(20); {
-			case r == 0:
-				d.HitsAddend = wrapperspb.UInt64(0)
-			case r == 1:
-				d.HitsAddend = wrapperspb.UInt64(3)
-			}
-			req.Descriptors = append(req.Descriptors, d)
-		}
-		return req
-	}
-
-	const windows, perWindow = 8, 60
+	// A pair of calls must land in one second at both services. A call that would start
+	// late in a second waits for the next one (both services see the same sequence, so the
+	// pause changes nothing); a pair that straddles a second anyway (the machine stalled)
+	// spoils that attempt's state, and the sequence starts again on fresh values.
+	const attempts, windows, perWindow = 3, 8, 60
 	compared, statuses, overs, differ := 0, 0, 0, 0
-	for w := 0; w < windows; w++ {
-		// The next second's start: a new window of the "sec" limits.
-		next := time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)
-		time.Sleep(time.Until(next))
-		for i := 0; i < perWindow; i++ {
-			req := newCall()
-			if frac := time.Now().Sub(time.Now().Truncate(time.Second)); frac > 700*time.Millisecond {
-				t.Fatalf("window %d call %d: %v into the second before sending (the machine stalled); the pair could straddle a second", w, i, frac)
+	for a := 1; ; a++ {
+		rng := rand.New(rand.NewPCG(22, 1))
+		values := []string{"a", "b", "c"}
+		for i := range values {
+			values[i] += "-" + strconv.Itoa(a)
+		}
+		newCall := func() *rlsv3.RateLimitRequest {
+			req := &rlsv3.RateLimitRequest{Domain: "fidelity", HitsAddend: uint32(rng.IntN(3))} // 0 means 1
+			for n := 1 + rng.IntN(4); n > 0; n-- {
+				k, v := keys[rng.IntN(len(keys))], values[rng.IntN(len(values))]
+				d := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+				if k == "user" {
+					d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "path", Value: "/" + v})
+				}
+				switch r := rng.IntN(20); {
+				case r == 0:
+					d.HitsAddend = wrapperspb.UInt64(0)
+				case r == 1:
+					d.HitsAddend = wrapperspb.UInt64(3)
+				}
+				req.Descriptors = append(req.Descriptors, d)
 			}
-			sec := time.Now().Unix()
-			var got [2]*rlsv3.RateLimitResponse
-			for j, c := range clients {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				got[j], err = c.rls[0].ShouldRateLimit(ctx, req)
-				cancel()
-				if err != nil {
-					t.Fatalf("window %d call %d: %s: %v", w, i, []string{"peer", "sluice"}[j], err)
+			return req
+		}
+		nextSecond := func() {
+			next := time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)
+			time.Sleep(time.Until(next))
+		}
+		compared, statuses, overs, differ = 0, 0, 0, 0
+		straddled := ""
+	sequence:
+		for w := 0; w < windows; w++ {
+			nextSecond() // a new window of the "sec" limits
+			for i := 0; i < perWindow; i++ {
+				req := newCall()
+				if frac := time.Now().Sub(time.Now().Truncate(time.Second)); frac > 700*time.Millisecond {
+					nextSecond()
+				}
+				sec := time.Now().Unix()
+				var got [2]*rlsv3.RateLimitResponse
+				for j, c := range clients {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					got[j], err = c.rls[0].ShouldRateLimit(ctx, req)
+					cancel()
+					if err != nil {
+						t.Fatalf("window %d call %d: %s: %v", w, i, []string{"peer", "sluice"}[j], err)
+					}
+				}
+				if after := time.Now().Unix(); after != sec {
+					straddled = fmt.Sprintf("window %d call %d: the pair straddled a second (%d → %d): the machine stalled", w, i, sec, after)
+					break sequence
+				}
+				if d := diff(got[0], got[1]); d != "" {
+					t.Errorf("window %d call %d %v:\n%s", w, i, describe(req), d)
+					differ++
+				}
+				compared++
+				statuses += len(req.Descriptors)
+				if got[0].OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+					overs++
 				}
 			}
-			if after := time.Now().Unix(); after != sec {
-				t.Fatalf("window %d call %d: the pair straddled a second (%d → %d): the machine stalled", w, i, sec, after)
-			}
-			if d := diff(got[0], got[1]); d != "" {
-				t.Errorf("window %d call %d %v:\n%s", w, i, describe(req), d)
-				differ++
-			}
-			compared++
-			statuses += len(req.Descriptors)
-			if got[0].OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-				overs++
-			}
 		}
+		if straddled == "" {
+			break
+		}
+		if a == attempts {
+			t.Fatalf("attempt %d of %d: %s", a, attempts, straddled)
+		}
+		t.Logf("attempt %d: %s; starting again on fresh values", a, straddled)
 	}
 	t.Logf("%d calls (%d descriptor statuses) compared over %d one-second windows, %d of them OVER_LIMIT at the peer; %d differ",
 		compared, statuses, windows, overs, differ)
