@@ -115,6 +115,16 @@
 //     use_remote_address: true. With Envoy's default (false) the connection manager takes
 //     it from X-Forwarded-For instead (mutateRequestHeaders in envoyproxy/envoy
 //     source/common/http/conn_manager_utility.cc) — README says why an edge must not run so.
+//   - Not modelled, X-Forwarded-For before the filters: Envoy with use_remote_address: true
+//     (skip_xff_append unset) appends the downstream peer to X-Forwarded-For before the
+//     filters run (mutateRequestHeaders → appendXff, same file), so the module sees one more
+//     entry than the client sent, and a request sent without the header reaches it with
+//     one, the peer (1.40.0: a rule keyed on {"header": "x-forwarded-for"} applied to such a
+//     request; e2e TestEnvoyDifferential, its diffNotModelled list). Here the module gets
+//     the header as the client sent it and the peer is appended only to the upstream
+//     request: `sluice run` is the edge, and client_ip.xff_trusted_hops without
+//     proxy_appends_xff is written for that; appending would change which entry those
+//     settings take (proxy_appends_xff: true is the setting for an Envoy that appends).
 //   - Metrics: proxy_increment_metric on a counter refuses an offset ≤ 0 with BAD_ARGUMENT
 //     and proxy_record_metric on a counter adds the value (Context::incrementMetric and
 //     Context::recordMetric in envoyproxy/envoy source/extensions/common/wasm/context.cc;
