@@ -376,6 +376,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if failed != nil || over || ctx.Err() != nil {
 		s.refundAdmitted(dctx, domain, items, failed != nil || ctx.Err() != nil)
 	}
+	if failed != nil || ctx.Err() != nil {
+		s.countReturns(items)
+	}
 	if failed != nil {
 		return nil, status.Errorf(codes.Unavailable, "redis: %v", failed)
 	}
@@ -402,6 +405,19 @@ func hitsAddend(req *pb.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) in
 func clampCost(c int64, p algorithms.Params) int64 {
 	capacity := max(p.Limit, p.Burst)
 	return min(c, capacity+1)
+}
+
+// countReturns counts the admissions the call's lease returns gave back when
+// the call answers an error (another descriptor failed, or the caller went
+// away): the return ran on the detached context and landed all the same, so
+// sluice_rls_returned_total says so, as the answer would have. A stopping
+// Envoy sends its returns and deletes its VM, cancelling them, right away.
+func (s *Server) countReturns(items []item) {
+	for i := range items {
+		if it := &items[i]; it.call && it.lq != nil && it.lq.Return && it.err == nil && it.lres.Granted > 0 {
+			s.Metrics.leased(0, it.lres.Granted)
+		}
+	}
 }
 
 // refundAdmitted undoes every admission of the call, in parallel, and
