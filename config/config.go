@@ -42,6 +42,10 @@ type Rule struct {
 	// MaxKeys bounds the live keys this rule keeps in shared data (extension;
 	// default DefaultMaxKeys).
 	MaxKeys int
+	// MissingKey says what happens to a request the rule matches but whose
+	// key is missing (KeyPart: a part the request does not have): skip,
+	// shared or deny (missing_key, default MissingSkip).
+	MissingKey MissingKey
 	// Lease is the number of admissions a proxy reserves from the remote
 	// state at once and spends locally (backend "redis" or "rls", token_bucket and
 	// fixed_window; 0 = no lease: one remote call per request). See
@@ -66,6 +70,22 @@ const (
 	BackendLocal Backend = iota // Proxy-Wasm shared data (one Envoy process)
 	BackendRedis                // Redis Cluster through Higress's host calls
 	BackendRLS                  // a rate-limit service (sluice serve) through proxy_grpc_call
+)
+
+// MissingKey is what a rule does with a request missing its key: one of
+// the parts (KeyPart) absent or empty, so the request has no key of its own.
+type MissingKey uint8
+
+const (
+	// MissingSkip: the rule does not apply to the request (the default).
+	MissingSkip MissingKey = iota
+	// MissingShared: every such request of the rule is counted under one
+	// key of its own, an encoding no request's key can have.
+	MissingShared
+	// MissingDeny: the request is refused with the rule's rejection (in
+	// shadow mode: counted as shadow_denied and let through), without
+	// consulting any counter or remote backend.
+	MissingDeny
 )
 
 // Mode is enforce or shadow.
@@ -170,7 +190,12 @@ type RLS struct {
 }
 
 // KeyPart is one element of a rule's key. Exactly one of the fields selects
-// the source.
+// the source. A part is missing from a request (and so is the request's key,
+// see MissingKey) when: RemoteIP, the client address cannot be read; Header,
+// the header is absent or its value is empty; Query, the path has no
+// parameter of that name or the first one has an empty value ("?k=" or
+// "?k"); Cookie, no cookie of that name or the first one is empty ("k=",
+// `k=""`); Path and Method, the request has no :path or :method.
 type KeyPart struct {
 	RemoteIP   bool
 	IPv6Prefix int // with RemoteIP; 0 = full address
@@ -192,8 +217,11 @@ type Match struct {
 	Routes []string
 }
 
-// HeaderMatch matches one request header.
+// HeaderMatch matches one request header: its value is Exact, or with
+// Absent the request does not have it (absent, or present with an empty
+// value: what a header key part treats as missing).
 type HeaderMatch struct {
-	Name  string // lower-cased
-	Exact string
+	Name   string // lower-cased
+	Exact  string
+	Absent bool
 }

@@ -9,7 +9,8 @@ import "strings"
 // merge_slashes leave it, without query string or fragment), so /%68, //h,
 // /./h and /x/../h all start with /h; an empty path matches no path_prefix.
 // Methods compare case-insensitively, the path prefix and header values
-// exactly (byte for byte). The zero Match matches every request. Matches
+// exactly (byte for byte); an "absent" header entry holds when the header
+// is absent or empty. The zero Match matches every request. Matches
 // does not allocate for paths up to 512 bytes; a caller that checks several
 // rules normalizes once and uses MatchesNormal.
 func (m *Match) Matches(method, path string, header func(name string) (string, bool)) bool {
@@ -52,10 +53,17 @@ func (m *Match) matchesRest(method string, header func(name string) (string, boo
 	}
 	for i := range m.Headers {
 		h := &m.Headers[i]
-		if header == nil {
-			return false
+		var v string
+		ok := false
+		if header != nil {
+			v, ok = header(h.Name)
 		}
-		v, ok := header(h.Name)
+		if h.Absent {
+			if ok && v != "" {
+				return false
+			}
+			continue
+		}
 		if !ok || v != h.Exact {
 			return false
 		}

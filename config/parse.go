@@ -261,9 +261,9 @@ func (c *Config) HasRLSRules() bool {
 
 var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls"}
-	ruleFields     = []string{"name", "match", "key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease"}
+	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
-	headerFields   = []string{"name", "exact"}
+	headerFields   = []string{"name", "exact", "absent"}
 	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
 	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method"}
 	responseFields = []string{"status", "body", "headers", "grpc_status"}
@@ -273,6 +273,7 @@ var (
 
 	backendNames     = [...]string{BackendLocal: "local", BackendRedis: "redis", BackendRLS: "rls"}
 	modeNames        = [...]string{ModeEnforce: "enforce", ModeShadow: "shadow"}
+	missingKeyNames  = [...]string{MissingSkip: "skip", MissingShared: "shared", MissingDeny: "deny"}
 	failureModeNames = [...]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local"}
 	headerStyleNames = [...]string{HeadersBoth: "both", HeadersDraft: "draft", HeadersLegacy: "legacy", HeadersNone: "none"}
 )
@@ -302,6 +303,11 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 		r.Key = p.key(path+".key", x)
 	} else {
 		p.failEnd(v, path+".key", "is required")
+	}
+	if x, ok := f["missing_key"]; ok {
+		if i, ok := p.enum(path+".missing_key", x, missingKeyNames[:]); ok {
+			r.MissingKey = MissingKey(i)
+		}
 	}
 	if x, ok := f["algorithm"]; ok {
 		names := make([]string, len(algorithms.Kinds))
@@ -493,14 +499,28 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 					p.failEnd(it, ip+".name", "is required")
 					good = false
 				}
-				if e, ok := hf["exact"]; ok {
+				e, hasExact := hf["exact"]
+				if hasExact {
 					if s, ok := p.str(ip+".exact", e); ok {
 						h.Exact = s
 					} else {
 						good = false
 					}
-				} else {
-					p.failEnd(it, ip+".exact", "is required")
+				}
+				if a, ok := hf["absent"]; ok {
+					if b, ok := p.boolean(ip+".absent", a); !ok {
+						good = false
+					} else if !b {
+						p.fail(a, ip+".absent", `must be true (use "exact" to match a value)`)
+						good = false
+					} else if hasExact {
+						p.fail(a, ip+".absent", `cannot be combined with "exact": a header that is absent has no value; give one of them`)
+						good = false
+					} else {
+						h.Absent = true
+					}
+				} else if !hasExact {
+					p.failEnd(it, ip+".exact", `is required (or "absent": true to match a request without the header)`)
 					good = false
 				}
 				if good {

@@ -185,11 +185,11 @@ var errorCases = []struct {
 	{"headers not a list", doc("", rule("match", `{"headers":{"name":"a","exact":"b"}}`)), `rules[0].match.headers: {"name":"a","exact":"b"} is not a list`},
 	{"header match not an object", doc("", rule("match", `{"headers":["x-a"]}`)), `rules[0].match.headers[0]: "x-a" is not an object`},
 	{"header match name missing", doc("", rule("match", `{"headers":[{"exact":"b"}]}`)), `rules[0].match.headers[0].name: is required`},
-	{"header match exact missing", doc("", rule("match", `{"headers":[{"name":"a"}]}`)), `rules[0].match.headers[0].exact: is required`},
+	{"header match exact missing", doc("", rule("match", `{"headers":[{"name":"a"}]}`)), `rules[0].match.headers[0].exact: is required (or "absent": true to match a request without the header)`},
 	{"header match name invalid", doc("", rule("match", `{"headers":[{"name":"a:b","exact":"b"}]}`)), `rules[0].match.headers[0].name: "a:b" is not a header name`},
 	{"header match exact not a string", doc("", rule("match", `{"headers":[{"name":"a","exact":1}]}`)), `rules[0].match.headers[0].exact: 1 is not a string`},
 	{"header match duplicate", doc("", rule("match", `{"headers":[{"name":"x-a","exact":"1"},{"name":"X-A","exact":"2"}]}`)), `rules[0].match.headers[1].name: duplicate header "x-a"`},
-	{"header match unknown field", doc("", rule("match", `{"headers":[{"name":"a","prefix":"b"}]}`)), "rules[0].match.headers[0].prefix: unknown field\nrules[0].match.headers[0].exact: is required"},
+	{"header match unknown field", doc("", rule("match", `{"headers":[{"name":"a","prefix":"b"}]}`)), "rules[0].match.headers[0].prefix: unknown field\nrules[0].match.headers[0].exact: is required (or \"absent\": true to match a request without the header)"},
 
 	// response
 	{"response not an object", doc(`"response":429`, rule()), `response: 429 is not an object`},

@@ -13,6 +13,9 @@ func (b Backend) String() string { return enumName(backendNames[:], int(b)) }
 // String returns the configuration name ("enforce", "shadow").
 func (m Mode) String() string { return enumName(modeNames[:], int(m)) }
 
+// String returns the configuration name of m ("skip", "shared", "deny").
+func (m MissingKey) String() string { return enumName(missingKeyNames[:], int(m)) }
+
 // String returns the configuration name ("open", "closed", "local").
 func (f FailureMode) String() string { return enumName(failureModeNames[:], int(f)) }
 
@@ -68,6 +71,10 @@ func (m *Match) String() string {
 		parts = append(parts, "methods:"+strings.Join(m.Methods, ","))
 	}
 	for _, h := range m.Headers {
+		if h.Absent {
+			parts = append(parts, "header:"+plainText(h.Name, noCut)+":absent")
+			continue
+		}
 		parts = append(parts, "header:"+plainText(h.Name, noCut)+"="+strconv.Quote(h.Exact))
 	}
 	if len(m.Routes) > 0 {
@@ -80,7 +87,8 @@ func (m *Match) String() string {
 //
 //	api-per-key: token_bucket 100/1m burst 20 key=header:x-api-key match=path_prefix:/api/ methods:GET,POST local enforce
 //
-// "burst N" appears for token_bucket and leaky_bucket only, "max_keys=N" only
+// "burst N" appears for token_bucket and leaky_bucket only, "missing_key=M"
+// only when it is not skip, "max_keys=N" only
 // when it is not DefaultMaxKeys, "lease=N" only when the rule has a lease.
 func (r *Rule) Summary() string {
 	var b strings.Builder
@@ -101,6 +109,10 @@ func (r *Rule) Summary() string {
 			b.WriteByte('+')
 		}
 		b.WriteString(k.String())
+	}
+	if r.MissingKey != MissingSkip {
+		b.WriteString(" missing_key=")
+		b.WriteString(r.MissingKey.String())
 	}
 	b.WriteString(" match=")
 	b.WriteString(r.Match.String())

@@ -121,9 +121,12 @@ func unsafeString(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// Key part tags, so that parts of different kinds never collide.
+// Key part tags, so that parts of different kinds never collide. Every key
+// appendKey writes starts with one of tagIP..tagMethod; tagMissing alone is
+// the key of a rule's requests missing their key (missing_key "shared").
 const (
-	tagIP byte = iota + 1
+	tagMissing byte = iota
+	tagIP
 	tagHeader
 	tagQuery
 	tagCookie
@@ -132,8 +135,10 @@ const (
 )
 
 // appendKey appends the key of parts for the current request to dst. ok is
-// false when a part is missing (the rule does not apply): no client
-// address, an absent or empty header, query parameter or cookie. Each part
+// false when a part is missing (the rule's missing_key decides: see
+// config.KeyPart for what each kind of part misses): no client address, an
+// absent or empty header, query parameter or cookie, no :path or :method.
+// A key of several parts is missing when any part is. Each part
 // is written as tag, length, bytes, so the encoding is unambiguous. xffPos
 // is config.ClientIP.XFFPosition: which X-Forwarded-For entry from the
 // right is the client (0: source.address).

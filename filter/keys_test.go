@@ -335,3 +335,68 @@ func TestPeerCache(t *testing.T) {
 		}
 	}
 }
+
+// What a missing key part is (config.KeyPart; the rule's missing_key then
+// decides): a header absent or empty, a query parameter absent or whose first
+// occurrence is empty, a cookie absent or empty, no client address; a key of
+// several parts is missing when any part is.
+func TestKeyMissing(t *testing.T) {
+	h := filtertest.NewHost()
+	r := &request{}
+	for _, tc := range []struct {
+		parts   []config.KeyPart
+		path    string
+		source  string
+		hdrs    [][2]string
+		present bool
+	}{
+		{[]config.KeyPart{{Header: "x-k"}}, "/", "", nil, false},
+		{[]config.KeyPart{{Header: "x-k"}}, "/", "", [][2]string{{"x-k", ""}}, false},
+		{[]config.KeyPart{{Header: "x-k"}}, "/", "", [][2]string{{"x-k", " "}}, true},
+		{[]config.KeyPart{{Query: "k"}}, "/p", "", nil, false},
+		{[]config.KeyPart{{Query: "k"}}, "/p?k", "", nil, false},
+		{[]config.KeyPart{{Query: "k"}}, "/p?k=&k=1", "", nil, false},
+		{[]config.KeyPart{{Query: "k"}}, "/p?k=1&k=", "", nil, true},
+		{[]config.KeyPart{{Cookie: "s"}}, "/", "", [][2]string{{"cookie", "s="}}, false},
+		{[]config.KeyPart{{Cookie: "s"}}, "/", "", [][2]string{{"cookie", `s=""`}}, false},
+		{[]config.KeyPart{{Cookie: "s"}}, "/", "", [][2]string{{"cookie", "s=1"}}, true},
+		{[]config.KeyPart{{RemoteIP: true}}, "/", "", nil, false},
+		{[]config.KeyPart{{RemoteIP: true}}, "/", "10.0.0.1:1", nil, true},
+		{[]config.KeyPart{{RemoteIP: true}, {Header: "x-k"}}, "/", "10.0.0.1:1", nil, false},
+		{[]config.KeyPart{{Header: "x-k"}, {RemoteIP: true}}, "/", "", [][2]string{{"x-k", "v"}}, false},
+		{[]config.KeyPart{{Header: "x-k"}, {RemoteIP: true}}, "/", "10.0.0.1:1", [][2]string{{"x-k", "v"}}, true},
+	} {
+		h.ReqHeaders = append([][2]string{{":path", tc.path}}, tc.hdrs...)
+		h.Properties = map[string]string{}
+		if tc.source != "" {
+			h.Properties[propSourceAddress] = tc.source
+		}
+		r.reset(h)
+		k, ok := appendKey(nil, tc.parts, r, 0)
+		if ok != tc.present {
+			t.Errorf("%+v path %q source %q headers %v: present %v, want %v", tc.parts, tc.path, tc.source, tc.hdrs, ok, tc.present)
+		}
+		if ok && (len(k) == 0 || k[0] == tagMissing || bytes.Equal(k, sharedKey[:])) {
+			t.Errorf("key %q can be taken for the shared key", k)
+		}
+	}
+}
+
+// No request's key is the shared key (missing_key "shared"): every key starts
+// with a part tag, whatever the values, including a NUL byte or nothing at all.
+func TestSharedKeyNeverARealKey(t *testing.T) {
+	h := filtertest.NewHost()
+	r := &request{}
+	all := []config.KeyPart{{Header: "x-k"}, {Query: "q"}, {Cookie: "c"}, {Path: true}, {Method: true}, {RemoteIP: true}}
+	for _, v := range []string{"\x00", "%00", "+", "a"} {
+		h.ReqHeaders = [][2]string{{":path", "/" + v + "?q=" + v}, {":method", v}, {"x-k", v}, {"cookie", "c=" + v}}
+		h.Properties = map[string]string{propSourceAddress: "10.0.0.1:1"}
+		for _, p := range all {
+			r.reset(h)
+			k, ok := appendKey(nil, []config.KeyPart{p}, r, 0)
+			if ok && (k[0] == tagMissing || bytes.Equal(k, sharedKey[:])) {
+				t.Errorf("%+v with %q: key %q", p, v, k)
+			}
+		}
+	}
+}

@@ -276,11 +276,23 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 	applied, later := false, false
 	for _, r := range p.rules {
 		r.applies, r.failed, r.by = false, false, nil
-		if !p.keyFor(r) {
+		k := p.keyFor(r)
+		if k == keyNone {
 			continue
 		}
 		if !applied {
 			now = p.host.Now()
+		}
+		if k == keyDeny {
+			// missing_key "deny": decided here, on no counter and with no
+			// remote call. A shadow rule only counts it.
+			if r.cfg.Mode == config.ModeShadow {
+				p.host.IncrementMetric(r.metrics.shadowDenied, 1)
+				continue
+			}
+			r.applies, applied = true, true
+			r.d = keylessDenial(r.cfg)
+			continue
 		}
 		r.applies, applied = true, true
 		r.hash = hashKey(p.seed, r.key)
@@ -405,9 +417,34 @@ func (p *Plugin) admitted(s *stream) abi.Action {
 	return abi.ActionContinue
 }
 
-// keyFor reports whether r applies to the current request: its match holds
-// and every key part is present. It leaves the key in r.key.
-func (p *Plugin) keyFor(r *rule) bool {
+// keyState is what keyFor found for a rule.
+type keyState uint8
+
+const (
+	keyNone  keyState = iota // the rule does not apply
+	keyFound                 // the rule applies under the key in r.key
+	keyDeny                  // the key is missing and missing_key is "deny"
+)
+
+// sharedKey is the key under which a rule with missing_key "shared" counts
+// every request missing its key. appendKey starts every key with a part
+// tag (tagIP..tagMethod, never 0), so no request's key is this one byte.
+var sharedKey = [...]byte{tagMissing}
+
+// keylessDenial is the decision of a rule with missing_key "deny" for a
+// request missing its key. Such a request is never admitted, as a cost
+// above the capacity: it is refused with the rule's capacity as the limit,
+// nothing remaining, and the window as Retry-After and reset (a back-off:
+// retrying without the key cannot succeed).
+func keylessDenial(rc *config.Rule) algorithms.Decision {
+	return algorithms.Decision{Allowed: false, Limit: rc.Burst, Remaining: 0, ResetAfter: rc.Window, RetryAfter: rc.Window}
+}
+
+// keyFor says whether r applies to the current request: its match holds,
+// and the request has every key part (the key is left in r.key) or misses
+// one and r's missing_key decides: "skip", the rule does not apply;
+// "shared", it applies under sharedKey; "deny", keyDeny.
+func (p *Plugin) keyFor(r *rule) keyState {
 	if !r.matchAll {
 		// Fetch :method and :path only when the match looks at them.
 		m := &r.cfg.Match
@@ -419,12 +456,22 @@ func (p *Plugin) keyFor(r *rule) bool {
 			path = unsafeString(p.req.getNormPath())
 		}
 		if !m.MatchesNormal(method, path, p.req.headerF) || !p.routeMatches(m) {
-			return false
+			return keyNone
 		}
 	}
 	var ok bool
 	r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFPosition())
-	return ok
+	if ok {
+		return keyFound
+	}
+	switch r.cfg.MissingKey {
+	case config.MissingShared:
+		r.key = append(r.key[:0], sharedKey[:]...)
+		return keyFound
+	case config.MissingDeny:
+		return keyDeny
+	}
+	return keyNone
 }
 
 // verdict rejects the request when a rule's store failed under
