@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"text/template"
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
+	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 //go:embed envoy/lds-bootstrap.yaml.tmpl
@@ -78,10 +81,14 @@ func writeLDS(site EnvoySite, path, version string, port int, config string) err
 
 // startLDSEnvoy starts Envoy with its listener from an LDS file holding config (version
 // "1") on port (0: any free port).
-func startLDSEnvoy(t *testing.T, tg envoyproc.Target, workers int, config string, args ...string) *ldsEnvoy {
+// wasm, when not empty, replaces the shipped module.
+func startLDSEnvoy(t *testing.T, tg envoyproc.Target, workers int, wasm, config string, args ...string) *ldsEnvoy {
 	t.Helper()
 	l := &ldsEnvoy{t: t, path: filepath.Join(t.TempDir(), "lds.yaml")}
 	l.e = startEnvoy(t, tg, workers, func(site EnvoySite) ([]byte, error) {
+		if wasm != "" {
+			site.WasmPath = wasm
+		}
 		l.site = site
 		if err := writeLDS(site, l.path, "1", 0, config); err != nil {
 			return nil, err
@@ -99,7 +106,8 @@ func startLDSEnvoy(t *testing.T, tg envoyproc.Target, workers int, config string
 //   - The update changes only the listener's filter chain, so Envoy updates the listener in
 //     place (listener_manager.listener_in_place_updated 1): the socket, and so the port, is
 //     kept; new connections get the new chain; the old chain drains (total_filter_chains_
-//     draining 1, back to 0 once --drain-time-s has passed) and its connections end.
+//     draining 1, back to 0 once --drain-time-s has passed) and its connections end; its
+//     root contexts get proxy_on_done and proxy_on_delete then (TestEnvoyReloadRoots).
 //   - The VMs are kept: the plugin's vm_config (and so its VM key) is unchanged, so the new
 //     plugin configuration finds the base VM and each thread's VM in cpp-host's caches and
 //     only creates root contexts in them (proxy_on_context_create, proxy_on_vm_start,
@@ -124,7 +132,7 @@ func TestEnvoyReload(t *testing.T) {
 		t.Parallel()
 		const workers = 2
 		// --drain-time-s 1: the old filter chain drains in a second, not Envoy's default 600.
-		l := startLDSEnvoy(t, tg, workers, reloadConfigV1, "--drain-time-s", "1")
+		l := startLDSEnvoy(t, tg, workers, "", reloadConfigV1, "--drain-time-s", "1")
 		e := l.e
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -308,3 +316,148 @@ const (
 	reloadConfigBad = `{"rules":[{"name":"per-key","key":[{"header":"x-api-key"}],"algorithm":"sliding_log","limit":5,"window":"10x"}],
  "response":{"headers":"both"}}`
 )
+
+// rootProbeWasm is testdata/rootprobe built for wasip1 and patched as the shipped module
+// is (its poll_oneoff, for Envoys before cpp-host #533), once per test binary.
+var rootProbeWasm = sync.OnceValues(func() (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	dir, err := os.MkdirTemp("", "sluice-e2e-rootprobe-")
+	if err != nil {
+		return "", err
+	}
+	rootProbeDir = dir
+	out := filepath.Join(dir, "rootprobe.wasm")
+	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-o", out, ".")
+	cmd.Dir = filepath.Join("testdata", "rootprobe")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building testdata/rootprobe: %v\n%s", err, b)
+	}
+	return out, wasmpatch.PatchFile(out)
+})
+
+var rootProbeDir string
+
+var probeLine = regexp.MustCompile(`^\[([0-9-]+ [0-9:.]+)\]\[([0-9]+)\].*rootprobe: ([a-z_]+) root=([0-9]+) config=(.*)$`)
+
+// probeEvent is one line of testdata/rootprobe in Envoy's log.
+type probeEvent struct {
+	at            time.Time
+	thread        string
+	event, config string
+}
+
+func probeEvents(log string) []probeEvent {
+	var evs []probeEvent
+	for _, l := range strings.Split(log, "\n") {
+		m := probeLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		at, _ := time.Parse("2006-01-02 15:04:05.000", m[1])
+		evs = append(evs, probeEvent{at: at, thread: m[2], event: m[3], config: m[5]})
+	}
+	return evs
+}
+
+func countEvents(evs []probeEvent, event, config string) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.event == event && ev.config == config {
+			n++
+		}
+	}
+	return n
+}
+
+// TestEnvoyReloadRoots: what Envoy does to the root contexts of a configuration an update
+// replaced, read from the log of testdata/rootprobe (each root's lifecycle callbacks) —
+// the same LDS update as TestEnvoyReload, configuration "v1" then "v2". Measured on 1.36.4
+// and 1.40.0 with 2 workers, and asserted:
+//   - At start-up workers+2 roots are created and configured with v1 (context create,
+//     proxy_on_vm_start, proxy_on_configure): the canary's, the main thread's and one per
+//     worker; the base VM gets none.
+//   - The update creates workers+2 roots with v2 in the same way (a new canary clone, then
+//     the main thread's and the workers' VMs: those VMs are kept, their root ids go on
+//     counting, so a worker that served a stream gives the new root another id).
+//   - The old roots stay until the old filter chain has drained: then each of the
+//     workers+1 kept VMs runs proxy_on_done and proxy_on_delete on its v1 root, the
+//     --drain-time-s after the update (2 s here; not earlier than 1.5 s is asserted). The
+//     canaries' roots never get either: a canary is dropped once configured. No v2 root
+//     ends.
+func TestEnvoyReloadRoots(t *testing.T) {
+	t.Cleanup(func() {
+		if rootProbeDir != "" {
+			os.RemoveAll(rootProbeDir)
+		}
+	})
+	wasm, err := rootProbeWasm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+		t.Parallel()
+		const workers = 2
+		l := startLDSEnvoy(t, tg, workers, wasm, "v1", "--drain-time-s", "2")
+		e := l.e
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		p := envoyProxy(t, e)
+		c := newClient(1)
+		c.Transport.(*http.Transport).DisableKeepAlives = true
+		if r, err := do(ctx, c, p.url, get("/")); err != nil || r.status != 200 {
+			t.Fatalf("a request through v1: %v, %d", err, r.status)
+		}
+		evs := probeEvents(e.Log())
+		for _, ev := range []string{"create", "vm_start"} {
+			if n := countEvents(evs, ev, ""); n != workers+2 {
+				t.Errorf("start-up: %d root %s, want %d", n, ev, workers+2)
+			}
+		}
+		if n := countEvents(evs, "configure", "v1"); n != workers+2 {
+			t.Errorf("start-up: %d roots configured with v1, want %d", n, workers+2)
+		}
+		l.push("2", "v2")
+		waitStat(ctx, t, e, "listener_manager.lds.update_success", 2)
+		// The old roots end when the old chain is gone: wait for their proxy_on_delete.
+		deadline := time.Now().Add(30 * time.Second)
+		for countEvents(probeEvents(e.Log()), "delete", "v1") < workers+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the v1 roots did not all end within 30 s of the update")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if r, err := do(ctx, c, p.url, get("/")); err != nil || r.status != 200 {
+			t.Fatalf("a request through v2: %v, %d", err, r.status)
+		}
+		evs = probeEvents(e.Log())
+		if n := countEvents(evs, "configure", "v2"); n != workers+2 {
+			t.Errorf("update: %d roots configured with v2, want %d", n, workers+2)
+		}
+		var firstV2 time.Time
+		doneThreads := map[string]bool{}
+		for _, ev := range evs {
+			switch {
+			case ev.event == "configure" && ev.config == "v2" && firstV2.IsZero():
+				firstV2 = ev.at
+			case ev.event == "done" && ev.config == "v1":
+				doneThreads[ev.thread] = true
+				if d := ev.at.Sub(firstV2); firstV2.IsZero() || d < 1500*time.Millisecond {
+					t.Errorf("a v1 root got proxy_on_done %v after the first v2 configure, want the drain time (2 s) after it", d)
+				}
+			case ev.config == "v2" && (ev.event == "done" || ev.event == "delete"):
+				t.Errorf("a v2 root ended: %+v", ev)
+			}
+		}
+		if n := countEvents(evs, "done", "v1"); n != workers+1 || len(doneThreads) != workers+1 {
+			t.Errorf("%d v1 roots got proxy_on_done on %d threads, want %d on %d (main thread and workers)", n, len(doneThreads), workers+1, workers+1)
+		}
+		if n := countEvents(evs, "delete", "v1"); n != workers+1 {
+			t.Errorf("%d v1 roots got proxy_on_delete, want %d", n, workers+1)
+		}
+		checkVMs(t, e, "after the update and its drain", workers+4, workers+2)
+	})
+}
