@@ -105,9 +105,10 @@ func (p *parser) redisRule(path string, v gjson.Result, r *Rule, instances int, 
 		return // reported already
 	}
 	par := r.Limiter.Params()
+	bounded := true
 	if err := RedisParams(r.Algorithm, par); err != nil {
-		p.paramError(path, v, err, "")
-		return
+		p.paramError(path, v, err, "") // and the fallback is still checked
+		bounded = false
 	}
 	fb := FallbackParams(par, instances)
 	l, err := algorithms.New(r.Algorithm, fb)
@@ -116,5 +117,7 @@ func (p *parser) redisRule(path string, v gjson.Result, r *Rule, instances int, 
 			" and burst "+strconv.FormatInt(fb.Burst, 10)+": divided by "+field+" "+strconv.Itoa(instances)+")")
 		return
 	}
-	r.Fallback = l
+	if bounded {
+		r.Fallback = l
+	}
 }

@@ -121,12 +121,13 @@ func TestFallbackParams(t *testing.T) {
 // TestParseForLocal: sluice.wasm refuses Redis rules, saying why, in
 // document order with the other errors; it accepts what has none.
 func TestParseForLocal(t *testing.T) {
-	const why = `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); sluice.wasm has only the local backend`
+	const why = `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); sluice.wasm has the "local" and "rls" backends only`
 	for _, tc := range []struct {
 		json, want string
 	}{
 		{doc(redisObj, rule("backend", `"redis"`)), "rules[0].backend: " + why},
-		{doc("", rule("backend", `"redis"`)), "rules[0].backend: " + why},
+		// Both problems at once: the build, and the missing "redis" object.
+		{doc("", rule("backend", `"redis"`)), "rules[0].backend: " + why + "\nrules[0].backend: \"redis\" needs a top-level \"redis\" object"},
 		{doc(`"failure_mode":"local",`+redisObj, rule("name", `"a"`), rule("name", `"b"`, "backend", `"redis"`, "limit", "0")),
 			"rules[1].limit: 0 is out of range 1..1000000000\nrules[1].backend: " + why},
 		{doc(redisObj, rule("backend", `"local"`)), ""},

@@ -209,25 +209,31 @@ func (p *parser) parse(data []byte) *Config {
 				names[r.Name] = i
 			}
 		}
+		// Each problem of a remote rule is its own error: a Redis rule in
+		// sluice.wasm without a "redis" object gets both, and its bounds
+		// are checked whatever the build (every error at once).
 		if r.Backend == BackendRedis {
-			switch {
-			case c.HasRLSRules():
+			if c.HasRLSRules() {
 				p.fail(item.Get("backend"), path+".backend", `"redis" and "rls" rules cannot be mixed in one configuration (one remote backend per configuration)`)
-			case p.build != BuildRedis:
-				p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+" has only the local backend")
-			case c.Redis == nil && redisOK:
+			}
+			if p.build != BuildRedis {
+				p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+` has the "local" and "rls" backends only`)
+			}
+			if c.Redis == nil && redisOK {
 				p.fail(item.Get("backend"), path+".backend", `"redis" needs a top-level "redis" object`)
-			case c.Redis != nil:
+			}
+			if c.Redis != nil {
 				p.redisRule(path, item, r, c.Redis.Instances, "redis.instances")
 			}
 		}
 		if r.Backend == BackendRLS {
-			switch {
-			case c.HasRedisRules():
+			if c.HasRedisRules() {
 				p.fail(item.Get("backend"), path+".backend", `"rls" and "redis" rules cannot be mixed in one configuration (one remote backend per configuration)`)
-			case c.RLS == nil && rlsOK:
+			}
+			if c.RLS == nil && rlsOK {
 				p.fail(item.Get("backend"), path+".backend", `"rls" needs a top-level "rls" object`)
-			case c.RLS != nil:
+			}
+			if c.RLS != nil {
 				p.redisRule(path, item, r, c.RLS.Instances, "rls.instances")
 			}
 		}
@@ -284,7 +290,10 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 		return nil
 	}
 	r := &Rule{MaxKeys: DefaultMaxKeys}
-	valid := true // false once a field the limiter needs is bad
+	// Which of the fields the limiter needs are good: a bad one is reported
+	// where it is, and the checks that need it are skipped, but every check
+	// that does not is still made (every error at once).
+	algOK, limitOK, windowOK, burstOK, backendOK := true, true, true, true, true
 	if x, ok := f["name"]; ok {
 		if s, ok := p.str(path+".name", x); ok {
 			if msg := checkRuleName(s); msg != "" {
@@ -317,40 +326,41 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 		if i, ok := p.enum(path+".algorithm", x, names); ok {
 			r.Algorithm = algorithms.Kinds[i]
 		} else {
-			valid = false
+			algOK = false
 		}
 	} else {
 		p.failEnd(v, path+".algorithm", "is required")
-		valid = false
+		algOK = false
 	}
 	if x, ok := f["limit"]; ok {
 		if n, ok := p.integer(path+".limit", x, 1, MaxLimit); ok {
 			r.Limit = n
 		} else {
-			valid = false
+			limitOK = false
 		}
 	} else {
 		p.failEnd(v, path+".limit", "is required")
-		valid = false
+		limitOK = false
 	}
 	if x, ok := f["window"]; ok {
 		if d, ok := p.duration(path+".window", x); ok {
 			r.Window = d
 		} else {
-			valid = false
+			windowOK = false
 		}
 	} else {
 		p.failEnd(v, path+".window", "is required")
-		valid = false
+		windowOK = false
 	}
 	if x, ok := f["burst"]; ok {
-		if r.Algorithm != 0 && r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.LeakyBucket {
+		if algOK && r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.LeakyBucket {
+			// Reported, and otherwise ignored: the window algorithms have
+			// no burst, so their other bounds are still checked.
 			p.fail(x, path+".burst", "applies only to token_bucket and leaky_bucket, not "+r.Algorithm.String())
-			valid = false
 		} else if n, ok := p.integer(path+".burst", x, 1, MaxLimit); ok {
 			r.Burst = n
 		} else {
-			valid = false
+			burstOK = false
 		}
 	}
 	if r.Burst == 0 {
@@ -359,6 +369,8 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 	if x, ok := f["backend"]; ok {
 		if i, ok := p.enum(path+".backend", x, backendNames[:]); ok {
 			r.Backend = Backend(i)
+		} else {
+			backendOK = false
 		}
 	}
 	if x, ok := f["mode"]; ok {
@@ -373,32 +385,50 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 	}
 	if x, ok := f["lease"]; ok {
 		if n, ok := p.integer(path+".lease", x, 1, MaxLimit); ok {
-			if msg := leaseRefusal(r, n); msg != "" {
+			if msg := leaseRefusal(r, n, backendOK, algOK, limitOK && burstOK); msg != "" {
 				p.fail(x, path+".lease", msg)
 			} else {
 				r.Lease = n
 			}
 		}
 	}
-	if valid {
-		l, err := algorithms.New(r.Algorithm, algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst})
-		if err != nil {
-			p.paramError(path, v, err, "")
-		} else {
+	if algOK && limitOK {
+		// The bounds between fields. With a bad window or burst the
+		// limiter is not built, but the bound of the limit alone (sliding_log:
+		// at most 10,000) is still checked, with a window and burst that
+		// cannot fail.
+		par := algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst}
+		complete := windowOK && burstOK
+		if !windowOK {
+			par.Window = time.Second
+		}
+		if !burstOK {
+			par.Burst = 0
+		}
+		l, err := algorithms.New(r.Algorithm, par)
+		var pe *algorithms.ParamError
+		switch {
+		case err == nil && complete:
 			r.Limiter = l
+		case err != nil && (complete || errors.As(err, &pe) && pe.Field == "limit"):
+			p.paramError(path, v, err, "")
 		}
 	}
 	return r
 }
 
 // leaseRefusal says why a rule cannot have "lease": n, or "" when it can.
-func leaseRefusal(r *Rule, n int64) string {
+// The checks on a field that is bad (backendOK, algOK, sizeOK: limit and
+// burst) are skipped: that field's own error says what is wrong.
+func leaseRefusal(r *Rule, n int64, backendOK, algOK, sizeOK bool) string {
 	switch {
-	case r.Backend != BackendRedis && r.Backend != BackendRLS:
+	case backendOK && r.Backend != BackendRedis && r.Backend != BackendRLS:
 		return `applies only to backend "redis" or "rls": a local rule is decided in this proxy's shared data already`
+	case !algOK:
 	case r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.FixedWindow:
 		return "applies only to token_bucket and fixed_window, not " + r.Algorithm.String() +
 			": a reserved admission of leaky_bucket, sliding_window or sliding_log would be spent at a later time than the one its script charged, which these algorithms do not allow"
+	case !sizeOK:
 	case r.Algorithm == algorithms.TokenBucket && r.Burst > 0 && n > r.Burst:
 		return "must not exceed the burst (" + strconv.FormatInt(r.Burst, 10) + "): no lease can be larger than the bucket"
 	case r.Algorithm == algorithms.FixedWindow && r.Limit > 0 && n > r.Limit:
@@ -532,7 +562,9 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 }
 
 // boundedArray is array for a list that must hold 1..max items (noun names them in the
-// error: "parts", "values"); empty says what is wrong with an empty one.
+// error: "parts", "values"); empty says what is wrong with an empty one. A list
+// longer than max is reported and still returned, so that its items are
+// checked too.
 func (p *parser) boundedArray(path string, v gjson.Result, max int, noun, empty string) ([]gjson.Result, bool) {
 	items, ok := p.array(path, v)
 	if !ok {
@@ -544,7 +576,6 @@ func (p *parser) boundedArray(path string, v gjson.Result, max int, noun, empty 
 	}
 	if len(items) > max {
 		p.fail(v, path, "has "+strconv.Itoa(len(items))+" "+noun+", more than the limit of "+strconv.Itoa(max))
-		return nil, false
 	}
 	return items, true
 }
@@ -569,14 +600,15 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 		}
 		if len(given) == 0 {
 			p.failEnd(it, ip, `needs one of "remote_ip", "header", "query", "cookie", "path", "method"`)
-			continue
-		}
-		if len(given) > 1 {
-			p.failEnd(it, ip, "has several sources ("+strings.Join(given, ", ")+"); use one per key part")
-			continue
+			continue // (an "ipv6_prefix" here is part of the same mistake)
 		}
 		var k KeyPart
 		good := true
+		if len(given) > 1 {
+			// Reported; each source's value is still checked below.
+			p.failEnd(it, ip, "has several sources ("+strings.Join(given, ", ")+"); use one per key part")
+			good = false
+		}
 		trueFlag := func(name string) bool {
 			x := f[name]
 			b, ok := p.boolean(ip+"."+name, x)
@@ -587,12 +619,15 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 			good = good && ok
 			return ok
 		}
-		switch {
-		case f["remote_ip"].Exists():
+		if f["remote_ip"].Exists() {
 			k.RemoteIP = trueFlag("remote_ip")
-		case f["header"].Exists():
-			k.Header, good = p.headerName(ip+".header", f["header"])
-		case f["query"].Exists():
+		}
+		if f["header"].Exists() {
+			var ok bool
+			k.Header, ok = p.headerName(ip+".header", f["header"])
+			good = good && ok
+		}
+		if f["query"].Exists() {
 			x := f["query"]
 			if s, ok := p.str(ip+".query", x); ok {
 				if s == "" || len(s) > MaxNameLen || hasSpaceOrControl(s) || strings.ContainsAny(s, "&=#?") {
@@ -604,7 +639,8 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 			} else {
 				good = false
 			}
-		case f["cookie"].Exists():
+		}
+		if f["cookie"].Exists() {
 			x := f["cookie"]
 			if s, ok := p.str(ip+".cookie", x); ok {
 				if !isToken(s) || len(s) > MaxNameLen {
@@ -616,9 +652,11 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 			} else {
 				good = false
 			}
-		case f["path"].Exists():
+		}
+		if f["path"].Exists() {
 			k.Path = trueFlag("path")
-		case f["method"].Exists():
+		}
+		if f["method"].Exists() {
 			k.Method = trueFlag("method")
 		}
 		if x, ok := f["ipv6_prefix"]; ok {
