@@ -244,6 +244,9 @@ func checkSurvived(t *testing.T, e *envoyproc.Envoy, res survivalResult) {
 			res.statuses, envoySurvivalRequests-want, want, res.first, res.firstStatus, res.firstBody)
 	}
 	checkEnvoyHealthy(t, e, 1)
+	if sig, _ := envoyFailureSignals(e, 1); len(sig) != 0 {
+		t.Errorf("envoyFailureSignals: %v, where checkEnvoyHealthy sees none", sig)
+	}
 	gc := checkSurvivalMetrics(t, e, envoySurvivalRequests)
 	t.Logf("%d requests (largest %d header bytes) in %v: statuses %v; the guest ran %d collections",
 		res.sent, res.maxHeaderBytes, res.elapsed.Round(time.Millisecond), res.statuses, gc)

@@ -50,7 +50,9 @@ func buildUnpatchedWasm(t *testing.T) string {
 
 // envoyFailureSignals are the signals checkEnvoyHealthy reads, as a list of what fired (empty:
 // none): the VM lifecycle stats, the reload counters, sluice's error counter, failure
-// lines in the log.
+// lines in the log. It repeats checkEnvoyHealthy's tests (which report through t.Errorf, so
+// a test cannot expect them to fire) and must stay in step with them; checkSurvived
+// requires it to find nothing where checkEnvoyHealthy finds nothing.
 func envoyFailureSignals(e *envoyproc.Envoy, workers int) (signals []string, lines []string) {
 	st, err := e.Stats("wasm")
 	if err != nil {
