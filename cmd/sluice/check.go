@@ -20,22 +20,24 @@ func init() {
 // stdin is read by `sluice check -`; tests replace it.
 var stdin io.Reader = os.Stdin
 
-const checkUsage = `usage: sluice check [--redis] FILE
+const checkUsage = `usage: sluice check [--redis] FILE...
 
-Validates a sluice plugin configuration (JSON; "-" reads standard input) for
-the module that will load it: sluice.wasm by default, sluice-redis.wasm with
+Validates sluice plugin configurations (JSON; "-" reads standard input) for
+the module that will load them: sluice.wasm by default, sluice-redis.wasm with
 --redis (the build with the Redis backend, whose rules have the Redis
 scripts' bounds). It runs the module's own validation, so "ok" means the
 module loads the configuration. Prints "ok" and one line per rule, or every
 error found, one per line, each naming its JSON path; input is quoted and
-escaped in both. Exit status: 0 valid, 1 invalid or unreadable, 2 usage
-error.
+escaped in both. With several files, each is checked and reported: "FILE: ok"
+and its rules indented, or its errors, each line starting with FILE. Exit
+status: 0 every file valid, 1 any invalid or unreadable, 2 usage error.
 `
 
-// runCheck implements `sluice check [--redis] FILE`.
+// runCheck implements `sluice check [--redis] FILE...`.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	build := config.BuildLocal
-	name := ""
+	var names []string
+	stdinSeen := false
 	for _, a := range args {
 		switch {
 		case a == "-h" || a == "-help" || a == "--help":
@@ -45,17 +47,37 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			build = config.BuildRedis
 		case a == "":
 			return usageError(stderr, "check", errors.New("empty FILE"))
+		case a == "-" && stdinSeen:
+			return usageError(stderr, "check", errors.New(`"-" (standard input) given twice`))
 		case len(a) > 1 && a[0] == '-':
 			return usageError(stderr, "check", fmt.Errorf("unknown flag %s", printable(a)))
-		case name != "":
-			return usageError(stderr, "check", errors.New("more than one FILE"))
 		default:
-			name = a
+			stdinSeen = stdinSeen || a == "-"
+			names = append(names, a)
 		}
 	}
-	if name == "" {
+	if len(names) == 0 {
 		return usageError(stderr, "check", errors.New("no FILE"))
 	}
+	code, needsRedis := 0, false
+	for _, name := range names {
+		ok, redis := checkFile(name, build, len(names) > 1, stdout, stderr)
+		if !ok {
+			code = 1
+		}
+		needsRedis = needsRedis || redis
+	}
+	if needsRedis {
+		fmt.Fprintf(stderr, "sluice check: checked for %s; `sluice check --redis` checks for sluice-redis.wasm\n", build)
+	}
+	return code
+}
+
+// checkFile checks one configuration and reports it: on stdout when it is
+// valid ("ok" and its rules; with several files "NAME: ok" and the rules
+// indented), on stderr when it is not. needsRedis reports a Redis rule
+// refused by the build without the Redis backend.
+func checkFile(name string, build config.Build, several bool, stdout, stderr io.Writer) (ok, needsRedis bool) {
 	var data []byte
 	var err error
 	if name == "-" {
@@ -66,8 +88,12 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		name = printable(name)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice check: cannot read configuration: %s\n", printable(err.Error()))
-		return 1
+		msg := printable(err.Error())
+		if several && name == "<stdin>" {
+			msg = name + ": " + msg
+		}
+		fmt.Fprintf(stderr, "sluice check: cannot read configuration: %s\n", msg)
+		return false, false
 	}
 	c, err := config.ParseFor(data, build)
 	if err != nil {
@@ -75,23 +101,26 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		for _, l := range lines {
 			fmt.Fprintln(stderr, l)
 		}
-		if needsRedis {
-			fmt.Fprintf(stderr, "sluice check: checked for %s; `sluice check --redis` checks for sluice-redis.wasm\n", build)
-		}
-		return 1
+		return false, needsRedis
 	}
-	fmt.Fprintln(stdout, "ok")
+	indent := ""
+	if several {
+		fmt.Fprintln(stdout, name+": ok")
+		indent = "  "
+	} else {
+		fmt.Fprintln(stdout, "ok")
+	}
 	for _, r := range c.Rules {
-		fmt.Fprintln(stdout, r.Summary())
+		fmt.Fprintln(stdout, indent+r.Summary())
 	}
 	// Each "_rules_" entry, then its own rules, indented.
 	for _, sc := range c.Scopes {
-		fmt.Fprintln(stdout, sc.Summary())
+		fmt.Fprintln(stdout, indent+sc.Summary())
 		for _, r := range sc.Config.Rules {
-			fmt.Fprintln(stdout, "  "+r.Summary())
+			fmt.Fprintln(stdout, indent+"  "+r.Summary())
 		}
 	}
-	return 0
+	return true, false
 }
 
 // configErrorLines renders a configuration error of file name as `sluice check` prints it:

@@ -63,12 +63,12 @@ func TestCheckUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"check"}, "no FILE"},
-		{[]string{"check", "a.json", "b.json"}, "more than one FILE"},
+		{[]string{"check", "-", "a.json", "-"}, `"-" (standard input) given twice`},
 		{[]string{"check", "--strict"}, "unknown flag --strict"},
 		{[]string{"check", "-\nx"}, `unknown flag "-\nx"`},
 		{[]string{"check", ""}, "empty FILE"},
 		{[]string{"check", "--redis"}, "no FILE"},
-		{[]string{"check", "--redis", "a", "b"}, "more than one FILE"},
+		{[]string{"check", "--redis", "a", "b", "--strict"}, "unknown flag --strict"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := dispatch(tc.args, &stdout, &stderr); code != 2 {
@@ -79,7 +79,7 @@ func TestCheckUsage(t *testing.T) {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := dispatch([]string{"check", "-h"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "usage: sluice check [--redis] FILE\n") {
+	if code := dispatch([]string{"check", "-h"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "usage: sluice check [--redis] FILE...\n") {
 		t.Errorf("-h: exit %d stdout %q", code, stdout.String())
 	}
 	stdout.Reset()
@@ -87,6 +87,49 @@ func TestCheckUsage(t *testing.T) {
 	dispatch([]string{"help"}, &stdout, &stderr)
 	if !strings.Contains(stdout.String(), "check      validate a plugin configuration") {
 		t.Errorf("check is not listed in the usage:\n%s", stdout.String())
+	}
+}
+
+// Several files: each is checked and reported under its name, valid ones on stdout
+// ("NAME: ok" and their rules indented), errors on stderr; the exit status is 1 when any
+// file fails, and the --redis hint comes once, at the end.
+func TestCheckSeveralFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.json", `{"rules":[{"name":"a","key":[{"header":"x-api-key"}],"missing_key":"deny","algorithm":"fixed_window","limit":5,"window":"1s"}]}`)
+	scoped := write("scoped.json", `{"_rules_":[{"_match_route_":["r"],"rules":[{"name":"b","key":[{"path":true}],"algorithm":"fixed_window","limit":1,"window":"1s"}]}]}`)
+	bad := write("bad.json", `{"rules":[{"name":"c","key":[{"path":true}],"algorithm":"sliding_log","limit":20000,"burst":5,"window":"1s"}]}`)
+	redis := write("redis.json", `{"rules":[{"name":"d","key":[{"path":true}],"algorithm":"fixed_window","limit":1,"window":"1s","backend":"redis"}],"redis":{"cluster":"c"}}`)
+	missing := filepath.Join(dir, "missing.json")
+
+	var stdout, stderr bytes.Buffer
+	code := dispatch([]string{"check", good, bad, scoped, missing, redis}, &stdout, &stderr)
+	wantOut := good + ": ok\n" +
+		"  a: fixed_window 5/1s key=header:x-api-key missing_key=deny match=all local enforce\n" +
+		scoped + ": ok\n" +
+		"  scope rules_0 (_rules_[0]): route r\n" +
+		"    b: fixed_window 1/1s key=path match=all local enforce\n"
+	wantErr := bad + ": rules[0].limit: must be at most 10000 for sliding_log\n" +
+		bad + ": rules[0].burst: applies only to token_bucket and leaky_bucket, not sliding_log\n" +
+		"sluice check: cannot read configuration: open " + missing + ": no such file or directory\n" +
+		redis + `: rules[0].backend: "redis" needs sluice-redis.wasm (a host with Higress's Redis calls); sluice.wasm has the "local" and "rls" backends only` + "\n" +
+		"sluice check: checked for sluice.wasm; `sluice check --redis` checks for sluice-redis.wasm\n"
+	if code != 1 || stdout.String() != wantOut || stderr.String() != wantErr {
+		t.Errorf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s\nwant:\n%s", code, stdout.String(), wantOut, stderr.String(), wantErr)
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	if code := dispatch([]string{"check", "--redis", good, redis}, &stdout, &stderr); code != 0 || stderr.Len() != 0 ||
+		stdout.String() != good+": ok\n  a: fixed_window 5/1s key=header:x-api-key missing_key=deny match=all local enforce\n"+
+			redis+": ok\n  d: fixed_window 1/1s key=path match=all redis enforce\n" {
+		t.Errorf("all valid: exit %d stdout %q stderr %q", code, stdout.String(), stderr.String())
 	}
 }
 
