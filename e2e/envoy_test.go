@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -22,7 +23,7 @@ import (
 )
 
 // Registered so that every @type in the rendered bootstraps resolves.
-var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}, &httpv3.HttpProtocolOptions{}}
+var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}, &httpv3.HttpProtocolOptions{}, &streamv3.StderrAccessLog{}}
 
 // parseBootstrap parses YAML strictly into an Envoy v3 Bootstrap (unknown fields rejected,
 // nested Any too) and validates it and every Any inside it.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,47 +45,6 @@ func buildUnpatchedWasm(t *testing.T) string {
 		t.Fatal("the unpatched build is unchanged by wasmpatch.PollOneoff: it is not the control")
 	}
 	return out
-}
-
-// envoyFailureSignals are the signals checkEnvoyHealthy reads, as a list of what fired (empty:
-// none): the VM lifecycle stats, the reload counters, sluice's error counter, failure
-// lines in the log. It repeats checkEnvoyHealthy's tests (which report through t.Errorf, so
-// a test cannot expect them to fire) and must stay in step with them; checkSurvived
-// requires it to find nothing where checkEnvoyHealthy finds nothing.
-func envoyFailureSignals(e *envoyproc.Envoy, workers int) (signals []string, lines []string) {
-	st, err := e.Stats("wasm")
-	if err != nil {
-		return []string{"admin /stats: " + err.Error()}, nil
-	}
-	created, okc := st["wasm.envoy.wasm.runtime.v8.created"]
-	active, oka := st["wasm.envoy.wasm.runtime.v8.active"]
-	if !okc || !oka {
-		signals = append(signals, "no wasm.envoy.wasm.runtime.v8.created/active")
-	} else if created != int64(workers)+3 || active != int64(workers)+2 {
-		signals = append(signals, fmt.Sprintf("v8 created %d active %d (want %d and %d)", created, active, workers+3, workers+2))
-	}
-	for name, v := range st {
-		if strings.Contains(name, "vm_reload") && !strings.HasSuffix(name, "backoff") && v != 0 {
-			signals = append(signals, fmt.Sprintf("%s = %d", name, v))
-		}
-	}
-	if v, ok := st["wasmcustom.sluice.errors"]; !ok {
-		signals = append(signals, "wasmcustom.sluice.errors missing")
-	} else if v != 0 {
-		signals = append(signals, fmt.Sprintf("wasmcustom.sluice.errors = %d", v))
-	}
-	for _, l := range strings.Split(e.Log(), "\n") {
-		if envoyFailureLines.MatchString(l) {
-			if len(l) > 300 {
-				l = l[:300] + "…"
-			}
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > 0 {
-		signals = append(signals, fmt.Sprintf("%d failure lines in the log", len(lines)))
-	}
-	return signals, lines
 }
 
 // cppHostHasPollOneoff reports whether an Envoy version's proxy-wasm-cpp-host answers
