@@ -55,6 +55,7 @@ func Scenarios() []Scenario {
 		keyFlood(os.Getenv(envFlood) == "full"),
 		grpcResourceExhausted(),
 		grpcCustomStatus(),
+		keyless(),
 	)
 	return s
 }
