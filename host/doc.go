@@ -204,6 +204,19 @@
 // source/extensions/common/wasm/wasm.cc), and what bounds it is the process manager's
 // grace period, which is the deadline's role here (`sluice run --drain-timeout`).
 //
+// Not modelled, and kinder than Envoy: what a root sends from proxy_on_done when the whole
+// proxy stops. Real Envoy (1.36.4 and 1.40.0, e2e TestEnvoyRLSLeaseStop, trace log) runs a
+// worker's root contexts' proxy_on_done only after that worker has left its event loop
+// (WorkerImpl::threadRoutine: the dispatcher's run, then the thread-local slots' shutdown):
+// proxy_grpc_call still answers OK, the root answers false, and the VM is destroyed at once,
+// its call cancelled with no loop left to send it — the bytes got out in 4 runs of 10. So a
+// bare SIGTERM to Envoy may lose what proxy_on_done returns (a lease's unspent admissions:
+// lost as if spent, never duplicated); a proxy that drains first (Istio's
+// terminationDrainDuration, a preStop hook) has returned idle pools on its tick. Close keeps
+// the loop running until those calls are answered because `sluice run` is itself a proxy
+// users run, where losing the return would be a defect; a configuration replaced while the
+// proxy runs (the old root drained, its loop live) behaves the same in both.
+//
 // # Traps
 //
 // A guest call that fails (unreachable, Go panic → proc_exit, out of memory at the memory cap,
