@@ -49,7 +49,8 @@ type Plugin struct {
 	body    []byte           // rejection body
 	grpcMsg []byte           // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
 	errors  uint32           // metric id of sluice.errors
-	logged  int              // store errors logged so far (bounded)
+	logNext int64            // store errors: when the next may be logged (Unix ns)
+	logHeld int              // store errors not logged since the last line
 	redis   *redisState      // nil without Redis rules
 	rls     *rlsState        // nil without RLS rules
 	remote  remoteBackend    // redis or rls (a configuration has at most one); nil without remote rules
@@ -566,11 +567,23 @@ func (p *Plugin) commit(r *rule, now int64) error {
 func (p *Plugin) storeFailed(r *rule, err error) {
 	r.failed = true
 	p.host.IncrementMetric(r.metrics.storeErrors, 1)
-	if p.logged < 100 {
-		p.logged++
-		p.host.Log(abi.LogWarn, "sluice: rule "+r.id+": "+logText(err.Error()))
+	// An outage fails every request: one line per storeErrorLogInterval, saying how many
+	// went unlogged since the last (the metric counts each).
+	now := p.host.Now()
+	if now < p.logNext {
+		p.logHeld++
+		return
 	}
+	line := "sluice: rule " + r.id + ": " + logText(err.Error())
+	if p.logHeld > 0 {
+		line += " (and " + strconv.Itoa(p.logHeld) + " more store errors since the last line)"
+	}
+	p.logNext, p.logHeld = now+storeErrorLogInterval, 0
+	p.host.Log(abi.LogWarn, line)
 }
+
+// storeErrorLogInterval is the least time between two store-error log lines of a plugin.
+const storeErrorLogInterval = int64(10e9)
 
 // logText returns s for a log line with every byte outside printable ASCII
 // escaped as strconv.Quote escapes it (printable non-ASCII runes stay): a

@@ -555,3 +555,44 @@ func TestRLSRequestAllocations(t *testing.T) {
 		t.Errorf("%.1f allocations per request", allocs)
 	}
 }
+
+// An outage fails every request: the plugin logs one store-error line per 10 s, the next
+// one saying how many went unlogged, while the metric counts each failure.
+func TestStoreErrorLogIsRateLimited(t *testing.T) {
+	r := startRLSRig(t, rlsConfig("open", ""))
+	storeLines := func() []string {
+		var out []string
+		for _, l := range r.f.Logs {
+			if strings.Contains(fmt.Sprint(l), "UNAVAILABLE") {
+				out = append(out, fmt.Sprint(l))
+			}
+		}
+		return out
+	}
+	fail := func(n int) {
+		for range n {
+			if _, act := r.request("bob"); act != abi.ActionPause {
+				t.Fatalf("action %v", act)
+			}
+			r.close(r.lastToken(), 14)
+		}
+	}
+	fail(50)
+	if got := storeLines(); len(got) != 1 || strings.Contains(got[0], "more store errors") {
+		t.Fatalf("after 50 failures in one instant: %d lines %q, want 1 plain line", len(got), got)
+	}
+	r.f.Now_ += int64(9 * time.Second)
+	fail(1)
+	if got := storeLines(); len(got) != 1 {
+		t.Fatalf("9 s later: %d lines, want still 1", len(got))
+	}
+	r.f.Now_ += int64(time.Second)
+	fail(1)
+	got := storeLines()
+	if len(got) != 2 || !strings.Contains(got[1], "(and 50 more store errors since the last line)") {
+		t.Fatalf("10 s later: lines %q, want a second one counting the 50 unlogged", got)
+	}
+	if n := r.metric(filter.MetricRLSFailures); n != 52 {
+		t.Errorf("failures metric %d, want 52: every failure counted", n)
+	}
+}
