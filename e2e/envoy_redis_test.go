@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,30 +13,8 @@ import (
 // redisWasm is sluice-redis.wasm built as `make wasm` builds it (-trimpath -tags redis, then
 // wasmpatch), once per test binary, next to shippedWasm's module.
 var redisWasm = sync.OnceValues(func() (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	root, err := moduleRoot(goTool)
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "sluice-e2e-redis-")
-	if err != nil {
-		return "", err
-	}
-	redisWasmDir = dir
-	out := filepath.Join(dir, "sluice-redis.wasm")
-	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-trimpath", "-tags", "redis", "-o", out, "./cmd/sluice-wasm")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building sluice-redis.wasm: %v\n%s", err, b)
-	}
-	return out, wasmpatch.PatchFile(out)
+	return buildGuest("sluice-redis.wasm", "./cmd/sluice-wasm", "redis", true)
 })
-
-var redisWasmDir string
 
 // TestEnvoyRedisModuleRefused: sluice-redis.wasm imports Higress's Redis host calls
 // (env.proxy_redis_init, env.proxy_redis_call), which stock Envoy does not have. Envoy
@@ -49,11 +24,6 @@ var redisWasmDir string
 // with one of the scenarios' plain configurations (no redis backend): the module, not the
 // configuration, is refused.
 func TestEnvoyRedisModuleRefused(t *testing.T) {
-	t.Cleanup(func() {
-		if redisWasmDir != "" {
-			os.RemoveAll(redisWasmDir)
-		}
-	})
 	wasm, err := redisWasm()
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
-	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
 //go:embed envoy/lds-bootstrap.yaml.tmpl
@@ -320,26 +318,8 @@ const (
 // rootProbeWasm is testdata/rootprobe built for wasip1 and patched as the shipped module
 // is (its poll_oneoff, for Envoys before cpp-host #533), once per test binary.
 var rootProbeWasm = sync.OnceValues(func() (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	dir, err := os.MkdirTemp("", "sluice-e2e-rootprobe-")
-	if err != nil {
-		return "", err
-	}
-	rootProbeDir = dir
-	out := filepath.Join(dir, "rootprobe.wasm")
-	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-o", out, ".")
-	cmd.Dir = filepath.Join("testdata", "rootprobe")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building testdata/rootprobe: %v\n%s", err, b)
-	}
-	return out, wasmpatch.PatchFile(out)
+	return buildGuest("rootprobe.wasm", "./e2e/testdata/rootprobe", "", true)
 })
-
-var rootProbeDir string
 
 var probeLine = regexp.MustCompile(`^\[([0-9-]+ [0-9:.]+)\]\[([0-9]+)\].*rootprobe: ([a-z_]+) root=([0-9]+) config=(.*)$`)
 
@@ -389,11 +369,6 @@ func countEvents(evs []probeEvent, event, config string) int {
 //     canaries' roots never get either: a canary is dropped once configured. No v2 root
 //     ends.
 func TestEnvoyReloadRoots(t *testing.T) {
-	t.Cleanup(func() {
-		if rootProbeDir != "" {
-			os.RemoveAll(rootProbeDir)
-		}
-	})
 	wasm, err := rootProbeWasm()
 	if err != nil {
 		t.Fatal(err)

@@ -78,24 +78,6 @@ func rlsName(tg envoyproc.Target, what string) string {
 	return what + "-" + strings.NewReplacer(".", "_", ":", "_", "/", "_").Replace(tg.Version) + "-" + rlsStamp
 }
 
-// rlsRedis is the Redis Cluster of this suite: the survival stage's (one per test binary,
-// closed by TestMain), started here if that stage has not run.
-func rlsRedis(t *testing.T) *rediscluster.Cluster {
-	t.Helper()
-	survivalClusterOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-survival-redis-")
-		if err != nil {
-			survivalClusterErr = err
-			return
-		}
-		survivalCluster, survivalClusterErr = rediscluster.Start(dir, 3)
-	})
-	if survivalClusterErr != nil {
-		t.Fatalf("starting a Redis cluster: %v", survivalClusterErr)
-	}
-	return survivalCluster
-}
-
 // serveProc is a running `sluice serve`.
 type serveProc struct {
 	addr, admin string // gRPC and admin addresses (127.0.0.1:PORT)
@@ -359,7 +341,7 @@ func startEnvoys(t *testing.T, tg envoyproc.Target, n, workers int, render func(
 //     by the requests that follow, until exactly 100 are admitted in all and every further
 //     request is denied; the service has then granted, net of returns, exactly those 100.
 func TestEnvoyRLSShared(t *testing.T) {
-	c := rlsRedis(t)
+	c := suiteCluster(t)
 	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
 		srv := startServe(t, c, "--inline-domains", rlsDomain)
 		rule := rlsName(tg, "shared")
@@ -457,7 +439,7 @@ func drainLeases(t *testing.T, urls []string, mode, key string, want int64) (int
 // answers 503, "local" decides on the Envoy's shared data with limit / rls.instances (10/5:
 // 2 admitted, then 429). Each Envoy counts the failures.
 func TestEnvoyRLSServiceDown(t *testing.T) {
-	c := rlsRedis(t)
+	c := suiteCluster(t)
 	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
 		for _, tc := range []struct {
 			mode string
@@ -537,7 +519,7 @@ func rlsStats(t *testing.T, e *envoyproc.Envoy) map[string]int64 {
 //     90 of that key (the 7 lost, as with a killed proxy) or, if the write escaped, 97 —
 //     exactly one of the two, and never more: a lease is never duplicated.
 func TestEnvoyRLSLeaseStop(t *testing.T) {
-	c := rlsRedis(t)
+	c := suiteCluster(t)
 	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
 		srv := startServe(t, c, "--inline-domains", rlsDomain)
 		rule := rlsName(tg, "stop")
@@ -625,7 +607,7 @@ func rlsEdgeConfig(domain string) string {
 // With the service gone, failure_mode_deny false lets requests through and true answers
 // 500 (status_on_error unset).
 func TestEnvoyRateLimitFilter(t *testing.T) {
-	c := rlsRedis(t)
+	c := suiteCluster(t)
 	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
 		domain := rlsName(tg, "edge")
 		cfgPath := filepath.Join(t.TempDir(), "ratelimit.yaml")

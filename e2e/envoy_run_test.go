@@ -69,6 +69,14 @@ var shippedWasm = sync.OnceValues(func() (string, error) {
 	if w := os.Getenv(envWasm); w != "" {
 		return filepath.Abs(w)
 	}
+	return buildGuest("sluice.wasm", "./cmd/sluice-wasm", "", true)
+})
+
+// buildGuest builds the Go package pkg (relative to the module root) for wasip1 as `make
+// wasm` builds the modules — -buildmode=c-shared -trimpath, the build tags, then the
+// wasmpatch shim unless patch is false — into the suite's build directory (removed by
+// TestMain) under name.
+func buildGuest(name, pkg, tags string, patch bool) (string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
@@ -77,20 +85,31 @@ var shippedWasm = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp("", "sluice-e2e-envoy-")
-	if err != nil {
-		return "", err
+	envoyBuildOnce.Do(func() { envoyWasmDir, envoyBuildErr = os.MkdirTemp("", "sluice-e2e-envoy-") })
+	if envoyBuildErr != nil {
+		return "", envoyBuildErr
 	}
-	envoyWasmDir = dir
-	out := filepath.Join(dir, "sluice.wasm")
-	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./cmd/sluice-wasm")
+	out := filepath.Join(envoyWasmDir, name)
+	args := []string{"build", "-buildmode=c-shared", "-trimpath"}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command(goTool, append(args, "-o", out, pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building sluice.wasm: %v\n%s", err, b)
+		return "", fmt.Errorf("building %s from %s: %v\n%s", name, pkg, err, b)
+	}
+	if !patch {
+		return out, nil
 	}
 	return out, wasmpatch.PatchFile(out)
-})
+}
+
+var (
+	envoyBuildOnce sync.Once
+	envoyBuildErr  error
+)
 
 var envoyWasmDir string
 

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,20 +16,9 @@ import (
 // wasmpatch.PatchFile: the Go runtime's poll_oneoff calls go to the host.
 func buildUnpatchedWasm(t *testing.T) string {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	root, err := moduleRoot(goTool)
+	out, err := buildGuest("sluice-unpatched.wasm", "./cmd/sluice-wasm", "", false)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "sluice-unpatched.wasm")
-	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./cmd/sluice-wasm")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building sluice.wasm: %v\n%s", err, b)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {

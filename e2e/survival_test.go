@@ -133,6 +133,15 @@ const survivalRedis = "outbound|6379||redis.survival"
 
 func redisExtension(t *testing.T) []host.Extension {
 	t.Helper()
+	clusters := redis.New(map[string][]string{survivalRedis: suiteCluster(t).Addrs}, redis.Options{})
+	t.Cleanup(func() { clusters.Close() })
+	return []host.Extension{redis.NewExtension(clusters, new(redis.Stats))}
+}
+
+// suiteCluster is the package's 3-master Redis Cluster, started on first use (survival
+// stages, the rate-limit service's tests) and closed by TestMain.
+func suiteCluster(t *testing.T) *rediscluster.Cluster {
+	t.Helper()
 	survivalClusterOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sluice-survival-redis-")
 		if err != nil {
@@ -144,9 +153,7 @@ func redisExtension(t *testing.T) []host.Extension {
 	if survivalClusterErr != nil {
 		t.Fatalf("starting a Redis cluster: %v", survivalClusterErr)
 	}
-	clusters := redis.New(map[string][]string{survivalRedis: survivalCluster.Addrs}, redis.Options{})
-	t.Cleanup(func() { clusters.Close() })
-	return []host.Extension{redis.NewExtension(clusters, new(redis.Stats))}
+	return survivalCluster
 }
 
 // closeSurvivalCluster is called by TestMain (target_test.go).

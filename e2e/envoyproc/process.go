@@ -147,7 +147,12 @@ func (e *Envoy) Stop() {
 }
 
 func (e *Envoy) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Admin+path, nil)
+	return e.admin(ctx, http.MethodGet, path)
+}
+
+// admin sends an admin request; a status other than 200 is an error (with the body).
+func (e *Envoy) admin(ctx context.Context, method, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, e.Admin+path, nil)
 	if err != nil {
 		return "", err
 	}
@@ -161,23 +166,9 @@ func (e *Envoy) get(ctx context.Context, path string) (string, error) {
 		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
+		return string(b), fmt.Errorf("%s %s: %s", method, path, resp.Status)
 	}
 	return string(b), nil
-}
-
-func (e *Envoy) post(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.Admin+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := adminClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
 }
 
 var adminClient = &http.Client{Timeout: 30 * time.Second}
@@ -186,7 +177,9 @@ var adminClient = &http.Client{Timeout: 30 * time.Second}
 func (e *Envoy) Get(path string) (string, error) { return e.get(context.Background(), path) }
 
 // Post sends an admin POST (e.g. "/drain_listeners") and returns its body.
-func (e *Envoy) Post(path string) (string, error) { return e.post(context.Background(), path) }
+func (e *Envoy) Post(path string) (string, error) {
+	return e.admin(context.Background(), http.MethodPost, path)
+}
 
 // Port returns the port a listener of that name is bound to (from /listeners).
 func (e *Envoy) Port(listener string) (int, error) {
