@@ -29,8 +29,23 @@ scripts' bounds). It runs the module's own validation, so "ok" means the
 module loads the configuration. Prints "ok" and one line per rule, or every
 error found, one per line, each naming its JSON path; input is quoted and
 escaped in both. With several files, each is checked and reported: "FILE: ok"
-and its rules indented, or its errors, each line starting with FILE. Exit
-status: 0 every file valid, 1 any invalid or unreadable, 2 usage error.
+and its rules indented, or its errors, each line starting with FILE.
+
+A FILE may also be a manifest that carries the configuration (YAML or JSON,
+recognized by its content): an Istio WasmPlugin (spec.pluginConfig), a
+Higress WasmPlugin (defaultConfig and matchRules, combined as Higress's
+controller does), an Istio EnvoyFilter, or an Envoy bootstrap, LDS or ECDS
+file (the StringValue configuration of every Wasm HTTP filter whose module,
+vm_id or root_id names sluice). Each configuration found is reported as
+"FILE: WHERE: ok" (e.g. "envoy.yaml: listener ingress, filter sluice: ok"),
+or its errors as "FILE: WHERE: PATH: MESSAGE", PATH in the manifest's terms
+(pluginConfig.rules[0].limit, matchRules[1].config.rules[0].window). Without
+--redis, a configuration is checked for sluice-redis.wasm when the manifest
+loads a module named sluice-redis, else for sluice.wasm. Other Wasm plugins
+are listed as skipped; a manifest without a sluice configuration is an
+error.
+
+Exit status: 0 every file valid, 1 any invalid or unreadable, 2 usage error.
 `
 
 // runCheck implements `sluice check [--redis] FILE...`.
@@ -95,6 +110,9 @@ func checkFile(name string, build config.Build, several bool, stdout, stderr io.
 		fmt.Fprintf(stderr, "sluice check: cannot read configuration: %s\n", msg)
 		return false, false
 	}
+	if found, kinds, ok := findEmbedded(data); ok {
+		return checkManifest(name, found, kinds, build, stdout, stderr)
+	}
 	c, err := config.ParseFor(data, build)
 	if err != nil {
 		lines, needsRedis := configErrorLines(name, data, err)
@@ -110,34 +128,114 @@ func checkFile(name string, build config.Build, several bool, stdout, stderr io.
 	} else {
 		fmt.Fprintln(stdout, "ok")
 	}
+	printRules(stdout, indent, c, nil)
+	return true, false
+}
+
+// printRules prints one line per rule of c, then each "_rules_" entry with
+// its own rules indented; scope rewrites an entry's summary (nil: as is).
+func printRules(w io.Writer, indent string, c *config.Config, scope func(*config.Scope) string) {
 	for _, r := range c.Rules {
-		fmt.Fprintln(stdout, indent+r.Summary())
+		fmt.Fprintln(w, indent+r.Summary())
 	}
-	// Each "_rules_" entry, then its own rules, indented.
 	for _, sc := range c.Scopes {
-		fmt.Fprintln(stdout, indent+sc.Summary())
+		s := sc.Summary()
+		if scope != nil {
+			s = scope(sc)
+		}
+		fmt.Fprintln(w, indent+s)
 		for _, r := range sc.Config.Rules {
-			fmt.Fprintln(stdout, indent+"  "+r.Summary())
+			fmt.Fprintln(w, indent+"  "+r.Summary())
 		}
 	}
-	return true, false
+}
+
+// checkManifest checks every sluice configuration found in a manifest
+// (a WasmPlugin, an EnvoyFilter, an Envoy bootstrap or xDS file), each
+// reported as "NAME: WHERE: ok" and its rules, or its errors as "NAME:
+// WHERE: PATH: MESSAGE" with PATH in the manifest's terms. Without --redis a
+// configuration is checked for the module the manifest loads: sluice-redis.wasm
+// when its URL or file name says so, else sluice.wasm.
+func checkManifest(name string, found []embedded, kinds []string, build config.Build, stdout, stderr io.Writer) (ok, needsRedis bool) {
+	ok = true
+	checked := 0
+	for _, e := range found {
+		prefix := name + ": "
+		if e.where != "" {
+			prefix += e.where + ": "
+		}
+		if e.skipped != "" {
+			fmt.Fprintln(stdout, prefix+"skipped: "+e.skipped)
+			continue
+		}
+		checked++
+		if e.err != "" {
+			fmt.Fprintln(stderr, prefix+e.err)
+			ok = false
+			continue
+		}
+		b := build
+		if e.redis {
+			b = config.BuildRedis
+		}
+		c, err := config.ParseFor(e.data, b)
+		if err != nil {
+			lines, redis := configErrorLinesAt(prefix, e.data, err, e.path)
+			for _, l := range lines {
+				fmt.Fprintln(stderr, l)
+			}
+			ok, needsRedis = false, needsRedis || redis
+			continue
+		}
+		fmt.Fprintln(stdout, prefix+"ok")
+		printRules(stdout, "  ", c, func(sc *config.Scope) string {
+			s := sc.Summary()
+			old := "(" + config.RulesKey + "[" + strconv.Itoa(sc.Index) + "])"
+			if p := e.path(config.RulesKey + "[" + strconv.Itoa(sc.Index) + "]"); p != "" && e.path != nil {
+				s = strings.Replace(s, old, "("+p+")", 1)
+			}
+			return s
+		})
+	}
+	if checked == 0 {
+		what := "no sluice configuration found in"
+		if len(found) > 0 {
+			what = "no Wasm plugin that loads sluice in"
+		}
+		fmt.Fprintf(stderr, "%s: %s %s; sluice check reads a JSON configuration, an Istio or Higress WasmPlugin, an Istio EnvoyFilter, or an Envoy bootstrap or xDS file with a sluice Wasm filter\n",
+			name, what, describeKinds(kinds))
+		return false, false
+	}
+	return ok, needsRedis
 }
 
 // configErrorLines renders a configuration error of file name as `sluice check` prints it:
 // one line per error, "NAME: PATH: MESSAGE", input quoted and escaped. needsRedis reports a
 // Redis rule refused by the build without the Redis backend.
 func configErrorLines(name string, data []byte, err error) (lines []string, needsRedis bool) {
+	return configErrorLinesAt(name+": ", data, err, nil)
+}
+
+// configErrorLinesAt is configErrorLines with each line starting with
+// prefix and each path mapped by path (nil: as is; an empty path is
+// "configuration" unless path maps it to something else).
+func configErrorLinesAt(prefix string, data []byte, err error, path func(string) string) (lines []string, needsRedis bool) {
 	var errs config.Errors
 	if !errors.As(err, &errs) {
-		return []string{name + ": " + printable(err.Error())}, false
+		return []string{prefix + printable(err.Error())}, false
 	}
 	for _, e := range errs {
 		msg := e.Error()
+		if path != nil {
+			if p := path(e.Path); p != "" {
+				msg = (&config.Error{Path: p, Msg: e.Msg}).Error()
+			}
+		}
 		if e.Path == "" && e.Msg == "is not valid JSON" {
 			msg += syntaxHint(data)
 		}
 		needsRedis = needsRedis || strings.HasPrefix(e.Msg, `"redis" needs sluice-redis.wasm`)
-		lines = append(lines, name+": "+msg)
+		lines = append(lines, prefix+msg)
 	}
 	return lines, needsRedis
 }

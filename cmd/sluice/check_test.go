@@ -457,3 +457,138 @@ func TestRunLogsEscapedConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckManifests checks the plugin configurations inside the manifests
+// of envoy/ — each must be ok, reported with where it was found — and that
+// the manifests without one are refused.
+func TestCheckManifests(t *testing.T) {
+	valid := map[string][]string{
+		"../../envoy/envoy.yaml":                {"listener ingress, filter sluice"},
+		"../../envoy/istio-wasmplugin.yaml":     {"WasmPlugin istio-system/sluice"},
+		"../../envoy/istio-wasmplugin-rls.yaml": {"WasmPlugin istio-system/sluice-rls"},
+		"../../envoy/istio-routes.yaml":         {"document 2, WasmPlugin istio-system/sluice-shop"},
+		"../../envoy/higress-wasmplugin.yaml":   {"WasmPlugin higress-system/sluice"},
+		"testdata/check/lds.yaml":               {"listener public, filter chain tls, filter sluice", "listener public, filter chain plain, filter limits"},
+		"testdata/check/bootstrap.json":         {"listener edge, filter sluice"},
+	}
+	var all []string
+	for file, wheres := range valid {
+		all = append(all, file)
+		var stdout, stderr bytes.Buffer
+		if code := dispatch([]string{"check", file}, &stdout, &stderr); code != 0 || stderr.Len() != 0 {
+			t.Errorf("%s: exit %d, stderr:\n%s", file, code, stderr.String())
+		}
+		for _, w := range wheres {
+			if !strings.Contains(stdout.String(), file+": "+w+": ok\n  ") {
+				t.Errorf("%s: no %q: ok and its rules in\n%s", file, w, stdout.String())
+			}
+		}
+	}
+	// All at once, the plain JSON configurations of envoy/ with them.
+	var stdout, stderr bytes.Buffer
+	if code := dispatch(append([]string{"check", "../../envoy/grpc.json", "../../envoy/rls.json"}, all...), &stdout, &stderr); code != 0 || stderr.Len() != 0 {
+		t.Errorf("all at once: exit %d, stderr:\n%s", code, stderr.String())
+	}
+	// The Higress plugin loads sluice-redis.wasm: its Redis rules are checked
+	// for that build, and its scopes are named as matchRules.
+	stdout.Reset()
+	dispatch([]string{"check", "../../envoy/higress-wasmplugin.yaml"}, &stdout, &stderr)
+	for _, want := range []string{"  api-per-key: sliding_window 1000/1m key=header:x-api-key match=path_prefix:/api/ redis enforce\n",
+		"  scope shop (matchRules[0]): route shop/checkout,shop/cart\n    per-client: token_bucket 20/1m burst 5"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("higress: no %q in\n%s", want, stdout.String())
+		}
+	}
+	// A Wasm filter that is not sluice is named and skipped.
+	stdout.Reset()
+	dispatch([]string{"check", "testdata/check/lds.yaml"}, &stdout, &stderr)
+	if want := "testdata/check/lds.yaml: listener internal, filter auth: skipped: not sluice (module /etc/envoy/auth.wasm)\n"; !strings.Contains(stdout.String(), want) {
+		t.Errorf("lds.yaml: no %q in\n%s", want, stdout.String())
+	}
+
+	for _, file := range []string{"../../envoy/istio-mesh-config.yaml", "../../envoy/istio-ratelimit-service.yaml", "../../envoy/ratelimit-service.yaml", "../../envoy/ratelimit-service-config.yaml"} {
+		var stdout, stderr bytes.Buffer
+		code := dispatch([]string{"check", file}, &stdout, &stderr)
+		if code != 1 || !strings.HasPrefix(stderr.String(), file+": no sluice configuration found in ") {
+			t.Errorf("%s: exit %d, stderr %q", file, code, stderr.String())
+		}
+	}
+}
+
+// TestCheckManifestErrors breaks the manifests and checks that every error
+// names where it is: the filter or the WasmPlugin, and the path in the
+// manifest's own terms.
+func TestCheckManifestErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		file     string
+		old, new []string // replaced in turn, each exactly once
+		args     []string
+		want     []string // stderr lines after "FILE: "
+	}{
+		{file: "../../envoy/envoy.yaml",
+			old:  []string{`"limit": 100, "window": "1m", "burst": 20`, `"limit": 600`},
+			new:  []string{`"limit": 100, "window": "1x", "burst": 20`, `"limit": 0`},
+			want: []string{`listener ingress, filter sluice: rules[0].window: "1x" is not a duration`, `listener ingress, filter sluice: rules[1].limit: 0 is out of range 1..1000000000`}},
+		{file: "../../envoy/envoy.yaml",
+			old:  []string{`"@type": type.googleapis.com/google.protobuf.StringValue`},
+			new:  []string{`"@type": type.googleapis.com/google.protobuf.BytesValue`},
+			want: []string{`listener ingress, filter sluice: configuration: the @type is "type.googleapis.com/google.protobuf.BytesValue", not type.googleapis.com/google.protobuf.StringValue: sluice reads its configuration as JSON text`}},
+		{file: "../../envoy/envoy.yaml",
+			old:  []string{`"failure_mode": "open",`},
+			new:  []string{`"failure_mode": "open"`},
+			want: []string{`listener ingress, filter sluice: configuration.value: is not valid JSON (line 20, column 3: invalid character '"' after object key:value pair)`}},
+		{file: "../../envoy/istio-wasmplugin.yaml",
+			old:  []string{"      window: 1m\n    response:", "      status: 429"},
+			new:  []string{"      window: 1x\n    response:", "      status: 99"},
+			want: []string{`WasmPlugin istio-system/sluice: pluginConfig.rules[1].window: "1x" is not a duration`, `WasmPlugin istio-system/sluice: pluginConfig.response.status: 99 is out of range 200..599`}},
+		{file: "../../envoy/higress-wasmplugin.yaml",
+			old: []string{"    - shop/cart", "        limit: 20\n", "      window: 1m\n      backend: redis\n    - name: login"},
+			new: []string{"    - \"\"", "        limit: 0\n", "      window: 1m\n      backend: redsi\n    - name: login"},
+			want: []string{`WasmPlugin higress-system/sluice: defaultConfig.rules[0].backend: "redsi" is not one of local, redis, rls`,
+				`WasmPlugin higress-system/sluice: matchRules[0].config.rules[0].limit: 0 is out of range 1..1000000000`,
+				`WasmPlugin higress-system/sluice: matchRules[0].ingress[1]: "" is empty`}},
+		// sluice.wasm named by the plugin: its Redis rules are refused.
+		{file: "../../envoy/higress-wasmplugin.yaml",
+			old:  []string{"sluice-redis:latest", "      scope: partners"},
+			new:  []string{"sluice:latest", "      scope: part.ners"},
+			want: []string{`WasmPlugin higress-system/sluice: defaultConfig.rules[0].backend: "redis" needs sluice-redis.wasm`}},
+		{file: "testdata/check/ecds.yaml",
+			want: []string{`filter sluice-ecds: rules[0].window: "1x" is not a duration`, `filter sluice-ecds: rules[0].burst: applies only to token_bucket and leaky_bucket, not sliding_log`}},
+		{file: "../../envoy/envoy.yaml",
+			old:  []string{"  listeners:\n"},
+			new:  []string{"  listeners:\n   x: [\n"},
+			want: []string{`yaml: line 16: did not find expected node content`}},
+	} {
+		data, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(data)
+		for i := range tc.old {
+			if strings.Count(s, tc.old[i]) != 1 {
+				t.Fatalf("%s: %q is not there exactly once", tc.file, tc.old[i])
+			}
+			s = strings.Replace(s, tc.old[i], tc.new[i], 1)
+		}
+		name := filepath.Join(dir, filepath.Base(tc.file))
+		if err := os.WriteFile(name, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		code := dispatch(append(append([]string{"check"}, tc.args...), name), &stdout, &stderr)
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		if code != 1 {
+			t.Errorf("%s %v: exit %d, want 1; stderr:\n%s", tc.file, tc.old, code, stderr.String())
+		}
+		for _, w := range tc.want {
+			found := false
+			for _, l := range lines {
+				found = found || strings.HasPrefix(l, name+": "+w)
+			}
+			if !found {
+				t.Errorf("%s %v: no line %q in\n%s", tc.file, tc.old, name+": "+w, stderr.String())
+			}
+		}
+	}
+}
