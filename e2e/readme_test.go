@@ -10,13 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// readmeBlock is a command block of README.md marked to be checked:
+// readmeBlock is a command block of README.md or of a docs/*.md page marked to be checked:
 //
 //	<!-- check [server] [output] -->
 //	```sh
@@ -32,9 +33,9 @@ type readmeBlock struct {
 	body           string
 }
 
-// parseReadmeBlocks returns the marked blocks of a README, or an error for a marker that
-// is not followed by a fenced sh block or that has an unknown word.
-func parseReadmeBlocks(text string) ([]readmeBlock, error) {
+// parseReadmeBlocks returns the marked blocks of a document (name, for errors), or an error
+// for a marker that is not followed by a fenced sh block or that has an unknown word.
+func parseReadmeBlocks(name, text string) ([]readmeBlock, error) {
 	lines := strings.Split(text, "\n")
 	var blocks []readmeBlock
 	for i := 0; i < len(lines); i++ {
@@ -44,7 +45,7 @@ func parseReadmeBlocks(text string) ([]readmeBlock, error) {
 		}
 		words := strings.Fields(strings.TrimSuffix(strings.TrimPrefix(l, "<!--"), "-->"))
 		if !strings.HasSuffix(l, "-->") || words[0] != "check" {
-			return nil, fmt.Errorf("README.md:%d: malformed marker %q", i+1, l)
+			return nil, fmt.Errorf("%s:%d: malformed marker %q", name, i+1, l)
 		}
 		b := readmeBlock{line: i + 2}
 		for _, w := range words[1:] {
@@ -54,18 +55,18 @@ func parseReadmeBlocks(text string) ([]readmeBlock, error) {
 			case "output":
 				b.output = true
 			default:
-				return nil, fmt.Errorf("README.md:%d: unknown word %q in %q", i+1, w, l)
+				return nil, fmt.Errorf("%s:%d: unknown word %q in %q", name, i+1, w, l)
 			}
 		}
 		if i+1 >= len(lines) || (lines[i+1] != "```sh" && lines[i+1] != "```bash") {
-			return nil, fmt.Errorf("README.md:%d: %q is not followed by a ```sh block", i+1, l)
+			return nil, fmt.Errorf("%s:%d: %q is not followed by a ```sh block", name, i+1, l)
 		}
 		end := i + 2
 		for end < len(lines) && lines[end] != "```" {
 			end++
 		}
 		if end == len(lines) {
-			return nil, fmt.Errorf("README.md:%d: unterminated block", i+2)
+			return nil, fmt.Errorf("%s:%d: unterminated block", name, i+2)
 		}
 		b.body = strings.Join(lines[i+2:end], "\n") + "\n"
 		blocks = append(blocks, b)
@@ -110,7 +111,7 @@ func readmeSteps(body string) []readmeStep {
 
 func TestReadmeBlocksParse(t *testing.T) {
 	const doc = "text\n<!-- check server output -->\n```sh\n# a note\ncurl -s x \\\n  -o y\n# 200 OK      <- the status\n#\n# b\necho\n```\n<!-- check -->\n```sh\nmake build\n```\n```sh\nnot marked\n```\n"
-	blocks, err := parseReadmeBlocks(doc)
+	blocks, err := parseReadmeBlocks("doc.md", doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,29 +123,45 @@ func TestReadmeBlocksParse(t *testing.T) {
 		t.Fatalf("steps %q", steps)
 	}
 	for _, bad := range []string{"<!-- check -->\ntext\n", "<!-- check -->\n```sh\nx\n", "<!-- check serve -->\n```sh\nx\n```\n", "<!-- checked -->\n```sh\nx\n```\n"} {
-		if _, err := parseReadmeBlocks(bad); err == nil {
+		if _, err := parseReadmeBlocks("bad.md", bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
 }
 
-// TestREADME runs the marked command blocks of README.md, in order, on a copy of the
-// repository's files (what a fresh clone holds), as a new user would copy them.
+// TestREADME runs the marked command blocks of README.md, then those of every docs/*.md page
+// (in name order), in order, on a copy of the repository's files (what a fresh clone holds), as
+// a new user would copy them: every command runs in the repository's root, and a page's
+// blocks may build on README's (dist/ is built by then).
 func TestREADME(t *testing.T) {
 	root, err := moduleRoot("go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := os.ReadFile(filepath.Join(root, "README.md"))
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, err := parseReadmeBlocks(string(text))
-	if err != nil {
-		t.Fatal(err)
+	sort.Strings(pages)
+	type doc struct {
+		name   string
+		blocks []readmeBlock
 	}
-	if len(blocks) < 3 {
-		t.Fatalf("README.md has %d marked blocks; the quick start, build and simulate blocks should be marked", len(blocks))
+	var docs []doc
+	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
+		name, _ := filepath.Rel(root, p)
+		text, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := parseReadmeBlocks(name, string(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, doc{name, blocks})
+	}
+	if n := len(docs[0].blocks); n < 3 {
+		t.Fatalf("README.md has %d marked blocks; the quick start, build and simulate blocks should be marked", n)
 	}
 	dir := t.TempDir()
 	if err := copyRepo(root, dir); err != nil {
@@ -152,42 +169,49 @@ func TestREADME(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	for _, b := range blocks {
-		start := time.Now()
-		var stop func()
-		body := b.body
-		if b.server {
-			listen, admin := freeAddr(t), freeAddr(t)
-			body = strings.NewReplacer("127.0.0.1:8080", listen, "127.0.0.1:9901", admin).Replace(body)
-			stop = startMakeRun(ctx, t, dir, listen, admin)
-		}
-		if b.output {
-			for _, s := range readmeSteps(body) {
-				out, err := runShell(ctx, dir, s.cmd)
-				if err != nil {
-					t.Errorf("README.md:%d: %s: %v\n%s", b.line, s.cmd, err, out)
-					continue
-				}
-				if s.want == nil {
-					continue
-				}
-				var got []string
-				for _, l := range strings.Split(strings.TrimRight(out, "\r\n"), "\n") {
-					got = append(got, strings.TrimRight(l, " \r"))
-				}
-				if strings.Join(got, "\n") != strings.Join(s.want, "\n") {
-					t.Errorf("README.md:%d: %s printed\n%s\nREADME says\n%s", b.line, s.cmd, strings.Join(got, "\n"), strings.Join(s.want, "\n"))
-				}
+	for _, d := range docs {
+		for _, b := range d.blocks {
+			runReadmeBlock(ctx, t, dir, d.name, b)
+			if t.Failed() {
+				return // later blocks build on earlier ones
 			}
-		} else if out, err := runShell(ctx, dir, "set -eu\n"+body); err != nil {
-			t.Errorf("README.md:%d: block failed: %v\n%s", b.line, err, out)
 		}
-		if stop != nil {
-			stop()
+	}
+}
+
+// runReadmeBlock runs one marked block of document name in dir (see readmeBlock).
+func runReadmeBlock(ctx context.Context, t *testing.T, dir, name string, b readmeBlock) {
+	t.Helper()
+	start := time.Now()
+	body := b.body
+	if b.server {
+		listen, admin := freeAddr(t), freeAddr(t)
+		body = strings.NewReplacer("127.0.0.1:8080", listen, "127.0.0.1:9901", admin).Replace(body)
+		stop := startMakeRun(ctx, t, dir, listen, admin)
+		defer stop()
+	}
+	defer func() { t.Logf("%s:%d: %v", name, b.line, time.Since(start).Round(time.Millisecond)) }()
+	if !b.output {
+		if out, err := runShell(ctx, dir, "set -eu\n"+body); err != nil {
+			t.Errorf("%s:%d: block failed: %v\n%s", name, b.line, err, out)
 		}
-		t.Logf("README.md:%d: %v", b.line, time.Since(start).Round(time.Millisecond))
-		if t.Failed() {
-			return // later blocks build on earlier ones
+		return
+	}
+	for _, s := range readmeSteps(body) {
+		out, err := runShell(ctx, dir, s.cmd)
+		if err != nil {
+			t.Errorf("%s:%d: %s: %v\n%s", name, b.line, s.cmd, err, out)
+			continue
+		}
+		if s.want == nil {
+			continue
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimRight(out, "\r\n"), "\n") {
+			got = append(got, strings.TrimRight(l, " \r"))
+		}
+		if strings.Join(got, "\n") != strings.Join(s.want, "\n") {
+			t.Errorf("%s:%d: %s printed\n%s\n%s says\n%s", name, b.line, s.cmd, strings.Join(got, "\n"), name, strings.Join(s.want, "\n"))
 		}
 	}
 }
