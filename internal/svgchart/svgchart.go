@@ -46,7 +46,10 @@ type Series struct {
 	// and tests can style or find it. Only [A-Za-z0-9_-] are kept.
 	Class string
 	// Color is any SVG color ("#1f77b4", "steelblue"); default a palette entry.
-	Color  string
+	Color string
+	// Dash, when set, is the stroke-dasharray of a Line or Step ("5 3"), so
+	// that a series drawn over an equal one leaves it visible.
+	Dash   string
 	Kind   Kind
 	Points []Point
 }
@@ -116,6 +119,9 @@ func (c *Chart) Render(w io.Writer) error {
 		return err
 	}
 	f := c.layout(width, height)
+	if f.bottom-f.top < 10 {
+		return fmt.Errorf("%w: size %dx%d leaves no room for the plot under the title and legend", ErrInvalid, width, height)
+	}
 	e := &errWriter{w: w}
 	c.writeHeader(e, f)
 	c.writeYAxis(e, f)
@@ -179,6 +185,76 @@ type frame struct {
 	x0, x1, y0, y1           float64 // the data domain
 	xTicks, yTicks           []float64
 	xFormat, yFormat         func(float64) string
+	legend                   []legendEntry
+}
+
+// legendEntry is where one series' legend swatch goes (its top left); the
+// name is drawn right of it.
+type legendEntry struct {
+	x, y float64
+}
+
+// Text widths are estimated, as the chart has no font metrics: about 6 px
+// per character of a 10 px label (wide enough for system-ui and Arial), 7.5
+// px per character of the 13 px bold title. A legend entry is a 10 px
+// swatch, 3 px, the name and a 10 px gap.
+const (
+	labelCharWidth = 6
+	titleCharWidth = 7.5
+	legendRow      = 14 // the height of one row of legend entries
+	legendGap      = 10
+)
+
+func legendWidth(name string) float64 {
+	return float64(13 + labelCharWidth*len([]rune(name)))
+}
+
+// layoutLegend places the legend entries and returns how far below the
+// usual top margin the plot must start. The legend shares the title's row,
+// right-aligned, when all of it fits to the right of the title; otherwise
+// it takes rows of its own below the title, entries laid out left to right
+// from the plot's left edge and wrapped at its right edge, so that no entry
+// is drawn over the title or outside the image.
+func (c *Chart) layoutLegend(f *frame) (extra float64) {
+	if len(c.Series) == 0 {
+		return 0
+	}
+	total := 0.0
+	for i, s := range c.Series {
+		if i > 0 {
+			total += legendGap
+		}
+		total += legendWidth(s.Name)
+	}
+	titleEnd := f.left
+	if c.Title != "" {
+		titleEnd += titleCharWidth*float64(len([]rune(c.Title))) + 2*legendGap
+	}
+	f.legend = make([]legendEntry, len(c.Series))
+	if titleEnd+total <= f.right {
+		x := f.right - total
+		for i, s := range c.Series {
+			f.legend[i] = legendEntry{x: x, y: 8}
+			x += legendWidth(s.Name) + legendGap
+		}
+		return 0
+	}
+	y := 8.0
+	if c.Title != "" {
+		y = 22 // below the title's baseline (16) and descenders
+	}
+	x := f.left
+	for i, s := range c.Series {
+		w := legendWidth(s.Name)
+		if x > f.left && x+w > f.right {
+			x, y = f.left, y+legendRow
+		}
+		f.legend[i] = legendEntry{x: x, y: y}
+		x += w + legendGap
+	}
+	// The plot starts as far below the last row as it starts below a
+	// legend on the title's row (whose top is 8).
+	return y - 8
 }
 
 // layout computes the geometry for an image of the given size.
@@ -189,6 +265,7 @@ func (c *Chart) layout(width, height int) *frame {
 		top: marginTop, bottom: float64(height - marginBottom),
 		xTicks: c.XTicks, xFormat: c.XFormat, yFormat: c.YFormat,
 	}
+	f.top += c.layoutLegend(f)
 	f.x0, f.x1 = c.xDomain()
 	f.y0, f.y1, f.yTicks = c.yDomain()
 	if f.xTicks == nil {
@@ -282,7 +359,11 @@ func (c *Chart) writeSeries(e *errWriter, f *frame) error {
 				pts = append(pts, num(f.sx(stepEnd(s.Points, rg[1]-1)))+","+base, num(f.sx(s.Points[rg[0]].X))+","+base)
 				e.printf(`<polygon points="%s" fill="%s" fill-opacity="0.55" stroke="%s" stroke-width="1"/>`+"\n", strings.Join(pts, " "), esc(color), esc(color))
 			} else {
-				e.printf(`<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.Join(pts, " "), esc(color))
+				dash := ""
+				if s.Dash != "" {
+					dash = ` stroke-dasharray="` + esc(s.Dash) + `"`
+				}
+				e.printf(`<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"%s/>`+"\n", strings.Join(pts, " "), esc(color), dash)
 			}
 		}
 		e.printf("</g>\n")
@@ -316,27 +397,30 @@ func (c *Chart) writeRules(e *errWriter, f *frame) {
 		e.printf(`<g class="%s" data-value="%s"><line x1="%s" x2="%s" y1="%s" y2="%s" stroke="#d62728" stroke-dasharray="4 3"/>`,
 			classAttr("rule", r.Class), num(r.Y), num(f.left), num(f.right), num(y), num(y))
 		if r.Label != "" {
-			// Inside the plot at the left, below the line, clear of the legend.
-			e.printf(`<text x="%s" y="%s" font-size="10" fill="#d62728">%s</text>`, num(f.left+3), num(y+11), esc(r.Label))
+			// Inside the plot at the left: below a line in the upper half,
+			// above one in the lower half, so the label stays off the X axis
+			// and clear of the legend.
+			ly := y + 11
+			if y > (f.top+f.bottom)/2 {
+				ly = y - 4
+			}
+			e.printf(`<text x="%s" y="%s" font-size="10" fill="#d62728">%s</text>`, num(f.left+3), num(ly), esc(r.Label))
 		}
 		e.printf("</g>\n")
 	}
 }
 
-// writeLegend draws one row of series names at the top right, laid out from
-// the right edge leftwards.
+// writeLegend draws the series names where layoutLegend placed them: beside
+// the title when they fit, else in rows of their own below it.
 func (c *Chart) writeLegend(e *errWriter, f *frame) {
 	if len(c.Series) == 0 {
 		return
 	}
 	e.printf(`<g class="legend" font-size="10">` + "\n")
-	x := f.right
-	for i := len(c.Series) - 1; i >= 0; i-- {
-		s := c.Series[i]
-		w := float64(6*len([]rune(s.Name)) + 16)
-		x -= w
-		e.printf(`<g class="entry"><rect x="%s" y="8" width="10" height="10" fill="%s"/><text x="%s" y="17">%s</text></g>`+"\n",
-			num(x), esc(seriesColor(s, i)), num(x+13), esc(s.Name))
+	for i, s := range c.Series {
+		p := f.legend[i]
+		e.printf(`<g class="entry" data-width="%s"><rect x="%s" y="%s" width="10" height="10" fill="%s"/><text x="%s" y="%s">%s</text></g>`+"\n",
+			num(legendWidth(s.Name)), num(p.x), num(p.y), esc(seriesColor(s, i)), num(p.x+13), num(p.y+9), esc(s.Name))
 	}
 	e.printf("</g>\n")
 }

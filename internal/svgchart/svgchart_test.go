@@ -330,3 +330,61 @@ func TestFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestLegendClearOfTitle: a legend that does not fit beside the title goes
+// on rows of its own below it, wrapped inside the image, and the plot
+// starts below the last row; a short one stays on the title's row, right of
+// the title. No entry overlaps the title or another entry.
+func TestLegendClearOfTitle(t *testing.T) {
+	pts := []Point{{0, 1}, {1, 2}}
+	for _, tc := range []struct {
+		title string
+		names []string
+		rows  int // 0: on the title's row
+	}{
+		{"Under-admission", []string{"held in pools", "admitted without leases − with (cumulative)"}, 1},
+		{"Global admissions: with leases vs without", []string{"offered", "without leases", "with leases"}, 1},
+		{"Requests", []string{"a", "b"}, 0},
+		{"", []string{"offered", "admitted"}, 0},
+		{"A title", []string{strings.Repeat("x", 40), strings.Repeat("y", 40), strings.Repeat("z", 40)}, 3},
+	} {
+		c := &Chart{Title: tc.title, Width: 560, Height: 240}
+		for _, n := range tc.names {
+			c.Series = append(c.Series, Series{Name: n, Points: pts})
+		}
+		root := parse(t, mustSVG(t, c))
+		titleEnd := marginLeft + titleCharWidth*float64(len([]rune(tc.title)))
+		plotTop, _ := strconv.ParseFloat(root.find(byClass("plot"))[0].attr("y"), 64)
+		type box struct{ x0, x1, y0, y1 float64 }
+		var boxes []box
+		rowsSeen := map[float64]bool{}
+		for _, e := range root.find(byClass("entry")) {
+			r := e.Nodes[0]
+			x, _ := strconv.ParseFloat(r.attr("x"), 64)
+			y, _ := strconv.ParseFloat(r.attr("y"), 64)
+			w, _ := strconv.ParseFloat(e.attr("data-width"), 64)
+			b := box{x, x + w, y, y + 10}
+			if b.x0 < 0 || b.x1 > 560 {
+				t.Errorf("%q: entry %v outside the image", tc.title, b)
+			}
+			if tc.title != "" && b.y0 < 20 && b.x0 < titleEnd {
+				t.Errorf("%q: entry %v over the title (ends at x %.0f)", tc.title, b, titleEnd)
+			}
+			if b.y1 > plotTop {
+				t.Errorf("%q: entry %v below the plot's top %.0f", tc.title, b, plotTop)
+			}
+			for _, o := range boxes {
+				if b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1 {
+					t.Errorf("%q: entries %v and %v overlap", tc.title, b, o)
+				}
+			}
+			boxes = append(boxes, b)
+			if y > 8 {
+				rowsSeen[y] = true
+			}
+		}
+		if len(boxes) != len(tc.names) || len(rowsSeen) != tc.rows {
+			t.Errorf("%q: %d entries on %d rows of their own, want %d on %d", tc.title, len(boxes), len(rowsSeen), len(tc.names), tc.rows)
+		}
+	}
+}
