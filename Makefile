@@ -30,6 +30,23 @@ $(BIN): FORCE
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sluice
 FORCE:
 
+# The OCI images envoy/'s manifests name, without Docker (cmd/sluice-images; README, "Images"):
+# dist/images/{sluice,sluice-redis,sluice-serve}/ (OCI image layouts, for crane push or skopeo
+# copy) and docker-loadable tarballs beside them. The serve image holds a static sluice (no
+# modules built in) per IMAGE_PLATFORMS; IMAGE_TAG overrides the version tag.
+.PHONY: images
+IMAGES          := $(DIST)/images
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_TAG       ?=
+images: wasm
+	@set -e; for p in $(IMAGE_PLATFORMS); do \
+	  os=$${p%%/*}; arch=$${p#*/}; out=$(IMAGES)/bin/$$os-$$arch/sluice; \
+	  echo "CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags='-s -w' -o $$out ./cmd/sluice"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags='-s -w' -o $$out ./cmd/sluice; \
+	done
+	$(GO) run ./cmd/sluice-images -out $(IMAGES) -wasm $(WASM) -redis-wasm $(WASMREDIS) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG)) \
+	  $(foreach p,$(IMAGE_PLATFORMS),-serve $(p)=$(IMAGES)/bin/$(subst /,-,$(p))/sluice)
+
 # The whole test suite, real Envoy included (1.36.4 and 1.40.0, fetched on first use).
 # Tests that need the compiled module build it themselves.
 # bench/rls (its own module) proves the drop-in: sluice serve --charge-denied against the
