@@ -51,9 +51,24 @@ images: wasm
 # Tests that need the compiled module build it themselves.
 # bench/rls (its own module) proves the drop-in: sluice serve --charge-denied against the
 # real envoyproxy/ratelimit, zero differences on one request sequence.
+# Progress: with a cold build cache, vet counts the packages it compiles (.ci/build-progress.awk);
+# the slow packages (TEST_SLOW) run with -v through .ci/test-progress.awk: one line per finished
+# top-level test, a failing test's whole output. Two lanes, at most two test binaries at a time
+# as `go test ./...` on 2 cores: e2e; the other packages one by one, then filter and cmd/sluice.
+TEST_SLOW  := e2e filter cmd/sluice
+TEST_FLAGS := -count=1 -timeout 40m
+test: SHELL := /bin/bash
+test: .SHELLFLAGS := -o pipefail -ec
 test:
-	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) vet -v ./... 2>&1 | awk -f .ci/build-progress.awk
+	@mod=$$($(GO) list -m); fast=$$($(GO) list ./... | grep -vxF $(foreach p,$(TEST_SLOW),-e $$mod/$(p))); \
+	vtest() { echo "== go test -v ./$$1 (one line per finished top-level test)"; \
+	  $(GO) test $(TEST_FLAGS) -v ./$$1 2>&1 | awk -v pkg=$$1 -f .ci/test-progress.awk; }; \
+	rc=0; vtest $(firstword $(TEST_SLOW)) & lane=$$!; \
+	echo "== go test -p 1 (the other packages)"; $(GO) test $(TEST_FLAGS) -p 1 $$fast || rc=1; \
+	for p in $(wordlist 2,$(words $(TEST_SLOW)),$(TEST_SLOW)); do vtest $$p || rc=1; done; \
+	wait $$lane || rc=1; \
+	if [ $$rc != 0 ]; then echo "make test: FAIL (above)"; fi; exit $$rc
 	cd bench/rls && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 bench:
