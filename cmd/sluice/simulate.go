@@ -408,10 +408,15 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(sw, "traffic: %s\n", tr.Description)
 	fmt.Fprintf(sw, "%d requests from %d key(s) over %s\n\n", len(tr.Requests), len(tr.Keys), fmtWindow(time.Duration(tr.End-tr.Start)))
 	tw := tabwriter.NewWriter(sw, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rule\talgorithm\tlimit/window\tadmitted\tdenied\tmax in any window\tstate bytes/key")
+	fmt.Fprintln(tw, "rule\talgorithm\tlimit/window\tadmitted\tdenied\tmax in any window\tguaranteed at most\tstate bytes/key")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%d\t%d\t%d\t%d\n", r.Name, r.Kind, r.Params.Limit, fmtWindow(r.Params.Window),
-			r.Admitted, r.Denied, r.MaxInWindow, r.StateBytesMax)
+		bound, _ := sim.WindowBound(r.Kind, r.Params)
+		mark := ""
+		if r.MaxInWindow > bound {
+			mark = " (over!)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%d\t%d\t%d%s\t%d\t%d\n", r.Name, r.Kind, r.Params.Limit, fmtWindow(r.Params.Window),
+			r.Admitted, r.Denied, r.MaxInWindow, mark, bound, r.StateBytesMax)
 	}
 	tw.Flush()
 	printTable(sw, rep.Results)

@@ -48,7 +48,12 @@ type LeaseBucket struct {
 	Offered  int64
 	Admitted int64 // with leases
 	Exact    int64 // the same traffic without leases
-	Held     int64 // admissions sitting in pools at the bucket's end
+	// Held is the most admissions sitting unspent in pools at any moment
+	// of the bucket (what the pools carried in from the bucket before
+	// included): the peak, as LeaseResult.MaxHeld is over the whole run.
+	// Pools live about a second, so a sample at the bucket's end would
+	// miss nearly all of them.
+	Held int64
 }
 
 // LeaseResult is what a fleet with leases did with one traffic, next to
@@ -219,15 +224,21 @@ func RunLeases(tr *Traffic, kind algorithms.Kind, p algorithms.Params, opt Lease
 		}
 	}
 	bucketOf := func(at int64) int { return min(int((at-tr.Start)/width), n-1) }
+	// noteHeld records held at time at: the peak of its bucket, and the
+	// value carried into every bucket entered since the last note.
 	lastHeldBucket := 0
+	noteHeld := func(at int64) {
+		for b := bucketOf(at); lastHeldBucket < b; {
+			lastHeldBucket++
+			res.Buckets[lastHeldBucket].Held = max(res.Buckets[lastHeldBucket].Held, held)
+		}
+		res.Buckets[lastHeldBucket].Held = max(res.Buckets[lastHeldBucket].Held, held)
+	}
 	leaseWin, exactWin := map[int32]*window{}, map[int32]*window{}
 	winNS := int64(p.Window)
 	for i, rq := range tr.Requests {
 		for nextTick <= rq.At {
-			for lastHeldBucket < bucketOf(nextTick) {
-				res.Buckets[lastHeldBucket].Held = held
-				lastHeldBucket++
-			}
+			noteHeld(nextTick)
 			expire(nextTick, false)
 			nextTick += tick
 		}
@@ -288,10 +299,9 @@ func RunLeases(tr *Traffic, kind algorithms.Kind, p algorithms.Params, opt Lease
 		res.Admitted++
 		res.MaxInWindow = max(res.MaxInWindow, winFor(leaseWin, rq.Key).push(rq.At, 1, winNS))
 		res.MaxHeld = max(res.MaxHeld, held)
+		noteHeld(rq.At)
 	}
-	for ; lastHeldBucket < n; lastHeldBucket++ {
-		res.Buckets[lastHeldBucket].Held = held
-	}
+	noteHeld(tr.End)
 	expire(tr.End, true)
 	return res, nil
 }
@@ -318,7 +328,7 @@ func WriteLeaseReport(w io.Writer, command string, tr *Traffic, r *LeaseResult) 
 		offered = append(offered, svgchart.Point{X: x, Y: float64(b.Offered)})
 		admitted = append(admitted, svgchart.Point{X: x, Y: float64(b.Admitted)})
 		exact = append(exact, svgchart.Point{X: x, Y: float64(b.Exact)})
-		held = append(held, svgchart.Point{X: sec(i + 1), Y: float64(b.Held)})
+		held = append(held, svgchart.Point{X: x, Y: float64(b.Held)})
 		cum += b.Exact - b.Admitted
 		under = append(under, svgchart.Point{X: sec(i + 1), Y: float64(cum)})
 	}
@@ -333,7 +343,8 @@ func WriteLeaseReport(w io.Writer, command string, tr *Traffic, r *LeaseResult) 
 		Series: []svgchart.Series{
 			{Name: "offered", Class: "offered", Color: "#bbbbbb", Kind: svgchart.StepArea, Points: offered},
 			{Name: "without leases", Class: "exact", Color: "#54a24b", Kind: svgchart.Step, Points: exact},
-			{Name: "with leases", Class: "admitted", Color: "#2f7ed8", Kind: svgchart.Step, Points: admitted},
+			// Dashed: where the two agree, the green line shows between.
+			{Name: "with leases", Class: "admitted", Color: "#2f7ed8", Dash: "5 4", Kind: svgchart.Step, Points: admitted},
 		},
 	}
 	if perBucket >= 1 && !math.IsInf(perBucket, 0) {
@@ -344,7 +355,7 @@ func WriteLeaseReport(w io.Writer, command string, tr *Traffic, r *LeaseResult) 
 		XLabel: "time since start", YLabel: "admissions",
 		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
 		Series: []svgchart.Series{
-			{Name: "held in pools", Class: "held", Color: "#e45756", Kind: svgchart.Line, Points: held},
+			{Name: "most held in pools", Class: "held", Color: "#e45756", Kind: svgchart.Step, Points: held},
 			{Name: "admitted without leases − with (cumulative)", Class: "under", Color: "#f58518", Kind: svgchart.Line, Points: under},
 		},
 		Rules: []svgchart.Rule{{Y: float64(int64(r.Proxies) * r.Lease), Label: "proxies × lease", Class: "bound"}},

@@ -32,6 +32,46 @@ var Explanations = map[algorithms.Kind]string{
 	algorithms.SlidingWindow: "Weights the previous window's count by how much of it still overlaps: nearly as smooth as the log with two counters of state; approximate at the boundary.",
 }
 
+// WindowBound is what kind guarantees for the cost admitted for one key in
+// any interval (t−window, t], the number "max in any window" is held to:
+//   - sliding_log: limit (it is exact in every interval);
+//   - token_bucket and leaky_bucket: burst + limit — the bucket may be full
+//     (burst) at the interval's start and refills limit over it, so a
+//     client idle for a while gets a whole burst on top of the rate, by
+//     design;
+//   - fixed_window: 2 × limit — limit per calendar window, so up to limit on
+//     each side of a boundary;
+//   - sliding_window: 2 × limit (strictly less): its estimate assumes the
+//     previous window was evenly spread.
+//
+// A report marks a number above the limit but within this bound as the
+// algorithm's design, and only a number above the bound as a violation.
+// p.Burst must be normalized (as algorithms.New leaves Params).
+// formula is how the bound follows from the parameters ("burst + limit").
+func WindowBound(kind algorithms.Kind, p algorithms.Params) (bound int64, formula string) {
+	switch kind {
+	case algorithms.SlidingLog:
+		return p.Limit, "limit"
+	case algorithms.TokenBucket, algorithms.LeakyBucket:
+		b := p.Burst
+		if b == 0 {
+			b = p.Limit
+		}
+		return satAdd(b, p.Limit), "burst + limit"
+	case algorithms.FixedWindow:
+		return satAdd(p.Limit, p.Limit), "2 × limit"
+	default: // sliding_window
+		return satAdd(p.Limit, p.Limit), "2 × limit"
+	}
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
 // WriteReport writes r as one self-contained HTML page: inline CSS and
 // SVG, no scripts, no external resources. Elements carry stable classes and
 // data attributes for tools and tests: every result is a
@@ -81,7 +121,10 @@ type sectionData struct {
 	HasBurst                 bool
 	Ratio                    string // MaxInWindow / limit
 	CostUnits                bool   // some request costs more than 1
-	Over                     bool   // MaxInWindow > Params.Limit
+	Bound                    int64  // WindowBound
+	BoundWhy                 string // how WindowBound is reached
+	Over                     bool   // MaxInWindow > Bound: a violation
+	AboveLimit               bool   // Limit < MaxInWindow <= Bound: by design
 	Where                    string
 	TrafficSVG, RemainingSVG template.HTML
 	Explain                  string
@@ -94,9 +137,11 @@ func newSection(n int, res *Result) (sectionData, error) {
 		N: n, R: res, Algorithm: res.Kind.String(), Window: fmtDuration(p.Window),
 		Burst:    p.Burst,
 		HasBurst: res.Kind == algorithms.TokenBucket || res.Kind == algorithms.LeakyBucket,
-		Over:     res.MaxInWindow > p.Limit,
 		Explain:  Explanations[res.Kind],
 	}
+	sd.Bound, sd.BoundWhy = WindowBound(res.Kind, p)
+	sd.Over = res.MaxInWindow > sd.Bound
+	sd.AboveLimit = !sd.Over && res.MaxInWindow > p.Limit
 	if p.Limit > 0 {
 		sd.Ratio = strconv.FormatFloat(float64(res.MaxInWindow)/float64(p.Limit), 'f', 2, 64)
 	}
@@ -196,7 +241,10 @@ code { font: 12px ui-monospace, Menlo, Consolas, monospace; background: #f0f0f0;
 table#summary { border-collapse: collapse; margin: 16px 24px; background: #fff; }
 #summary th, #summary td { border: 1px solid #ddd; padding: 4px 10px; text-align: right; }
 #summary th:first-child, #summary td:first-child { text-align: left; }
-#summary td.over { color: #b00020; font-weight: bold; }
+#summary td.over, dd.over { color: #b00020; font-weight: bold; }
+#summary td.above-limit, dd.above-limit { color: #8a5a00; }
+#summary td.bound { color: #555; }
+p.legend-note { margin: -8px 24px 16px; max-width: 1100px; color: #555; font-size: 13px; }
 main { display: grid; grid-template-columns: repeat(auto-fill, minmax(820px, 1fr)); gap: 16px; padding: 0 24px 24px; }
 section.algo { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: 12px 16px; }
 section.algo h2 { margin: 0 0 6px; font-size: 16px; }
@@ -208,7 +256,6 @@ dl.numbers { display: grid; grid-template-columns: auto auto; gap: 2px 10px; mar
 dl.numbers dt { color: #555; }
 dl.numbers dd { margin: 0; font-weight: bold; font-variant-numeric: tabular-nums; text-align: right; }
 dl.numbers dd.note { grid-column: 1 / span 2; font-weight: normal; color: #666; font-size: 12px; text-align: left; }
-dd.over { color: #b00020; }
 p.explain { margin: 6px 0 0; color: #444; font-size: 13px; }
 svg.svgchart { font-family: system-ui, sans-serif; }
 </style>
@@ -221,11 +268,12 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 {{with .Command}}<p>Command: <code>{{.}}</code></p>{{end}}
 </header>
 <table id="summary">
-<thead><tr><th>rule</th><th>algorithm</th><th>limit / window</th><th>admitted</th><th>denied</th><th>max in any window</th><th>state bytes / key</th></tr></thead>
+<thead><tr><th>rule</th><th>algorithm</th><th>limit / window</th><th>admitted</th><th>denied</th><th>max in any window</th><th>guaranteed at most</th><th>state bytes / key</th></tr></thead>
 <tbody>
-{{range .Sections}}<tr data-algorithm="{{.Algorithm}}"><td>{{.R.Name}}</td><td>{{.Algorithm}}</td><td>{{.R.Params.Limit}} / {{.Window}}</td><td>{{.R.Admitted}}</td><td>{{.R.Denied}}</td><td{{if .Over}} class="over"{{end}}>{{.R.MaxInWindow}}</td><td>{{.R.StateBytesMax}}</td></tr>
+{{range .Sections}}<tr data-algorithm="{{.Algorithm}}"><td>{{.R.Name}}</td><td>{{.Algorithm}}</td><td>{{.R.Params.Limit}} / {{.Window}}</td><td>{{.R.Admitted}}</td><td>{{.R.Denied}}</td><td{{if .Over}} class="over"{{else if .AboveLimit}} class="above-limit"{{end}} data-col="max-in-window">{{.R.MaxInWindow}}</td><td class="bound" data-col="bound" title="{{.BoundWhy}}">{{.Bound}}</td><td>{{.R.StateBytesMax}}</td></tr>
 {{end}}</tbody>
 </table>
+<p class="legend-note">Guaranteed at most: each algorithm's own bound for one key in any window-length interval — limit for sliding_log; burst + limit for token_bucket and leaky_bucket (a full bucket, then one window's refill); 2 × limit for fixed_window (limit on each side of a boundary) and sliding_window (its estimate, worst case). Above the limit within the bound (brown) is the algorithm's design; above the bound (red) would be a violation.</p>
 <main>
 {{range .Sections}}<section class="algo" id="result-{{.N}}" data-name="{{.R.Name}}" data-algorithm="{{.Algorithm}}" data-limit="{{.R.Params.Limit}}" data-window="{{.Window}}" data-window-ns="{{.R.Params.Window.Nanoseconds}}" data-burst="{{.Burst}}" data-offered="{{.R.Offered}}" data-admitted="{{.R.Admitted}}" data-denied="{{.R.Denied}}" data-max-in-window="{{.R.MaxInWindow}}" data-state-bytes="{{.R.StateBytesMax}}" data-max-state-size="{{.R.MaxStateSize}}">
 <h2>{{.R.Name}} <small>{{.Algorithm}}, {{.R.Params.Limit}} per {{.Window}}{{if .HasBurst}}, burst {{.Burst}}{{end}}</small></h2>
@@ -239,8 +287,8 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 <dt>Admitted</dt><dd data-metric="admitted">{{.R.Admitted}}</dd>
 <dt>Denied</dt><dd data-metric="denied">{{.R.Denied}}</dd>
 <dd class="note">{{.DeniedPct}}% of requests denied</dd>
-<dt>Max admitted in any {{.Window}}</dt><dd data-metric="max-in-window"{{if .Over}} class="over"{{end}}>{{.R.MaxInWindow}}</dd>
-<dd class="note">{{.Ratio}}× the limit{{if .CostUnits}}, counted in cost units{{end}}{{with .Where}}; {{.}}{{end}}</dd>
+<dt>Max admitted in any {{.Window}}</dt><dd data-metric="max-in-window"{{if .Over}} class="over"{{else if .AboveLimit}} class="above-limit"{{end}}>{{.R.MaxInWindow}}</dd>
+<dd class="note">{{.Ratio}}× the limit{{if .CostUnits}}, counted in cost units{{end}}{{with .Where}}; {{.}}{{end}}; {{if .Over}}<strong>over</strong>{{else}}within{{end}} its bound of {{.Bound}} ({{.BoundWhy}})</dd>
 <dt>State per key (bytes)</dt><dd data-metric="state-bytes">{{.R.StateBytesMax}}</dd>
 <dd class="note">largest encoded state seen; at most {{.R.MaxStateSize}} bytes for this rule; {{.R.StateBytesEnd}} bytes for all {{.R.Keys}} key(s) at the end</dd>
 {{range .R.Classes}}<dt>{{.Name}} keys: denied</dt><dd data-metric="{{.Name}}-denied">{{.Denied}}</dd>
