@@ -175,6 +175,27 @@
 // unchanged (send_local_response, src/exports.cc), and Envoy 1.33.0's context.cc checks it
 // as main's does. See grpc.go.
 //
+// # Upstream failures
+//
+// The Handler's upstream is the caller's http.Handler; UpstreamErrorHandler is an
+// httputil.ReverseProxy error handler (`sluice run --upstream` uses it) that answers as
+// Envoy's router answers an upstream that cannot be reached or resets before its response
+// headers (Router::Filter::onUpstreamReset, source/common/router/router.cc): 503,
+// content-type text/plain, "upstream connect error or disconnect/reset before headers.
+// reset reason: " and the reason StreamResetReasonToString gives (source/common/http/
+// utility.cc) — "remote connection failure" for a failed dial, "connection timeout",
+// "connection termination" for an upstream that closes first — and, to a gRPC request, the
+// same reply trailers-only (status 200, grpc-status 14 UNAVAILABLE, the text as
+// grpc-message). Checked against Envoy 1.40.0 with a cluster on a closed port; Envoy 1.36.4
+// appends ", transport failure reason: delayed connect error: Connection refused", which
+// is not reproduced. The reply passes the guest's response phase, as Envoy's local replies
+// pass the encoder filters. Not modelled: Envoy's "no healthy upstream" (its health
+// checking and outlier detection), route timeouts (504 "upstream request timeout"; the
+// reverse proxy has none) and retries. Each failure is logged with its cause at warning
+// level, at most one line per 10 s per upstream, the next line carrying held_back=N (the
+// failures not logged since); Envoy logs none at its default level and counts them in
+// cluster stats instead. See upstream.go.
+//
 // # Stopping
 //
 // Close(ctx) stops the Host as Envoy lets go of a Wasm VM (proxy-wasm-cpp-host 52a0291:
