@@ -433,7 +433,67 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("config shown %q", got.Config)
 	}
 
+	// The charts fill the width the page has (issue 24: they used half of it), drawn at
+	// their own size rather than scaled; the two workers' memory lines are told apart by
+	// colour and dash, each named in the legend (one used to hide the other).
+	type layout struct {
+		Problems []string `json:"problems"`
+		Workers  []string `json:"workers"`
+	}
+	const layoutJS = `(() => {
+		const out = [], near = (a, b, d) => Math.abs(a - b) <= d;
+		const section = document.getElementById('rules-section').clientWidth;
+		const grid = document.getElementById('charts');
+		if (!near(grid.clientWidth, section, 1)) out.push('charts ' + grid.clientWidth + ' px wide in a section of ' + section);
+		const charts = Array.from(grid.querySelectorAll('.chart svg.svgchart'));
+		if (charts.length !== 2) out.push(charts.length + ' rule charts');
+		const rows = new Map();
+		for (const svg of charts.concat(Array.from(document.querySelectorAll('#memory-chart svg.svgchart')))) {
+			const r = svg.getBoundingClientRect(), box = svg.parentElement.clientWidth;
+			if (!near(r.width, box, 1)) out.push(svg.id + ': ' + r.width + ' px in a box of ' + box);
+			if (!near(r.width - 2, svg.width.baseVal.value, 2)) out.push(svg.id + ': drawn for ' + svg.width.baseVal.value + ' px, shown at ' + r.width + ' (scaled)');
+			if (svg.closest('#charts')) rows.set(r.top, (rows.get(r.top) || 0) + r.width);
+		}
+		for (const [top, w] of rows) if (w + 12 * 2 < grid.clientWidth) out.push('a row of charts at y ' + top + ' fills ' + w + ' of ' + grid.clientWidth + ' px');
+		const mem = document.querySelector('#memory-chart svg.svgchart');
+		const host = document.getElementById('host-section').clientWidth;
+		if (!mem || !near(mem.getBoundingClientRect().width, host, 1)) out.push('memory chart ' + (mem ? mem.getBoundingClientRect().width : 0) + ' px wide in a section of ' + host);
+		const workers = mem ? Array.from(mem.querySelectorAll('g.series')).map(g => {
+			const l = g.querySelector('polyline'), cs = l ? getComputedStyle(l) : null;
+			return g.dataset.name + '|' + (cs ? cs.stroke + '|' + cs.strokeDasharray + '|' + l.points.numberOfItems : 'none');
+		}) : [];
+		const legend = mem ? Array.from(mem.querySelectorAll('g.legend g.entry')).map(e => e.textContent) : [];
+		if (legend.join(',') !== 'worker 0,worker 1') out.push('memory legend ' + legend.join(','));
+		return {problems: out, workers: workers};
+	})()`
+	var lay layout
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		if lay, err = chromedp.Run(tctx, chromedp.Evaluate[layout](layoutJS)); err != nil {
+			t.Fatal(err)
+		}
+		if len(lay.Problems) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, p := range lay.Problems {
+		t.Error(p)
+	}
+	if len(lay.Workers) != 2 {
+		t.Fatalf("memory chart series %v, want two workers", lay.Workers)
+	}
+	w0, w1 := strings.Split(lay.Workers[0], "|"), strings.Split(lay.Workers[1], "|")
+	if len(w0) != 4 || len(w1) != 4 || w0[1] == w1[1] || w0[2] == w1[2] || w0[3] == "0" || w1[3] == "0" {
+		t.Errorf("worker lines not told apart (name|stroke|dash|points): %v", lay.Workers)
+	}
+
 	if sd := os.Getenv("SLUICE_SCREENSHOT_DIR"); sd != "" {
+		// For the picture, some history: 20 s of traffic at 2 requests a second.
+		for i := 0; i < 40; i++ {
+			sendBurst(t, proxy, 1)
+			time.Sleep(500 * time.Millisecond)
+		}
+		time.Sleep(1500 * time.Millisecond) // the page's next poll
 		png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)

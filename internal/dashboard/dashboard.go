@@ -486,8 +486,40 @@ func chart(c svgchart.Chart) string {
 	return s
 }
 
-// State returns what the page shows at now.
+// ChartWidths are the widths, in pixels, the page draws its charts at: each rule's chart
+// and the memory chart. The page asks for the widths its layout gives them, so that
+// the charts fill the page at their own size (not scaled, text at its size).
+type ChartWidths struct {
+	Rule, Memory int
+}
+
+// DefaultChartWidth is a chart's width when the page names none; MinChartWidth and
+// MaxChartWidth bound what it may ask for.
+const (
+	DefaultChartWidth = 640
+	MinChartWidth     = 320
+	MaxChartWidth     = 4096
+)
+
+func (cw ChartWidths) clamped() ChartWidths {
+	c := func(w int) int {
+		if w == 0 {
+			return DefaultChartWidth
+		}
+		return min(max(w, MinChartWidth), MaxChartWidth)
+	}
+	return ChartWidths{Rule: c(cw.Rule), Memory: c(cw.Memory)}
+}
+
+// State returns what the page shows at now, with charts DefaultChartWidth wide.
 func (d *Dashboard) State(now time.Time) State {
+	return d.StateWithCharts(now, ChartWidths{})
+}
+
+// StateWithCharts is State with the charts drawn at the given widths (0: the default;
+// others are clamped to MinChartWidth..MaxChartWidth).
+func (d *Dashboard) StateWithCharts(now time.Time, widths ChartWidths) State {
+	widths = widths.clamped()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := State{
@@ -539,9 +571,9 @@ func (d *Dashboard) State(now time.Time) State {
 	span := d.chartSpan()
 	st.ChartSpanSeconds = span.Seconds()
 	for _, r := range rules {
-		st.Rules = append(st.Rules, d.ruleState(r, last, families, span))
+		st.Rules = append(st.Rules, d.ruleState(r, last, families, span, widths.Rule))
 	}
-	st.MemoryChart = d.memoryChart(s, span)
+	st.MemoryChart = d.memoryChart(s, span, widths.Memory)
 	return st
 }
 
@@ -559,7 +591,7 @@ func health(s host.Snapshot) *Health {
 }
 
 // ruleState fills in a rule's counters, rates and chart.
-func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, span time.Duration) Rule {
+func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, span time.Duration, width int) Rule {
 	r.Metrics = map[string]string{}
 	r.Totals = map[string]*float64{}
 	r.Rates = map[string]*float64{}
@@ -571,7 +603,7 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 		r.Rates[dec] = optional(d.rate(guestKey+name, d.opts.RateWindow))
 	}
 	c := svgchart.Chart{
-		ID: "chart-" + r.Name, Title: r.Name + " — requests per second", Width: 640, Height: 220,
+		ID: "chart-" + r.Name, Title: r.Name + " — requests per second", Width: width, Height: 220,
 		XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
 		YLabel: "req/s",
 	}
@@ -585,19 +617,44 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 	return r
 }
 
-// memoryChart draws each worker's linear memory.
-func (d *Dashboard) memoryChart(s host.Snapshot, span time.Duration) string {
+// WorkerDashes are the dash patterns of the workers' memory lines, in order (then again,
+// with the palette's colours): workers usually hold the same memory, so their lines lie on
+// top of each other, and only a distinct dash leaves each one visible (the first solid at
+// the bottom, the others dashed over it, each its own colour).
+var WorkerDashes = []string{"", "7 4", "2 3", "10 3 2 3", "4 4", "1 5"}
+
+// memoryChart draws each worker's linear memory, each worker its own colour and dash.
+func (d *Dashboard) memoryChart(s host.Snapshot, span time.Duration, width int) string {
 	if len(s.Stats.Workers) == 0 {
 		return ""
 	}
 	c := svgchart.Chart{
-		ID: "chart-memory", Title: "linear memory per worker", Width: 640, Height: 220,
+		ID: "chart-memory", Title: "linear memory per worker", Width: width, Height: 220,
 		XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
 		YLabel: "MiB",
 	}
-	for _, w := range s.Stats.Workers {
+	top := 0.0
+	for i, w := range s.Stats.Workers {
 		id := strconv.Itoa(w.ID)
-		c.Series = append(c.Series, svgchart.Series{Name: "worker " + id, Points: d.series(memoryKey+id, span, 1.0/(1<<20), false)})
+		pts := d.series(memoryKey+id, span, 1.0/(1<<20), false)
+		for _, p := range pts {
+			if !math.IsNaN(p.Y) {
+				top = max(top, p.Y)
+			}
+		}
+		c.Series = append(c.Series, svgchart.Series{
+			Name: "worker " + id, Class: "worker-" + id,
+			Color: svgchart.Palette[i%len(svgchart.Palette)], Dash: WorkerDashes[i%len(WorkerDashes)],
+			Points: pts,
+		})
+	}
+	// Headroom above the highest value, to a tick: memory is flat most of the time, and a
+	// line on the plot's top edge would be lost in its frame.
+	if top > 0 {
+		if t := svgchart.NiceTicks(0, top*1.2, 5); len(t) > 1 {
+			step := t[1] - t[0]
+			c.YMin, c.YMax = 0, math.Ceil(top*1.2/step)*step
+		}
 	}
 	return chart(c)
 }

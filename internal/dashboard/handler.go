@@ -4,6 +4,7 @@ import (
 	"embed"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -48,7 +49,13 @@ func (d *Dashboard) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		json.NewEncoder(w).Encode(d.State(now))
+		// The page asks for charts as wide as its layout makes them: ?chart_width=N for
+		// each rule's, ?memory_width=N for the memory chart's.
+		width := func(name string) int {
+			n, _ := strconv.Atoi(r.URL.Query().Get(name))
+			return n
+		}
+		json.NewEncoder(w).Encode(d.StateWithCharts(now, ChartWidths{Rule: width("chart_width"), Memory: width("memory_width")}))
 	})
 	return mux
 }

@@ -79,3 +79,63 @@ func TestAssetsAreSelfContained(t *testing.T) {
 		}
 	}
 }
+
+// The page asks for its charts at the widths its layout gives them; the
+// server draws them that wide (clamped), and each worker's memory line has
+// its own colour and dash, named in the legend, so that equal lines do not
+// hide each other.
+func TestChartWidthsAndWorkerLines(t *testing.T) {
+	d := New(source(snapshot(configJSON, 3, counters(1, 2, 0))), Options{})
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	state := func(query string) State {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/api/state" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st State
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	width := regexp.MustCompile(`^<svg [^>]* width="(\d+)"`)
+	for _, tc := range []struct {
+		query        string
+		rule, memory string
+	}{
+		{"", "640", "640"},
+		{"?chart_width=701&memory_width=1388", "701", "1388"},
+		{"?chart_width=5&memory_width=100000", "320", "4096"},
+		{"?chart_width=x", "640", "640"},
+	} {
+		st := state(tc.query)
+		if m := width.FindStringSubmatch(st.MemoryChart); m == nil || m[1] != tc.memory {
+			t.Errorf("%s: memory chart width %v, want %s", tc.query, m, tc.memory)
+		}
+		for _, r := range st.Rules {
+			if m := width.FindStringSubmatch(r.Chart); m == nil || m[1] != tc.rule {
+				t.Errorf("%s: rule %s chart width %v, want %s", tc.query, r.Name, m, tc.rule)
+			}
+		}
+	}
+
+	mem := state("").MemoryChart
+	lines := regexp.MustCompile(`<g class="series (worker-\d+)" data-name="([^"]+)">\s*<polyline points="[^"]+" fill="none" stroke="([^"]+)" stroke-width="[^"]+"( stroke-dasharray="([^"]+)")?/>`).FindAllStringSubmatch(mem, -1)
+	if len(lines) != 2 {
+		t.Fatalf("memory chart: %d worker lines, want 2:\n%s", len(lines), mem)
+	}
+	if lines[0][3] == lines[1][3] || lines[0][5] == lines[1][5] {
+		t.Errorf("workers drawn alike: %q %q and %q %q", lines[0][3], lines[0][5], lines[1][3], lines[1][5])
+	}
+	for _, l := range lines {
+		if !strings.Contains(mem, `<text x=`) || !strings.Contains(mem, ">"+l[2]+"</text>") {
+			t.Errorf("legend lacks %s", l[2])
+		}
+	}
+	if !strings.Contains(mem, `stroke-dasharray="`+lines[1][5]+`"/><text`) {
+		t.Errorf("the legend does not show worker 1's dash %q", lines[1][5])
+	}
+}

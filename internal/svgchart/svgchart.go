@@ -205,8 +205,18 @@ const (
 	legendGap      = 10
 )
 
-func legendWidth(name string) float64 {
-	return float64(13 + labelCharWidth*len([]rune(name)))
+// legendWidth is the width of a series' legend entry: its swatch (a square,
+// or for a dashed line a stretch of the line long enough to show the dash),
+// 3 px, its name.
+func legendWidth(s Series) float64 {
+	return swatchWidth(s) + 3 + float64(labelCharWidth*len([]rune(s.Name)))
+}
+
+func swatchWidth(s Series) float64 {
+	if s.Dash != "" && s.Kind != StepArea {
+		return 22
+	}
+	return 10
 }
 
 // layoutLegend places the legend entries and returns how far below the
@@ -224,7 +234,7 @@ func (c *Chart) layoutLegend(f *frame) (extra float64) {
 		if i > 0 {
 			total += legendGap
 		}
-		total += legendWidth(s.Name)
+		total += legendWidth(s)
 	}
 	titleEnd := f.left
 	if c.Title != "" {
@@ -235,7 +245,7 @@ func (c *Chart) layoutLegend(f *frame) (extra float64) {
 		x := f.right - total
 		for i, s := range c.Series {
 			f.legend[i] = legendEntry{x: x, y: 8}
-			x += legendWidth(s.Name) + legendGap
+			x += legendWidth(s) + legendGap
 		}
 		return 0
 	}
@@ -245,7 +255,7 @@ func (c *Chart) layoutLegend(f *frame) (extra float64) {
 	}
 	x := f.left
 	for i, s := range c.Series {
-		w := legendWidth(s.Name)
+		w := legendWidth(s)
 		if x > f.left && x+w > f.right {
 			x, y = f.left, y+legendRow
 		}
@@ -419,8 +429,15 @@ func (c *Chart) writeLegend(e *errWriter, f *frame) {
 	e.printf(`<g class="legend" font-size="10">` + "\n")
 	for i, s := range c.Series {
 		p := f.legend[i]
-		e.printf(`<g class="entry" data-width="%s"><rect x="%s" y="%s" width="10" height="10" fill="%s"/><text x="%s" y="%s">%s</text></g>`+"\n",
-			num(legendWidth(s.Name)), num(p.x), num(p.y), esc(seriesColor(s, i)), num(p.x+13), num(p.y+9), esc(s.Name))
+		sw := swatchWidth(s)
+		e.printf(`<g class="entry" data-width="%s">`, num(legendWidth(s)))
+		if sw > 10 {
+			e.printf(`<line x1="%s" x2="%s" y1="%s" y2="%s" stroke="%s" stroke-width="2" stroke-dasharray="%s"/>`,
+				num(p.x), num(p.x+sw), num(p.y+5), num(p.y+5), esc(seriesColor(s, i)), esc(s.Dash))
+		} else {
+			e.printf(`<rect x="%s" y="%s" width="10" height="10" fill="%s"/>`, num(p.x), num(p.y), esc(seriesColor(s, i)))
+		}
+		e.printf(`<text x="%s" y="%s">%s</text></g>`+"\n", num(p.x+sw+3), num(p.y+9), esc(s.Name))
 	}
 	e.printf("</g>\n")
 }

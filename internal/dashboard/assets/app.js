@@ -4,6 +4,11 @@
 "use strict";
 
 const POLL_MS = 1000;
+// Rule charts share the width of the page in columns at least MIN_CHART px wide; each chart
+// is asked from the server at its column's width (the memory chart at the section's), so
+// the charts fill the page at their own size rather than scaled.
+const MIN_CHART = 560, CHART_GAP = 12, CHART_BORDER = 2;
+let ruleCount = 0;
 const DECISIONS = ["allowed", "denied", "shadow_denied"];
 const $ = (sel, root = document) => root.querySelector(sel);
 const dash = (s) => s.replace(/_/g, "-");
@@ -173,11 +178,25 @@ function render(state) {
   else setStatus("stale", state.error || "stale");
 }
 
+// chartLayout sets the rule charts' columns for n rules and returns the widths to ask for.
+function chartLayout(n) {
+  const charts = $("#charts"), mem = $("#memory-chart");
+  const avail = charts.clientWidth;
+  const cols = Math.max(1, Math.min(n || 1, Math.floor((avail + CHART_GAP) / (MIN_CHART + CHART_GAP))));
+  if (charts.style.getPropertyValue("--cols") !== String(cols)) charts.style.setProperty("--cols", String(cols));
+  const col = Math.floor((avail - (cols - 1) * CHART_GAP) / cols);
+  return { rule: Math.max(0, col - CHART_BORDER), memory: Math.max(0, mem.clientWidth - CHART_BORDER) };
+}
+
 async function poll() {
   try {
-    const resp = await fetch("api/state", { cache: "no-store" });
+    const w = chartLayout(ruleCount);
+    const resp = await fetch("api/state?chart_width=" + w.rule + "&memory_width=" + w.memory, { cache: "no-store" });
     if (!resp.ok) throw new Error("api/state answered " + resp.status);
-    render(await resp.json());
+    const state = await resp.json();
+    ruleCount = state.rules.length;
+    chartLayout(ruleCount);
+    render(state);
   } catch (e) {
     setStatus("error", "disconnected (" + e.message + "); retrying");
   } finally {
