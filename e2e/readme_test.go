@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -121,6 +122,11 @@ func TestReadmeBlocksParse(t *testing.T) {
 	steps := readmeSteps(blocks[0].body)
 	if len(steps) != 2 || steps[0].cmd != "curl -s x \\\n  -o y" || strings.Join(steps[0].want, "|") != "200 OK||b" || steps[1].cmd != "echo" || steps[1].want != nil {
 		t.Fatalf("steps %q", steps)
+	}
+	cmds := goTestCommands("run `go test ./filter -run '^$' -bench\n'A(B)?$/x|C' -count 3` or\n```sh\nX=1 go test ./e2e -run 'T|U/v' -v  # note\n```\nprose go test ./x -run Y\n")
+	if len(cmds) != 2 || cmds[0].pkgs[0] != "./filter" || cmds[0].flags["-bench"] != "A(B)?$/x|C" || cmds[1].line != 4 || cmds[1].flags["-run"] != "T|U/v" ||
+		strings.Join(topAlternatives(firstLevel(cmds[1].flags["-run"])), ",") != "T,U" || strings.Join(topAlternatives(firstLevel("(A|B)[/|]C/D")), ",") != "(A|B)[/|]C" {
+		t.Fatalf("commands %+v", cmds)
 	}
 	for _, bad := range []string{"<!-- check -->\ntext\n", "<!-- check -->\n```sh\nx\n", "<!-- check serve -->\n```sh\nx\n```\n", "<!-- checked -->\n```sh\nx\n```\n"} {
 		if _, err := parseReadmeBlocks("bad.md", bad); err == nil {
@@ -328,4 +334,212 @@ func copyRepo(root, dst string) error {
 		}
 	}
 	return nil
+}
+
+// TestDocsNameTests checks that every `go test` command of README.md, RATIONALE.md and the
+// docs/*.md pages names tests and benchmarks that exist: for each package it names, each
+// alternative of the top level of its -run and -bench patterns must match a function of that
+// package (-run '^$' and -run XXX select none on purpose).
+func TestDocsNameTests(t *testing.T) {
+	root, err := moduleRoot("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	checked := 0
+	for _, p := range append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "RATIONALE.md")}, pages...) {
+		name, _ := filepath.Rel(root, p)
+		text, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range goTestCommands(string(text)) {
+			for _, pkg := range c.pkgs {
+				funcs, err := testFuncs(filepath.Join(root, pkg))
+				if err != nil {
+					t.Errorf("%s:%d: %s: %v", name, c.line, c.text, err)
+					continue
+				}
+				for flag, prefix := range map[string]string{"-run": "Test|Fuzz|Example", "-bench": "Benchmark"} {
+					pat, ok := c.flags[flag]
+					if !ok || (flag == "-run" && (pat == "^$" || pat == "XXX")) {
+						continue
+					}
+					for _, alt := range topAlternatives(firstLevel(pat)) {
+						re, err := regexp.Compile(alt)
+						if err != nil {
+							t.Errorf("%s:%d: %s: %s %q: %v", name, c.line, c.text, flag, alt, err)
+							continue
+						}
+						found := false
+						for _, f := range funcs {
+							if regexp.MustCompile("^("+prefix+")").MatchString(f) && re.MatchString(f) {
+								found = true
+								break
+							}
+						}
+						if !found {
+							t.Errorf("%s:%d: %s: %s %q matches no function of %s", name, c.line, c.text, flag, alt, pkg)
+						}
+						checked++
+					}
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d patterns: the command parser found too few", checked)
+	}
+}
+
+type goTestCommand struct {
+	line  int
+	text  string
+	pkgs  []string          // directories, relative to the repository root
+	flags map[string]string // -run, -bench
+}
+
+// goTestCommands returns the `go test` commands of a Markdown text: in inline code (which
+// may wrap onto the next line) or on a line of a code block (up to a # comment).
+func goTestCommands(text string) []goTestCommand {
+	lines := strings.Split(text, "\n")
+	var cmds []goTestCommand
+	fence := false
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			fence = !fence
+			continue
+		}
+		for off := 0; ; {
+			j := strings.Index(l[off:], "go test ")
+			if j < 0 {
+				break
+			}
+			j += off
+			var cmd string
+			if fence {
+				cmd = l[j:]
+				if k := strings.Index(cmd, " #"); k >= 0 {
+					cmd = cmd[:k]
+				}
+				off = len(l)
+			} else {
+				if strings.Count(l[:j], "`")%2 == 0 {
+					off = j + 1
+					continue // prose, not code
+				}
+				cmd = l[j:]
+				for n := i + 1; !strings.Contains(cmd, "`") && n < len(lines) && n <= i+2; n++ {
+					cmd += " " + lines[n]
+				}
+				if k := strings.Index(cmd, "`"); k >= 0 {
+					cmd = cmd[:k]
+				}
+				off = j + 1
+			}
+			c := goTestCommand{line: i + 1, text: strings.TrimSpace(cmd), flags: map[string]string{}}
+			args := shellWords(cmd)
+			for k := 2; k < len(args); k++ {
+				a := args[k]
+				switch {
+				case (a == "-run" || a == "-bench") && k+1 < len(args):
+					c.flags[a] = args[k+1]
+					k++
+				case strings.HasPrefix(a, "./") && !strings.Contains(a, "..."):
+					c.pkgs = append(c.pkgs, strings.TrimSuffix(a, "/"))
+				}
+			}
+			if len(c.flags) > 0 && len(c.pkgs) > 0 {
+				cmds = append(cmds, c)
+			}
+		}
+	}
+	return cmds
+}
+
+// shellWords splits a command on blanks, honouring single and double quotes.
+func shellWords(s string) []string {
+	var words []string
+	var w strings.Builder
+	in, quote := false, byte(0)
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case quote != 0 && ch == quote:
+			quote = 0
+		case quote != 0:
+			w.WriteByte(ch)
+		case ch == '\'' || ch == '"':
+			quote, in = ch, true
+		case ch == ' ' || ch == '\t':
+			if in {
+				words = append(words, w.String())
+				w.Reset()
+				in = false
+			}
+		default:
+			w.WriteByte(ch)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, w.String())
+	}
+	return words
+}
+
+// firstLevel returns the part of a -run or -bench pattern that top-level names are
+// matched against: up to the first / outside brackets and parentheses (as package testing
+// splits it).
+func firstLevel(pat string) string {
+	return splitTop(pat, '/')[0]
+}
+
+// topAlternatives splits a regular expression at the | outside brackets and parentheses.
+func topAlternatives(re string) []string {
+	return splitTop(re, '|')
+}
+
+func splitTop(s string, sep byte) []string {
+	var parts []string
+	depth, class, start := 0, false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			i++
+		case class:
+			class = c != ']'
+		case c == '[':
+			class = true
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case c == sep && depth == 0:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+// testFuncs returns the names of the Test, Benchmark, Fuzz and Example functions of the
+// package in dir.
+func testFuncs(dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no test files in %s", dir)
+	}
+	re := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz|Example)\w*)\(`)
+	var names []string
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+			names = append(names, m[1])
+		}
+	}
+	return names, nil
 }
