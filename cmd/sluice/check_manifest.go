@@ -339,7 +339,7 @@ func envoyFilters(where string, v any, yamlPath string) []embedded {
 			switch {
 			case parentKey == "listeners" || typ == listenerType:
 				loc = append(loc, "listener "+name)
-			case parentKey == "http_filters" || typ == extConfigType:
+			case parentKey == "http_filters" || typ == extConfigType || (parentKey == "value" && has(n, "typed_config")): // an EnvoyFilter's patch.value
 				loc = append(loc, "filter "+name)
 			}
 			if typ == wasmFilterType {

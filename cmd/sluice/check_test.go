@@ -411,9 +411,10 @@ func (l *logRecorder) text() string {
 
 // TestRunLogsEscapedConfigErrors: `sluice run` with a configuration whose
 // member names and values hold a forged error line, terminal escapes and
-// non-printing runes exits 1, and its output — the module's log through the
-// host's logger, and run's own error — escapes all of it: no control
-// character, no line that starts where the forged one would.
+// non-printing runes exits 1, and its output — run's own error, printed
+// once (the module's critical log line, one per worker, is not repeated) —
+// escapes all of it: no control character, no line that starts where the
+// forged one would.
 func TestRunLogsEscapedConfigErrors(t *testing.T) {
 	wasm, err := filtertest.BuildWasm("")
 	if err != nil {
@@ -442,14 +443,17 @@ func TestRunLogsEscapedConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		`rules[0].key[0][\"ok\\nrules[0].limit: 0 is out of range 1..1000000000\"]: unknown field`,
-		`rules[0].match.headers[1][\"x\\x1b[2Jy\"]: unknown field`,
-		`[\"fail\\x7fure_mode\"]: unknown field`,
+		`rules[0].key[0]["ok\nrules[0].limit: 0 is out of range 1..1000000000"]: unknown field`,
+		`rules[0].match.headers[1]["x\x1b[2Jy"]: unknown field`,
+		`["fail\x7fure_mode"]: unknown field`,
 		"proxy_on_configure returned false",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %s:\n%s", want, out)
 		}
+	}
+	if n := strings.Count(out, "is not a duration"); n != 1 {
+		t.Errorf("the errors printed %d times, want once:\n%s", n, out)
 	}
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "rules[") || strings.HasPrefix(line, "ok") {
@@ -470,6 +474,7 @@ func TestCheckManifests(t *testing.T) {
 		"../../envoy/higress-wasmplugin.yaml":   {"WasmPlugin higress-system/sluice"},
 		"testdata/check/lds.yaml":               {"listener public, filter chain tls, filter sluice", "listener public, filter chain plain, filter limits"},
 		"testdata/check/bootstrap.json":         {"listener edge, filter sluice"},
+		"testdata/check/envoyfilter.yaml":       {"EnvoyFilter istio-system/sluice, configPatches[0], filter sluice"},
 	}
 	var all []string
 	for file, wheres := range valid {
