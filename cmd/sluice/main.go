@@ -7,7 +7,8 @@
 //	sluice version             the version, commit and Go version this binary was built from
 //
 // `sluice --help`, `sluice help` and `sluice CMD --help` print usage to stdout and exit 0; a
-// usage error prints one line and a pointer to --help on stderr and exits 2. Each
+// usage error prints one line and a pointer to --help on stderr and exits 2, worded the same
+// in every subcommand (flags named --NAME, as the help and README name them). Each
 // subcommand lives in its own file and registers itself in commands.
 package main
 
@@ -15,8 +16,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"sort"
+	"strings"
 )
 
 // command is one subcommand. run returns the process exit status.
@@ -28,7 +31,12 @@ type command struct {
 // commands is filled by init functions in the subcommand files.
 var commands = map[string]command{}
 
+// processLoggers is true in the command itself (not in tests that call dispatch): `sluice
+// run` then makes its log the process's (slog's default, the log package's, gRPC's).
+var processLoggers bool
+
 func main() {
+	processLoggers = true
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -43,12 +51,14 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 			if c, ok := commands[args[1]]; ok {
 				return c.run([]string{"--help"}, stdout, stderr)
 			}
+			if args[1] == "version" {
+				return runVersion([]string{"--help"}, stdout, stderr)
+			}
 		}
 		usage(stdout)
 		return 0
 	case "-version", "--version", "version":
-		fmt.Fprintln(stdout, versionLine())
-		return 0
+		return runVersion(args[1:], stdout, stderr)
 	}
 	c, ok := commands[args[0]]
 	if !ok {
@@ -58,10 +68,56 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	return c.run(args[1:], stdout, stderr)
 }
 
+const versionUsage = `usage: sluice version
+
+Prints the version, the commit and the Go version this binary was built from
+(also: sluice --version).
+`
+
+// runVersion is `sluice version`: the version line; --help prints its usage.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch a := args[0]; {
+		case a == "-h" || a == "-help" || a == "--help":
+			fmt.Fprint(stdout, versionUsage)
+			return 0
+		case strings.HasPrefix(a, "-"):
+			return usageError(stderr, "version", fmt.Errorf("unknown flag %s", printable(a)))
+		default:
+			return usageError(stderr, "version", fmt.Errorf("unexpected argument %q", a))
+		}
+	}
+	fmt.Fprintln(stdout, versionLine())
+	return 0
+}
+
 // usageError reports a command-line mistake in one line, with a pointer to the help.
 func usageError(stderr io.Writer, cmd string, err error) int {
-	fmt.Fprintf(stderr, "sluice %s: %v; see 'sluice %s --help'\n", cmd, err, cmd)
+	fmt.Fprintf(stderr, "sluice %s: %s; see 'sluice %s --help'\n", cmd, flagErrorText(err), cmd)
 	return 2
+}
+
+// The flag package's errors name a flag with one dash; these rewrite them as the help, the
+// README and `sluice check` word them: "unknown flag --x", "flag --x needs an argument",
+// "invalid value "v" for flag --x: …".
+var flagErrorRewrites = []struct {
+	re   *regexp.Regexp
+	repl string
+}{
+	{regexp.MustCompile(`^flag provided but not defined: -+(.*)$`), "unknown flag --$1"},
+	{regexp.MustCompile(`^flag needs an argument: -+(.*)$`), "flag --$1 needs an argument"},
+	{regexp.MustCompile(`^(invalid (?:boolean )?value ".*" for) (?:flag )?-+([^:\s]+):`), "$1 flag --$2:"},
+}
+
+// flagErrorText is err's text with the flag package's wording rewritten (flagErrorRewrites).
+func flagErrorText(err error) string {
+	msg := err.Error()
+	for _, r := range flagErrorRewrites {
+		if r.re.MatchString(msg) {
+			return r.re.ReplaceAllString(msg, r.repl)
+		}
+	}
+	return msg
 }
 
 // versionLine describes the build from the binary's build information: module version,

@@ -24,7 +24,7 @@ func TestCommandLineConventions(t *testing.T) {
 		{[]string{"--version"}, 0, "sluice ", ""},
 		{[]string{"version"}, 0, runtime.Version(), ""},
 		{[]string{"bogus"}, 2, "", `sluice: unknown command "bogus"; see 'sluice --help'`},
-		{[]string{"simulate", "--limit", "x"}, 2, "", `sluice simulate: invalid value "x" for flag -limit: parse error; see 'sluice simulate --help'`},
+		{[]string{"simulate", "--limit", "x"}, 2, "", `sluice simulate: invalid value "x" for flag --limit: parse error; see 'sluice simulate --help'`},
 	} {
 		var out, errOut bytes.Buffer
 		code := dispatch(tc.args, &out, &errOut)

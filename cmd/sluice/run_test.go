@@ -253,7 +253,7 @@ func TestRunCommandLine(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"-h"}, 0, "usage: sluice run"},
-		{[]string{"--nope"}, 2, "flag provided but not defined"},
+		{[]string{"--nope"}, 2, "sluice run: unknown flag --nope; see 'sluice run --help'"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--wasm", "/does/not/exist.wasm"}, 1, "reading --wasm"},
 		{[]string{"--workers", "0", "--wasm", "x"}, 1, "--workers must be at least 1"},
@@ -262,7 +262,7 @@ func TestRunCommandLine(t *testing.T) {
 		{[]string{"--cluster", "noequals"}, 2, "want NAME=URL"},
 		{[]string{"--log-level", "loud"}, 1, "--log-level"},
 		{[]string{"--config", "/does/not/exist.json", "--wasm", os.Args[0]}, 1, "reading --config"},
-		{[]string{"--call-timeout", "5x"}, 2, `sluice run: invalid value "5x" for flag -call-timeout: "5x" is not a duration (500ms, 1m30s, 1h, 1d); see 'sluice run --help'`},
+		{[]string{"--call-timeout", "5x"}, 2, `sluice run: invalid value "5x" for flag --call-timeout: "5x" is not a duration (500ms, 1m30s, 1h, 1d); see 'sluice run --help'`},
 		{[]string{"--profile", "envoy-9"}, 2, `--profile: host: unknown profile "envoy-9" (known: cpphost-533, envoy-1.33, higress, permissive)`},
 		{[]string{"-h"}, 0, "envoy-1.33, cpphost-533, higress, permissive (the default is the strictest"},
 		{[]string{"--failure-policy", "reboot"}, 2, `--failure-policy: host: unknown failure policy "reboot"`},
