@@ -25,9 +25,12 @@ wasm:
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -tags redis -o $(WASMREDIS) ./cmd/sluice-wasm
 	$(GO) run ./internal/wasmpatch/cmd/wasmpatch $(WASM) $(WASMREDIS)
 
-$(BIN): FORCE
-	@mkdir -p $(DIST)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sluice
+# dist/sluice carries both modules (cmd/sluice/embedded.go), so it runs from anywhere: they
+# are copied into cmd/sluice/embedded/ (not committed) and built in with -tags embedwasm.
+$(BIN): FORCE wasm
+	@mkdir -p $(DIST) cmd/sluice/embedded
+	cp $(WASM) $(WASMREDIS) cmd/sluice/embedded/
+	CGO_ENABLED=0 $(GO) build -trimpath -tags embedwasm -o $(BIN) ./cmd/sluice
 FORCE:
 
 # The OCI images envoy/'s manifests name, without Docker (cmd/sluice-images; README, "Images"):

@@ -40,7 +40,7 @@ func init() {
 
 const runUsage = `usage: sluice run [flags]
 
-Serves HTTP on --listen through a Proxy-Wasm filter (default: dist/sluice.wasm) running
+Serves HTTP on --listen through a Proxy-Wasm filter (default: the module built in) running
 on an embedded host (one VM per worker), forwarding what the filter lets through to
 --upstream, or to a built-in echo server when --upstream is not given. --listen speaks
 HTTP/1.1 and HTTP/2 cleartext (h2c with prior knowledge, as gRPC clients use it); an
@@ -105,7 +105,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sluice run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	fs.StringVar(&cfg.wasm, "wasm", "dist/sluice.wasm", "Proxy-Wasm module to run")
+	fs.StringVar(&cfg.wasm, "wasm", "", "Proxy-Wasm module to run (default: the one built into this binary: sluice.wasm, or sluice-redis.wasm for a --config with a \"redis\" rule)")
 	fs.StringVar(&cfg.configPath, "config", "", "plugin configuration file (default: the embedded example, 5 requests per 10s per client IP)")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
 	fs.StringVar(&cfg.upstream, "upstream", "", "URL to forward allowed requests to: http://, https://, or h2c://HOST:PORT for HTTP/2 cleartext (a gRPC server) (default: a built-in echo server)")
@@ -196,6 +196,9 @@ func parseLevel(s string) (slog.Level, error) {
 // startRun loads the module and configuration, starts the host and the listeners, and
 // returns once they accept connections. Everything stops when ctx ends.
 func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*runServer, error) {
+	if cfg.wasm == "" {
+		cfg.wasm = defaultWasm(cfg.configPath) // embedded.go
+	}
 	in, err := readRunInputs(cfg)
 	if err != nil {
 		return nil, err
@@ -300,12 +303,8 @@ func readRunInputs(cfg runConfig) (runInputs, error) {
 	if cfg.memoryMB < 1 || cfg.memoryMB > 4096 {
 		return in, fmt.Errorf("--memory-limit-mb must be in 1..4096, got %d", cfg.memoryMB)
 	}
-	if in.wasm, err = os.ReadFile(cfg.wasm); err != nil {
-		hint := ""
-		if errors.Is(err, os.ErrNotExist) && cfg.wasm == "dist/sluice.wasm" {
-			hint = " (build it with `make wasm`, or pass --wasm)"
-		}
-		return in, fmt.Errorf("reading --wasm: %v%s", err, hint)
+	if in.wasm, err = readWasm(cfg.wasm); err != nil {
+		return in, err
 	}
 	in.pluginConfig, in.configName = defaultConfig, "embedded default (5 requests per 10s per client IP)"
 	if cfg.configPath != "" {
