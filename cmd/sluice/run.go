@@ -21,6 +21,7 @@ import (
 	"runtime/pprof"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -75,6 +76,7 @@ type runConfig struct {
 	cacheDir                                                  string
 	clusters                                                  clusterFlag
 	profile                                                   string
+	logger                                                    *slog.Logger // nil: startRun makes one on stderr (runRun shares its own)
 }
 
 type clusterFlag map[string]string
@@ -145,13 +147,24 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if _, err := host.ParseFailurePolicy(cfg.failurePolicy); err != nil {
 		return usageError(stderr, "run", fmt.Errorf("--failure-policy: %v", err))
 	}
+	if level, err := parseLevel(cfg.logLevel); err == nil { // else startRun says so
+		cfg.logger = newRunLogger(stderr, level)
+		if processLoggers {
+			useProcessLogger(cfg.logger)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP reloads --config (a signal during start-up waits for it to finish).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	srv, err := startRun(ctx, cfg, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice run: %v\n", err)
 		return 1
 	}
+	go srv.reloadOn(ctx, hup)
 	if err := srv.wait(); err != nil {
 		fmt.Fprintf(stderr, "sluice run: %v\n", err)
 		return 1
@@ -170,6 +183,14 @@ type runServer struct {
 	cleanups            []func()
 	shutdownGracePeriod time.Duration
 	drainTimeout        time.Duration
+
+	// For SIGHUP (reload): --config, the configuration in force, the module's build and
+	// --cluster. reloadMu orders reloads.
+	reloadMu     sync.Mutex
+	configPath   string
+	pluginConfig []byte
+	build        config.Build
+	clusters     map[string]string
 }
 
 // defaultDrainTimeout is --drain-timeout's default: time for the filter's root contexts to
@@ -203,10 +224,24 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 	if err != nil {
 		return nil, err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: in.level}))
+	if err := checkServices(cfg, in); err != nil {
+		return nil, err
+	}
+	logger := cfg.logger
+	if logger == nil {
+		logger = newRunLogger(stderr, in.level)
+	}
+	// Until the host has started, log records are held: a configuration the filter refuses
+	// is then printed once, by the command (hostStartError), not once more per worker.
+	hold := &holdState{holding: true}
+	logger = slog.New(holdHandler{inner: logger.Handler(), st: hold})
+	if in.upstreamURL != nil {
+		in.upstream = reverseProxy(in.upstreamURL, logger)
+	}
 	opts := runHostOptions(cfg, in, logger)
 	rs := &runServer{errc: make(chan error, 2), done: make(chan struct{}), shutdownGracePeriod: 10 * time.Second, drainTimeout: cfg.drainTimeout}
 	fail := func(err error) (*runServer, error) {
+		hold.release(nil)
 		for _, c := range rs.cleanups {
 			c()
 		}
@@ -217,7 +252,14 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 	}
 	h, err := host.New(ctx, opts)
 	if err != nil {
-		return fail(hostStartError(cfg, in, err))
+		err = hostStartError(cfg, in, err)
+		var refused configRefused
+		if errors.As(err, &refused) {
+			// The command prints the reasons once; the module's own critical line (one per
+			// worker, escaped onto one line) would repeat them.
+			hold.release(func(r slog.Record) bool { return r.Level >= slog.LevelError+4 })
+		}
+		return fail(err)
 	}
 	rs.host = h
 	rs.cleanups = append(rs.cleanups, func() { h.Close(context.Background()) })
@@ -230,6 +272,8 @@ func startRun(ctx context.Context, cfg runConfig, stdout, stderr io.Writer) (*ru
 	if adminLn != nil {
 		fmt.Fprintf(stdout, "sluice: admin on http://%s (/dashboard/ /metrics /status /healthz)\n", rs.adminAddr)
 	}
+	hold.release(nil)
+	rs.configPath, rs.pluginConfig, rs.build, rs.clusters = cfg.configPath, in.pluginConfig, moduleBuild(in.wasm), cfg.clusters
 	rs.serve(ctx, ln, adminLn)
 	// Compiling the module leaves tens of MB of garbage that the Go runtime would keep
 	// (and only slowly return): collect it and give it back now, off the serving path.
@@ -282,6 +326,7 @@ type runInputs struct {
 	pluginConfig []byte
 	configName   string
 	upstream     http.Handler
+	upstreamURL  *url.URL // --upstream; nil: the built-in echo (upstream)
 	upstreamName string
 }
 
@@ -319,7 +364,7 @@ func readRunInputs(cfg runConfig) (runInputs, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "h2c") || u.Host == "" {
 			return in, fmt.Errorf("--upstream: want an http://, https:// or h2c:// URL, got %q", cfg.upstream)
 		}
-		in.upstream, in.upstreamName = reverseProxy(u), u.String()
+		in.upstreamURL, in.upstreamName = u, u.String()
 	}
 	return in, nil
 }
@@ -381,15 +426,25 @@ func (rs *runServer) applyRunHooks(opts *host.Options) error {
 // configuration it says why as `sluice check` does, one error per line with the file name
 // (the module's own log line has them too, escaped onto one line).
 func hostStartError(cfg runConfig, in runInputs, err error) error {
-	build := config.BuildLocal
-	if wasmpatch.ImportsFunction(in.wasm, "env", "proxy_redis_call") {
-		build = config.BuildRedis
-	}
+	build := moduleBuild(in.wasm)
 	if _, perr := config.ParseFor(in.pluginConfig, build); perr != nil && strings.Contains(err.Error(), "proxy_on_configure returned false") {
 		lines, _ := configErrorLines(printable(in.configName), in.pluginConfig, perr)
-		return fmt.Errorf("the filter %s refused the configuration (proxy_on_configure returned false; as `sluice check` finds it for %s):\n%s", cfg.wasm, build, strings.Join(lines, "\n"))
+		return configRefused{fmt.Errorf("the filter %s refused the configuration (proxy_on_configure returned false; as `sluice check` finds it for %s):\n%s", cfg.wasm, build, strings.Join(lines, "\n"))}
 	}
 	return fmt.Errorf("starting the filter %s: %v", cfg.wasm, err)
+}
+
+// configRefused is hostStartError's error for a configuration the sluice module refused,
+// with sluice check's lines.
+type configRefused struct{ error }
+
+// moduleBuild tells which sluice artifact a module is: sluice-redis.wasm imports Higress's
+// Redis calls.
+func moduleBuild(wasm []byte) config.Build {
+	if wasmpatch.ImportsFunction(wasm, "env", "proxy_redis_call") {
+		return config.BuildRedis
+	}
+	return config.BuildLocal
 }
 
 // listen binds --listen and, when given, --admin, and sets up their servers in rs (the
@@ -497,14 +552,18 @@ func (rs *runServer) wait() error {
 	}
 }
 
+// upstreamLogInterval is the least time between two log lines about --upstream failing.
+const upstreamLogInterval = 10 * time.Second
+
 // reverseProxy forwards to target, keeping the client's Host (as Envoy keeps :authority)
 // and appending the peer to X-Forwarded-For. An h2c:// target is reached over HTTP/2
 // cleartext with prior knowledge: one pooled connection multiplexes the requests, the
 // request body streams up while the response streams down (flushed as it comes: its
 // length is unknown), and trailers pass in both directions (httputil.ReverseProxy
 // carries them; TE is reduced to "trailers").
-func reverseProxy(target *url.URL) http.Handler {
+func reverseProxy(target *url.URL, logger *slog.Logger) http.Handler {
 	var transport http.RoundTripper
+	name := target.String()
 	if target.Scheme == "h2c" {
 		t := *target
 		t.Scheme = "http"
@@ -528,11 +587,10 @@ func reverseProxy(target *url.URL) http.Handler {
 				pr.Out.Header.Set("X-Forwarded-Proto", "https")
 			}
 		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			w.Header().Set("Content-Type", "text/plain")
-			w.WriteHeader(http.StatusBadGateway)
-			io.WriteString(w, "upstream unavailable\n")
-		},
+		// An upstream that cannot be reached gets Envoy's answer (503, or UNAVAILABLE to a
+		// gRPC request), and its cause is logged, one line per 10 s (host/upstream.go).
+		ErrorHandler: host.UpstreamErrorHandler(logger, name, upstreamLogInterval),
+		ErrorLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }
 
