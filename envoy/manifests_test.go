@@ -2,7 +2,10 @@ package envoy
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/google/go-containerregistry/pkg/name"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protopath"
@@ -22,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/internal/images"
 )
 
 // The extension packages are imported (above) so that every @type in the
@@ -395,5 +400,118 @@ func TestIstioWasmPluginMistakesFail(t *testing.T) {
 				t.Logf("rejected: %.200s", err)
 			}
 		})
+	}
+}
+
+// imageLine is a manifest line naming an image: a WasmPlugin's url or a container's image.
+var imageLine = regexp.MustCompile(`^\s*(?:-\s+)?(url|image):\s*"?([^\s"#]+)`)
+
+// checkImageReferences returns what is wrong with the image references of a manifest:
+// every image has a version tag or a digest, never latest; sluice's own images have the
+// tag `make images` builds, are followed by imagePullPolicy: IfNotPresent, and a comment in
+// the file shows their digest form. It returns the number of sluice references too.
+func checkImageReferences(file, text string) (problems []string, sluice int) {
+	fail := func(line int, format string, args ...any) {
+		problems = append(problems, fmt.Sprintf("%s:%d: ", file, line+1)+fmt.Sprintf(format, args...))
+	}
+	lines := strings.Split(text, "\n")
+	for i, line := range lines {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "imagePullPolicy:"); ok && k == "" && strings.TrimSpace(v) != "IfNotPresent" {
+			fail(i, "imagePullPolicy %s: every image here has a fixed version, IfNotPresent fetches it once", strings.TrimSpace(v))
+		}
+		m := imageLine.FindStringSubmatch(line)
+		if m == nil || (m[1] == "url" && !strings.HasPrefix(m[2], "oci://")) {
+			continue // an https:// url (with sha256) or a file
+		}
+		s := strings.TrimPrefix(m[2], "oci://")
+		ref, err := name.ParseReference(s)
+		if err != nil {
+			fail(i, "%s: %v", s, err)
+			continue
+		}
+		last := s[strings.LastIndex(s, "/")+1:]
+		tag, isTag := ref.(name.Tag)
+		switch {
+		case isTag && !strings.Contains(last, ":"):
+			fail(i, "%s has no tag: it means latest", s)
+		case isTag && tag.TagStr() == "latest":
+			fail(i, "%s: latest moves, and IfNotPresent never fetches it again", s)
+		}
+		repo := ref.Context().Name()
+		if !strings.HasPrefix(repo, images.Registry+"/") {
+			continue
+		}
+		sluice++
+		if !isTag || tag.TagStr() != images.Version {
+			fail(i, "%s: want the tag make images builds, %s", s, images.Version)
+		}
+		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "imagePullPolicy: IfNotPresent" {
+			fail(i, "%s: not followed by imagePullPolicy: IfNotPresent", s)
+		}
+		digestForm := false
+		for _, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), "#") && strings.Contains(l, repo+"@sha256:") {
+				digestForm = true
+			}
+		}
+		if !digestForm {
+			fail(i, "no comment shows the digest form %s@sha256:…", repo)
+		}
+	}
+	return problems, sluice
+}
+
+// The manifests name images that exist once `make images` has run and been published: a
+// version tag (internal/images.Version), never latest, with the digest form shown.
+func TestManifestImageReferences(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatal(files, err)
+	}
+	total := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems, n := checkImageReferences(f, string(data))
+		for _, p := range problems {
+			t.Error(p)
+		}
+		total += n
+	}
+	// sluice in istio-wasmplugin, -rls, istio-routes; sluice-redis in higress-wasmplugin;
+	// sluice-serve in istio-ratelimit-service.
+	if total != 5 {
+		t.Errorf("%d references to sluice's images, want 5", total)
+	}
+
+	data, err := os.ReadFile("istio-wasmplugin.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagged := "oci://" + images.Registry + "/" + images.NameWasm + ":" + images.Version
+	for _, c := range []struct{ name, old, new string }{
+		{"latest", tagged, strings.TrimSuffix(tagged, images.Version) + "latest"},
+		{"no tag", tagged, strings.TrimSuffix(tagged, ":"+images.Version)},
+		{"another version", tagged, strings.TrimSuffix(tagged, images.Version) + "0.0.9"},
+		{"pull policy", "imagePullPolicy: IfNotPresent", "imagePullPolicy: Always"},
+		{"no digest form", "/" + images.NameWasm + "@sha256:", "/" + images.NameWasm + ":sha256-"},
+	} {
+		if !strings.Contains(string(data), c.old) {
+			t.Fatalf("%s: istio-wasmplugin.yaml lacks %q", c.name, c.old)
+		}
+		if problems, _ := checkImageReferences("istio-wasmplugin.yaml", strings.Replace(string(data), c.old, c.new, 1)); len(problems) == 0 {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+	if problems, _ := checkImageReferences("x.yaml", "containers:\n- name: r\n  image: redis:latest\n"); len(problems) == 0 {
+		t.Error("a third-party :latest accepted")
+	}
+	if problems, _ := checkImageReferences("x.yaml", "containers:\n- name: r\n  image: redis\n"); len(problems) == 0 {
+		t.Error("a third-party image without a tag accepted")
 	}
 }

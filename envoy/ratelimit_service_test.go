@@ -379,13 +379,14 @@ type (
 		} `json:"exec,omitempty"`
 	}
 	k8sContainer struct {
-		Name           string    `json:"name"`
-		Image          string    `json:"image"`
-		Command        []string  `json:"command,omitempty"`
-		Args           []string  `json:"args,omitempty"`
-		Ports          []k8sPort `json:"ports,omitempty"`
-		ReadinessProbe *k8sProbe `json:"readinessProbe,omitempty"`
-		Resources      *struct {
+		Name            string    `json:"name"`
+		Image           string    `json:"image"`
+		ImagePullPolicy string    `json:"imagePullPolicy,omitempty"`
+		Command         []string  `json:"command,omitempty"`
+		Args            []string  `json:"args,omitempty"`
+		Ports           []k8sPort `json:"ports,omitempty"`
+		ReadinessProbe  *k8sProbe `json:"readinessProbe,omitempty"`
+		Resources       *struct {
 			Requests map[string]string `json:"requests,omitempty"`
 			Limits   map[string]string `json:"limits,omitempty"`
 		} `json:"resources,omitempty"`
