@@ -46,6 +46,8 @@ on an embedded host (one VM per worker), forwarding what the filter lets through
 --upstream, or to a built-in echo server when --upstream is not given. --listen speaks
 HTTP/1.1 and HTTP/2 cleartext (h2c with prior knowledge, as gRPC clients use it); an
 upstream given as h2c://HOST:PORT is reached over HTTP/2 cleartext (a gRPC server).
+SIGHUP reloads --config (a file with an error keeps the previous configuration and logs
+why); SIGTERM or SIGINT stops gracefully (see --drain-timeout). The log is on stderr.
 
 Flags:
 `
