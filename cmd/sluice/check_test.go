@@ -555,8 +555,8 @@ func TestCheckManifestErrors(t *testing.T) {
 				`WasmPlugin higress-system/sluice: matchRules[0].ingress[1]: "" is empty`}},
 		// sluice.wasm named by the plugin: its Redis rules are refused.
 		{file: "../../envoy/higress-wasmplugin.yaml",
-			old:  []string{"sluice-redis:latest", "      scope: partners"},
-			new:  []string{"sluice:latest", "      scope: part.ners"},
+			old:  []string{"sluice-redis:0.1.0", "      scope: partners"},
+			new:  []string{"sluice:0.1.0", "      scope: part.ners"},
 			want: []string{`WasmPlugin higress-system/sluice: defaultConfig.rules[0].backend: "redis" needs sluice-redis.wasm`}},
 		{file: "testdata/check/ecds.yaml",
 			want: []string{`filter sluice-ecds: rules[0].window: "1x" is not a duration`, `filter sluice-ecds: rules[0].burst: applies only to token_bucket and leaky_bucket, not sliding_log`}},
