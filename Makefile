@@ -19,10 +19,14 @@ all: build
 
 build: $(BIN) wasm
 
+# Builds print a count of the packages they compile on a cold cache (.ci/build-progress.awk),
+# nothing when it is warm; pipefail keeps a failing build failing.
+wasm $(BIN): SHELL := /bin/bash
+wasm $(BIN): .SHELLFLAGS := -o pipefail -ec
 wasm:
 	@mkdir -p $(DIST)
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./cmd/sluice-wasm
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -tags redis -o $(WASMREDIS) ./cmd/sluice-wasm
+	GOOS=wasip1 GOARCH=wasm $(GO) build -v -buildmode=c-shared -trimpath -o $(WASM) ./cmd/sluice-wasm 2>&1 | awk -f .ci/build-progress.awk
+	GOOS=wasip1 GOARCH=wasm $(GO) build -v -buildmode=c-shared -trimpath -tags redis -o $(WASMREDIS) ./cmd/sluice-wasm 2>&1 | awk -f .ci/build-progress.awk
 	$(GO) run ./internal/wasmpatch/cmd/wasmpatch $(WASM) $(WASMREDIS)
 
 # dist/sluice carries both modules (cmd/sluice/embedded.go), so it runs from anywhere: they
@@ -30,7 +34,7 @@ wasm:
 $(BIN): FORCE wasm
 	@mkdir -p $(DIST) cmd/sluice/embedded
 	cp $(WASM) $(WASMREDIS) cmd/sluice/embedded/
-	CGO_ENABLED=0 $(GO) build -trimpath -tags embedwasm -o $(BIN) ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build -v -trimpath -tags embedwasm -o $(BIN) ./cmd/sluice 2>&1 | awk -f .ci/build-progress.awk
 FORCE:
 
 # The OCI images envoy/'s manifests name, without Docker (cmd/sluice-images; README, "Images"):

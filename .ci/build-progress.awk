@@ -1,4 +1,5 @@
-# Filters `go vet -v ./... 2>&1` (make test): on a cold build cache go prints each package
+# Filters `go vet -v ./... 2>&1` (make test) and `go build -v … 2>&1` (make build): on a
+# cold build cache go prints each package
 # it compiles, one import path a line; this prints a count every 50 of them instead, and
 # every other line (vet's findings, errors) as it comes. Nothing when the cache is warm.
 function out(s) { print s; fflush() }
@@ -8,4 +9,4 @@ function out(s) { print s; fflush() }
 	next
 }
 { out($0) }
-END { if (n) out("compiled " n " packages") }
+END { if (n) out("compiled " n (n == 1 ? " package" : " packages")) }
