@@ -133,39 +133,7 @@ func TestGRPCUnaryThroughSluiceRun(t *testing.T) {
 	hc := healthpb.NewHealthClient(grpcClient(t, p))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	counts := map[codes.Code]int{}
-	for i := 0; i < 20; i++ {
-		var header, trailer metadata.MD
-		resp, err := hc.Check(tenant(ctx, "acme"), &healthpb.HealthCheckRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
-		st := status.Convert(err)
-		counts[st.Code()]++
-		switch st.Code() {
-		case codes.OK:
-			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-				t.Errorf("call %d: %v", i+1, resp)
-			}
-			// The response phase adds the rate-limit headers to the upstream's HTTP/2 response.
-			if got := header.Get("ratelimit"); len(got) != 1 || !strings.HasPrefix(got[0], `"health";r=`) {
-				t.Errorf("call %d: ratelimit header %q (headers %v)", i+1, got, header)
-			}
-		case codes.ResourceExhausted:
-			if st.Message() != "rate limited" {
-				t.Errorf("call %d: message %q", i+1, st.Message())
-			}
-			checkPushback(t, trailer, 3600_000)
-			if got := trailer.Get("ratelimit"); len(got) != 1 || got[0] == "" {
-				t.Errorf("call %d: ratelimit %q in %v", i+1, got, trailer)
-			}
-		default:
-			t.Errorf("call %d: %v", i+1, err)
-		}
-	}
-	if counts[codes.OK] != 5 || counts[codes.ResourceExhausted] != 15 {
-		t.Errorf("codes %v, want 5 OK and 15 ResourceExhausted", counts)
-	}
-	if _, err := hc.Check(tenant(ctx, "other"), &healthpb.HealthCheckRequest{}); err != nil {
-		t.Errorf("another tenant: %v", err)
-	}
+	checkHealthLimited(ctx, t, hc)
 	// HTTP/1.1 on the same port, the same rule and tenant: the plain rejection.
 	req, _ := http.NewRequestWithContext(ctx, "POST", p.url+"/grpc.health.v1.Health/Check", strings.NewReader("{}"))
 	req.Header.Set("Content-Type", "application/json")
@@ -310,5 +278,46 @@ func TestGRPCFailureClosedThroughSluiceRun(t *testing.T) {
 	// Without the rule's key the store is not asked: the call goes through.
 	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("a call no rule applies to: %v", err)
+	}
+}
+
+// checkHealthLimited makes 20 health checks as tenant acme through a proxy whose rule
+// "health" allows 5 per hour per tenant: exactly 5 OK (SERVING, a ratelimit header) and 15
+// RESOURCE_EXHAUSTED "rate limited" with the pushback, Retry-After and ratelimit in the
+// trailers; then another tenant is not limited.
+func checkHealthLimited(ctx context.Context, t *testing.T, hc healthpb.HealthClient) {
+	t.Helper()
+	counts := map[codes.Code]int{}
+	for i := 0; i < 20; i++ {
+		var header, trailer metadata.MD
+		resp, err := hc.Check(tenant(ctx, "acme"), &healthpb.HealthCheckRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
+		st := status.Convert(err)
+		counts[st.Code()]++
+		switch st.Code() {
+		case codes.OK:
+			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("call %d: %v", i+1, resp)
+			}
+			// The response phase adds the rate-limit headers to the upstream's HTTP/2 response.
+			if got := header.Get("ratelimit"); len(got) != 1 || !strings.HasPrefix(got[0], `"health";r=`) {
+				t.Errorf("call %d: ratelimit header %q (headers %v)", i+1, got, header)
+			}
+		case codes.ResourceExhausted:
+			if st.Message() != "rate limited" {
+				t.Errorf("call %d: message %q", i+1, st.Message())
+			}
+			checkPushback(t, trailer, 3600_000)
+			if got := trailer.Get("ratelimit"); len(got) != 1 || !strings.HasPrefix(got[0], `"health";r=0;`) {
+				t.Errorf("call %d: ratelimit %q in trailers %v", i+1, got, trailer)
+			}
+		default:
+			t.Errorf("call %d: %v (header %v, trailer %v)", i+1, err, header, trailer)
+		}
+	}
+	if counts[codes.OK] != 5 || counts[codes.ResourceExhausted] != 15 {
+		t.Errorf("codes %v, want 5 OK and 15 ResourceExhausted", counts)
+	}
+	if _, err := hc.Check(tenant(ctx, "other"), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("another tenant: %v", err)
 	}
 }
