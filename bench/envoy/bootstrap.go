@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"text/template"
+)
+
+// keyHeader carries the rate-limit key in every measured request (sluice-load -key-header).
+const keyHeader = "x-key"
+
+// Limits: "admitted" is far above any load this machine can offer; "denied" is 1 per hour,
+// so once every key has been used (the warm-up) every request is refused.
+const (
+	admitLimit = 1_000_000_000 // per second
+	denyLimit  = 1             // per hour
+)
+
+// family is one filter setup; one Envoy process per family and round serves all its variants,
+// one listener each.
+type family struct {
+	name string
+	what string
+	kind string // "none", "noop", "native", "sluice"
+	// sluice only
+	algorithm string // token_bucket, sliding_window
+	headers   string // response headers: none, both
+	// baseline families are measured on one variant only (the filter ignores keys).
+	baseline bool
+}
+
+// variant is a key spread and an outcome.
+type variant struct {
+	name string
+	keys int  // distinct values of keyHeader, round-robin
+	deny bool // limit 1 per hour, keys exhausted by the warm-up
+}
+
+var families = []family{
+	{name: "none", what: "no HTTP filter but the router", kind: "none", baseline: true},
+	{name: "noop", what: "no-op standard-Go Proxy-Wasm module (host/testdata/guests/minimal, patched as sluice.wasm)", kind: "noop", baseline: true},
+	{name: "native", what: "Envoy's local_ratelimit: a token bucket per x-key value (dynamic descriptor, max_dynamic_descriptors 2000)", kind: "native"},
+	{name: "tb-none", what: "sluice token_bucket on x-key, response headers none", kind: "sluice", algorithm: "token_bucket", headers: "none"},
+	{name: "tb-both", what: "sluice token_bucket on x-key, response headers both", kind: "sluice", algorithm: "token_bucket", headers: "both"},
+	{name: "sw-none", what: "sluice sliding_window on x-key, response headers none", kind: "sluice", algorithm: "sliding_window", headers: "none"},
+}
+
+var variants = []variant{
+	{name: "admit-1", keys: 1},
+	{name: "admit-1k", keys: 1000},
+	{name: "deny-1", keys: 1, deny: true},
+	{name: "deny-1k", keys: 1000, deny: true},
+}
+
+// baselineVariant is the variant the baseline families are measured on.
+const baselineVariant = "admit-1k"
+
+// wantStatus is the status every measured request of v must get.
+func (v variant) wantStatus() int {
+	if v.deny {
+		return 429
+	}
+	return 200
+}
+
+// pluginConfig is sluice's configuration for a variant of a sluice family. The rule name
+// differs per variant: the listeners of one process share the VMs and their shared data.
+func pluginConfig(f family, v variant) string {
+	limit, window := admitLimit, "1s"
+	if v.deny {
+		limit, window = denyLimit, "1h"
+	}
+	return fmt.Sprintf(`{"rules":[{"name":%q,"key":[{"header":%q}],"algorithm":%q,"limit":%d,"window":%q}],"response":{"headers":%q}}`,
+		v.name, keyHeader, f.algorithm, limit, window, f.headers)
+}
+
+// listenerName is the listener serving a variant.
+func listenerName(v variant) string { return "v-" + v.name }
+
+type listenerData struct {
+	Name     string
+	Native   bool
+	Wasm     bool
+	VMID     string
+	Config   string // JSON string literal of the plugin configuration
+	MaxToks  int
+	FillSecs int
+}
+
+type bootstrapData struct {
+	Family       string
+	UpstreamPort int
+	WasmPath     string
+	Listeners    []listenerData
+}
+
+// renderBootstrap renders the Envoy bootstrap of one family: an admin endpoint and one
+// listener per variant on free loopback ports, and the upstream, a direct response from a
+// listener of the same Envoy on upstreamPort. wasm is the module of the wasm families.
+func renderBootstrap(f family, wasm string, upstreamPort int) ([]byte, error) {
+	d := bootstrapData{Family: f.name, UpstreamPort: upstreamPort, WasmPath: wasm}
+	for _, v := range variants {
+		l := listenerData{Name: listenerName(v)}
+		switch f.kind {
+		case "none":
+		case "noop":
+			l.Wasm, l.VMID, l.Config = true, "noop", `""`
+		case "native":
+			l.Native, l.MaxToks, l.FillSecs = true, admitLimit, 1
+			if v.deny {
+				l.MaxToks, l.FillSecs = denyLimit, 3600
+			}
+		case "sluice":
+			b, _ := json.Marshal(pluginConfig(f, v))
+			l.Wasm, l.VMID, l.Config = true, "sluice", string(b)
+		default:
+			return nil, fmt.Errorf("family %s: unknown kind %q", f.name, f.kind)
+		}
+		d.Listeners = append(d.Listeners, l)
+	}
+	var buf bytes.Buffer
+	if err := bootstrapTmpl.Execute(&buf, d); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
+	"quote": strconv.Quote,
+}).Parse(`# bench/envoy, family {{.Family}}: every listener loopback, admin and measured listeners
+# on free ports (read back from the admin endpoint).
+admin:
+  address:
+    socket_address: {address: 127.0.0.1, port_value: 0}
+static_resources:
+  listeners:
+  - name: upstream
+    address:
+      socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: upstream
+          route_config:
+            virtual_hosts:
+            - name: upstream
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                direct_response: {status: 200, body: {inline_string: "ok\n"}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{- range .Listeners}}
+  - name: {{.Name}}
+    address:
+      socket_address: {address: 127.0.0.1, port_value: 0}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {{.Name}}
+          route_config:
+            virtual_hosts:
+            - name: backend
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: upstream}
+          http_filters:
+{{- if .Native}}
+          - name: envoy.filters.http.local_ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+              stat_prefix: {{.Name}}
+              token_bucket: {max_tokens: 1000000000, tokens_per_fill: 1000000000, fill_interval: 1s}
+              filter_enabled:
+                default_value: {numerator: 100, denominator: HUNDRED}
+              filter_enforced:
+                default_value: {numerator: 100, denominator: HUNDRED}
+              always_consume_default_token_bucket: false
+              max_dynamic_descriptors: 2000
+              rate_limits:
+              - actions:
+                - request_headers: {header_name: x-key, descriptor_key: key}
+              descriptors:
+              - entries: [{key: key}]
+                token_bucket: {max_tokens: {{.MaxToks}}, tokens_per_fill: {{.MaxToks}}, fill_interval: {{.FillSecs}}s}
+{{- end}}
+{{- if .Wasm}}
+          - name: {{.VMID}}
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: {{.VMID}}
+                root_id: {{.VMID}}
+                failure_policy: FAIL_CLOSED
+                vm_config:
+                  vm_id: {{.VMID}}
+                  runtime: envoy.wasm.runtime.v8
+                  code:
+                    local:
+                      filename: {{quote $.WasmPath}}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {{.Config}}
+{{- end}}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{- end}}
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    circuit_breakers:
+      thresholds:
+      - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
+`))
