@@ -102,6 +102,15 @@ BENCH_COMPARE_FLAGS ?=
 bench-compare:
 	$(GO) run ./e2e/cmd/sluice-compare $(BENCH_COMPARE_FLAGS)
 
+# sluice.wasm where users run it (issue 25): one real Envoy (ENVOY=path, else 1.40.0, fetched),
+# --concurrency 2, against Envoy's native local_ratelimit, a no-op module and no filter;
+# ratios per round, medians and ranges of 5 interleaved rounds, written to
+# bench/envoy/results.txt (bench/envoy; e.g. BENCH_ENVOY_FLAGS="-rounds 7 -d 5s").
+.PHONY: bench-envoy
+BENCH_ENVOY_FLAGS ?=
+bench-envoy: wasm
+	$(GO) run ./bench/envoy -wasm $(WASM) $(BENCH_ENVOY_FLAGS)
+
 # Short fuzzing pass over every fuzz target (FUZZTIME per target).
 FUZZTIME ?= 10s
 fuzz:
