@@ -175,13 +175,13 @@ func (e *env) setup() error {
 	return envoyproc.CheckV8(e.target, chk)
 }
 
-// config is one measured configuration: a family on a variant.
-type config struct {
+// setup is one measured configuration: a family on a variant.
+type setup struct {
 	f family
 	v variant
 }
 
-func (c config) name() string { return c.f.name + " " + c.v.name }
+func (c setup) name() string { return c.f.name + " " + c.v.name }
 
 // sample is one configuration's figures in one round.
 type sample struct {
@@ -287,7 +287,7 @@ func (e *env) runFamily(f family, round int) (famSample, map[string]sample, erro
 	out := map[string]sample{}
 	for k := range vs {
 		v := vs[(k+round)%len(vs)]
-		c := config{f, v}
+		c := setup{f, v}
 		s, err := e.measure(p, c)
 		if err != nil {
 			return famSample{}, nil, fmt.Errorf("%s: %v", c.name(), err)
@@ -320,7 +320,7 @@ func (e *env) runFamily(f family, round int) (famSample, map[string]sample, erro
 
 // measure warms a configuration's listener up (which also exhausts a denied variant's keys)
 // and measures one closed-loop run: Envoy's CPU over it per request served, and req/s.
-func (e *env) measure(p *envoyProc, c config) (sample, error) {
+func (e *env) measure(p *envoyProc, c setup) (sample, error) {
 	url, err := p.url(listenerName(c.v))
 	if err != nil {
 		return sample{}, err
@@ -402,7 +402,7 @@ func (e *env) report(w io.Writer, fams []family, samples map[string][]sample, fa
 			if !slices.ContainsFunc(f.variants(), func(x variant) bool { return x.name == v.name }) {
 				continue
 			}
-			c := config{f, v}
+			c := setup{f, v}
 			ss := samples[c.name()]
 			nv := v.name
 			native := samples["native "+nv]
