@@ -378,8 +378,8 @@ func (e *env) loadRun(ctx context.Context, url string, keys int, d time.Duration
 // one of the families' processes.
 func (e *env) report(w io.Writer, fams []family, samples map[string][]sample, famSamples map[string][]famSample, took time.Duration, load0 string) {
 	fmt.Fprintf(w, "# %s\n", commandLine())
-	fmt.Fprintf(w, "# %s · Envoy %s (%s) --concurrency 2 · %d CPUs · load average %s at start, %s at end · %v\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.target.Version, e.target.Bin, runtime.NumCPU(), load0, loadAvg(), took.Round(time.Second))
+	fmt.Fprintf(w, "# %s · sluice %s · Envoy %s (%s) --concurrency 2 · %d CPUs · load average %s at start, %s at end · %v\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.revision(), e.target.Version, e.target.Bin, runtime.NumCPU(), load0, loadAvg(), took.Round(time.Second))
 	fmt.Fprintf(w, "%d rounds, families interleaved (rotated) within each round, one Envoy process per family and round; sluice-load -c %d, %v measured after %v of warm-up per configuration. Ratios taken per round, median (min–max) over the rounds. CPU: utime+stime of the Envoy process over the measured run per request served.\n\n",
 		e.o.rounds, e.o.conc, e.o.duration, e.o.warmup)
 	ratio := func(a, b []sample, f func(sample) float64) string {
@@ -475,6 +475,19 @@ func wasmStats(fs []famSample) string {
 		return "(none)"
 	}
 	return strings.Join(parts, " ")
+}
+
+// revision is the checkout's commit, "+dirty" with uncommitted changes ("?" outside git).
+func (e *env) revision() string {
+	out, err := exec.Command("git", "-C", e.root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "?"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", e.root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		rev += "+dirty"
+	}
+	return rev
 }
 
 // commandLine is how the results were produced, for the top of the file.
