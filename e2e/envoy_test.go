@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 	"strings"
 	"testing"
 
@@ -11,13 +12,8 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmextv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protopath"
-	"google.golang.org/protobuf/reflect/protorange"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-proxy/sluice/config"
 )
@@ -25,48 +21,15 @@ import (
 // Registered so that every @type in the rendered bootstraps resolves.
 var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}, &httpv3.HttpProtocolOptions{}, &streamv3.StderrAccessLog{}}
 
-// parseBootstrap parses YAML strictly into an Envoy v3 Bootstrap (unknown fields rejected,
-// nested Any too) and validates it and every Any inside it.
+// parseBootstrap parses YAML strictly into an Envoy v3 Bootstrap (envoyproc.ParseBootstrap:
+// unknown fields refused, nested Any too, every message validated).
 func parseBootstrap(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
 	t.Helper()
-	js, err := yaml.YAMLToJSON(data)
+	b, err := envoyproc.ParseBootstrap(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatal(err)
-	}
-	var check func(m proto.Message)
-	check = func(m proto.Message) {
-		protorange.Range(m.ProtoReflect(), func(v protopath.Values) error {
-			msg, ok := v.Index(-1).Value.Interface().(interface{ Interface() proto.Message })
-			if !ok {
-				return nil
-			}
-			a, ok := msg.Interface().(*anypb.Any)
-			if !ok {
-				return nil
-			}
-			inner, err := a.UnmarshalNew()
-			if err != nil {
-				t.Errorf("%s: %v", v.Path, err)
-				return nil
-			}
-			if val, ok := inner.(interface{ ValidateAll() error }); ok {
-				if err := val.ValidateAll(); err != nil {
-					t.Errorf("%s: %v", a.GetTypeUrl(), err)
-				}
-			}
-			check(inner)
-			return nil
-		})
-	}
-	check(&b)
-	return &b
+	return b
 }
 
 // TestEnvoyBootstraps: the bootstrap rendered for each Envoy scenario is a valid Envoy v3

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 	"strings"
 	"testing"
 	"time"
@@ -10,13 +11,8 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protopath"
-	"google.golang.org/protobuf/reflect/protorange"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
@@ -102,56 +98,22 @@ func TestParseStatsAndKeep(t *testing.T) {
 func TestListenerPort(t *testing.T) {
 	doc := `{"listener_statuses":[{"name":"upstream","local_address":{"socket_address":{"address":"127.0.0.1","port_value":4000}}},
 {"name":"v-admit-1","local_address":{"socket_address":{"address":"127.0.0.1","port_value":4001}}}]}`
-	if p, err := listenerPort(doc, "v-admit-1"); err != nil || p != 4001 {
-		t.Errorf("listenerPort = %d, %v", p, err)
+	if p, err := envoyproc.ListenerPort(doc, "v-admit-1"); err != nil || p != 4001 {
+		t.Errorf("ListenerPort = %d, %v", p, err)
 	}
-	if _, err := listenerPort(doc, "v-deny-1"); err == nil {
+	if _, err := envoyproc.ListenerPort(doc, "v-deny-1"); err == nil {
 		t.Error("unknown listener: no error")
 	}
 }
 
-// parseBootstrap parses YAML strictly into a v3 Bootstrap (unknown fields refused, nested
-// Any too) and validates it and every Any inside.
+// parseBootstrap parses YAML strictly into a v3 Bootstrap (envoyproc.ParseBootstrap).
 func parseBootstrap(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
 	t.Helper()
-	js, err := yaml.YAMLToJSON(data)
+	b, err := envoyproc.ParseBootstrap(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatal(err)
-	}
-	var check func(m proto.Message)
-	check = func(m proto.Message) {
-		protorange.Range(m.ProtoReflect(), func(v protopath.Values) error {
-			msg, ok := v.Index(-1).Value.Interface().(interface{ Interface() proto.Message })
-			if !ok {
-				return nil
-			}
-			a, ok := msg.Interface().(*anypb.Any)
-			if !ok {
-				return nil
-			}
-			inner, err := a.UnmarshalNew()
-			if err != nil {
-				t.Errorf("%s: %v", v.Path, err)
-				return nil
-			}
-			if val, ok := inner.(interface{ ValidateAll() error }); ok {
-				if err := val.ValidateAll(); err != nil {
-					t.Errorf("%s: %v", a.GetTypeUrl(), err)
-				}
-			}
-			check(inner)
-			return nil
-		})
-	}
-	check(&b)
-	return &b
+	return b
 }
 
 // TestBootstraps: every family's bootstrap is a valid Envoy v3 configuration: loopback only,

@@ -118,6 +118,10 @@ func Start(ctx context.Context, t Target, opts Options) (*Envoy, error) {
 	}
 }
 
+// PID is the process's id (the docker client's with a Docker target): for reading its CPU
+// and memory from /proc.
+func (e *Envoy) PID() int { return e.cmd.Process.Pid }
+
 // Exited is closed when the process has exited.
 func (e *Envoy) Exited() <-chan struct{} { return e.done }
 
@@ -187,7 +191,13 @@ func (e *Envoy) Port(listener string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var doc struct {
+	return ListenerPort(s, listener)
+}
+
+// ListenerPort reads the port a listener of that name is bound to from the admin
+// endpoint's /listeners?format=json document.
+func ListenerPort(doc, listener string) (int, error) {
+	var d struct {
 		ListenerStatuses []struct {
 			Name         string `json:"name"`
 			LocalAddress struct {
@@ -197,15 +207,15 @@ func (e *Envoy) Port(listener string) (int, error) {
 			} `json:"local_address"`
 		} `json:"listener_statuses"`
 	}
-	if err := json.Unmarshal([]byte(s), &doc); err != nil {
+	if err := json.Unmarshal([]byte(doc), &d); err != nil {
 		return 0, fmt.Errorf("/listeners: %v", err)
 	}
-	for _, l := range doc.ListenerStatuses {
+	for _, l := range d.ListenerStatuses {
 		if l.Name == listener && l.LocalAddress.SocketAddress.PortValue != 0 {
 			return l.LocalAddress.SocketAddress.PortValue, nil
 		}
 	}
-	return 0, fmt.Errorf("/listeners: no listener %q bound in %s", listener, s)
+	return 0, fmt.Errorf("/listeners: no listener %q bound in %s", listener, doc)
 }
 
 // URL returns http://127.0.0.1:PORT of a listener.
