@@ -17,15 +17,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protopath"
-	"google.golang.org/protobuf/reflect/protorange"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	istiov1alpha1 "istio.io/api/extensions/v1alpha1"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 	"github.com/sluice-proxy/sluice/internal/images"
 )
 
@@ -33,64 +31,10 @@ import (
 // manifests resolves; protojson rejects unknown fields, in nested Any too.
 var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}}
 
-type validator interface{ ValidateAll() error }
-
-// loadBootstrap parses an Envoy bootstrap YAML strictly and validates it,
-// including every Any (typed_config), however deeply nested.
+// loadBootstrap parses an Envoy bootstrap YAML strictly and validates it, including every
+// Any (typed_config), however deeply nested (envoyproc.ParseBootstrap).
 func loadBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, err
-	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		return nil, err
-	}
-	if err := b.ValidateAll(); err != nil {
-		return nil, err
-	}
-	if err := validateAnys(&b); err != nil {
-		return nil, err
-	}
-	return &b, nil
-}
-
-// validateAnys expands every Any in m (ValidateAll does not descend into
-// them), validates the expanded message and recurses into it.
-func validateAnys(m proto.Message) error {
-	var errs []string
-	err := protorange.Range(m.ProtoReflect(), func(v protopath.Values) error {
-		last := v.Index(-1)
-		msg, ok := last.Value.Interface().(interface{ Interface() proto.Message })
-		if !ok {
-			return nil
-		}
-		a, ok := msg.Interface().(*anypb.Any)
-		if !ok {
-			return nil
-		}
-		inner, err := a.UnmarshalNew()
-		if err != nil {
-			errs = append(errs, v.Path.String()+": "+err.Error())
-			return protorange.Break
-		}
-		if val, ok := inner.(validator); ok {
-			if err := val.ValidateAll(); err != nil {
-				errs = append(errs, a.GetTypeUrl()+": "+err.Error())
-			}
-		}
-		if err := validateAnys(inner); err != nil {
-			errs = append(errs, err.Error())
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if len(errs) > 0 {
-		return &multiError{errs}
-	}
-	return nil
+	return envoyproc.ParseBootstrap(data)
 }
 
 type multiError struct{ errs []string }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 	"os"
 	"reflect"
 	"slices"
@@ -791,7 +792,7 @@ func checkIstioRLS(r *istioRLS) (problems []string, cfg *rlsConfig) {
 			if err := hf.ValidateAll(); err != nil {
 				fail("%s: %v", where, err)
 			}
-			if err := validateAnys(&hf); err != nil {
+			if err := envoyproc.ValidateAnys(&hf); err != nil {
 				fail("%s: %v", where, err)
 			}
 			var rl ratelimitfilterv3.RateLimit

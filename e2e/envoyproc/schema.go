@@ -29,6 +29,13 @@ func ParseBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 	if err := b.ValidateAll(); err != nil {
 		return nil, err
 	}
+	return &b, ValidateAnys(&b)
+}
+
+// ValidateAnys unpacks every Any inside m, however deeply nested (ValidateAll does not
+// descend into them), validates each unpacked message and recurses into it. Every problem
+// found is in the error.
+func ValidateAnys(m proto.Message) error {
 	var errs []error
 	var check func(m proto.Message)
 	check = func(m proto.Message) {
@@ -55,6 +62,6 @@ func ParseBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 			return nil
 		})
 	}
-	check(&b)
-	return &b, errors.Join(errs...)
+	check(m)
+	return errors.Join(errs...)
 }
