@@ -189,6 +189,11 @@ func TestEnvoyReload(t *testing.T) {
 			// Both versions; 1.40.0 also logs "lds: listener 'ingress' config rejected: …".
 			"Filesystem config update rejected: Error adding/updating listener(s) ingress: Unable to create Wasm plugin sluice",
 		} {
+			// The subscription logs the rejection just after it counts it: poll for the line.
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(e.Log(), want) && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
 			if !strings.Contains(e.Log(), want) {
 				t.Errorf("envoy's log does not say %q", want)
 			}
