@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -166,24 +165,11 @@ func (c *Config) CheckChargeDenied() error {
 		return nil
 	}
 	var bad []string
-	var walk func(prefix string, n *node)
-	walk = func(prefix string, n *node) {
-		keys := make([]string, 0, len(n.children))
-		for k := range n.children {
-			keys = append(keys, k)
+	c.eachLimit(func(key string, l *Limit) {
+		if !l.Unlimited && l.Kind != algorithms.FixedWindow {
+			bad = append(bad, key+" ("+l.Kind.String()+")")
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			ch := n.children[k]
-			if l := ch.limit; l != nil && !l.Unlimited && l.Kind != algorithms.FixedWindow {
-				bad = append(bad, prefix+k+" ("+l.Kind.String()+")")
-			}
-			walk(prefix+k+".", ch)
-		}
-	}
-	for _, d := range c.Domains() {
-		walk(d+".", c.domains[d])
-	}
+	})
 	if len(bad) > 0 {
 		return fmt.Errorf("--charge-denied applies to fixed_window limits only (envoyproxy/ratelimit's counters); not to %s", strings.Join(bad, ", "))
 	}

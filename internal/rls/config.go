@@ -179,6 +179,33 @@ func (c *Config) Domains() []string {
 // flags (shadow_mode, quota_mode, name, replaces).
 func (c *Config) Summary() []string {
 	var out []string
+	c.eachLimit(func(key string, l *Limit) {
+		line := key + ": "
+		if l.Unlimited {
+			line += "unlimited"
+		} else {
+			line += fmt.Sprintf("%d per %s %s", l.RequestsPerUnit, strings.ToLower(l.Unit.String()), l.Kind)
+			if l.Params.Burst != l.Params.Limit {
+				line += fmt.Sprintf(" burst %d", l.Params.Burst)
+			}
+		}
+		for _, f := range []struct {
+			on   bool
+			text string
+		}{{l.Shadow, "shadow_mode"}, {l.Quota, "quota_mode"}, {l.Name != "", "name " + l.Name},
+			{len(l.Replaces) > 0, "replaces " + strings.Join(l.Replaces, ",")}} {
+			if f.on {
+				line += ", " + f.text
+			}
+		}
+		out = append(out, line)
+	})
+	return out
+}
+
+// eachLimit calls f with the full key (domain.k1_v1.k2…) of every configured limit, by
+// domain and then key order, a parent before its children.
+func (c *Config) eachLimit(f func(key string, l *Limit)) {
 	var walk func(prefix string, n *node)
 	walk = func(prefix string, n *node) {
 		keys := make([]string, 0, len(n.children))
@@ -188,26 +215,8 @@ func (c *Config) Summary() []string {
 		sort.Strings(keys)
 		for _, k := range keys {
 			ch := n.children[k]
-			if l := ch.limit; l != nil {
-				line := prefix + k + ": "
-				if l.Unlimited {
-					line += "unlimited"
-				} else {
-					line += fmt.Sprintf("%d per %s %s", l.RequestsPerUnit, strings.ToLower(l.Unit.String()), l.Kind)
-					if l.Params.Burst != l.Params.Limit {
-						line += fmt.Sprintf(" burst %d", l.Params.Burst)
-					}
-				}
-				for _, f := range []struct {
-					on   bool
-					text string
-				}{{l.Shadow, "shadow_mode"}, {l.Quota, "quota_mode"}, {l.Name != "", "name " + l.Name},
-					{len(l.Replaces) > 0, "replaces " + strings.Join(l.Replaces, ",")}} {
-					if f.on {
-						line += ", " + f.text
-					}
-				}
-				out = append(out, line)
+			if ch.limit != nil {
+				f(prefix+k, ch.limit)
 			}
 			walk(prefix+k+".", ch)
 		}
@@ -215,7 +224,6 @@ func (c *Config) Summary() []string {
 	for _, d := range c.Domains() {
 		walk(d+".", c.domains[d])
 	}
-	return out
 }
 
 // Files returns the files the configuration was read from.
