@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 )
 
@@ -133,7 +134,7 @@ const survivalRedis = "outbound|6379||redis.survival"
 
 func redisExtension(t *testing.T) []host.Extension {
 	t.Helper()
-	clusters := redis.New(map[string][]string{survivalRedis: suiteCluster(t).Addrs}, redis.Options{})
+	clusters := redisclient.New(map[string][]string{survivalRedis: suiteCluster(t).Addrs}, redisclient.Options{})
 	t.Cleanup(func() { clusters.Close() })
 	return []host.Extension{redis.NewExtension(clusters, new(redis.Stats))}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 )
 
@@ -62,7 +63,7 @@ func startRedisProxy(t testing.TB, cfg string, workers int) *redisProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusters := redis.New(map[string][]string{redisService: c.Addrs}, redis.Options{})
+	clusters := redisclient.New(map[string][]string{redisService: c.Addrs}, redisclient.Options{})
 	t.Cleanup(func() { clusters.Close() })
 	p := &redisProxy{st: new(redis.Stats), logs: new(bytes.Buffer), mu: new(sync.Mutex)}
 	h, err := host.New(context.Background(), host.Options{

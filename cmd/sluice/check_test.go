@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 	"github.com/sluice-proxy/sluice/host"
 	hostredis "github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 )
 
 // TestCheckFixtures runs `sluice check` and `sluice check --redis` on every
@@ -282,7 +283,7 @@ func moduleVerdicts(t *testing.T, tags string, cases []configtest.Case) []string
 		// Higress's Redis calls, on no cluster: proxy_redis_init fails,
 		// which the filter logs and survives (Redis rules follow
 		// failure_mode); it is not a configuration verdict.
-		c := hostredis.New(map[string][]string{}, hostredis.Options{})
+		c := redisclient.New(map[string][]string{}, redisclient.Options{})
 		defer c.Close()
 		opts.Extensions = []host.Extension{hostredis.NewExtension(c, nil)}
 	}

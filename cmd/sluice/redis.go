@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 )
 
 // --redis-cluster NAME=ADDR,ADDR,... (repeatable) gives the filter Higress's Redis host
@@ -38,7 +39,7 @@ func (f redisClusterFlag) String() string {
 }
 
 func (f redisClusterFlag) Set(v string) error {
-	name, addrs, err := redis.ParseFlag(v)
+	name, addrs, err := redisclient.ParseFlag(v)
 	if err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func redisApply(opts *host.Options) (func(), error) {
 	if len(redisClusters) == 0 {
 		return nil, nil
 	}
-	c := redis.New(redisClusters, redis.Options{})
+	c := redisclient.New(redisClusters, redisclient.Options{})
 	opts.Extensions = append(opts.Extensions, redis.NewExtension(c, nil))
 	if opts.Logger != nil {
 		opts.Logger.Info("redis extension", "clusters", redisClusters.String())

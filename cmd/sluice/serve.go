@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/rls"
 )
 
@@ -189,7 +189,7 @@ var newServeBackend = func(cfg serveConfig) (interface {
 	Close() error
 }, error) {
 	return rls.NewClusterBackend(cfg.redisAddrs, cfg.redisUser, os.Getenv("SLUICE_REDIS_PASSWORD"),
-		redis.Options{PoolSize: cfg.poolSize}, cfg.redisTimeout)
+		redisclient.Options{PoolSize: cfg.poolSize}, cfg.redisTimeout)
 }
 
 // serveAddrs are the addresses a started `sluice serve` bound.

@@ -1,5 +1,5 @@
-// NewExtension gives the embedded Proxy-Wasm host (package host) Higress's Redis
-// extension to the ABI, on real Redis Clusters (Clusters):
+// Package redis gives the embedded Proxy-Wasm host (package host) Higress's Redis
+// extension to the ABI, on real Redis Clusters (redisclient.Clusters):
 //
 //	proxy_redis_init(service_ptr, service_size, username_ptr, username_size,
 //	                 password_ptr, password_size, timeout_ms) -> status
@@ -26,8 +26,7 @@
 // before the service's init; BAD_ARGUMENT for a query that is not a RESP array of bulk
 // strings; INVALID_MEMORY_ACCESS for pointers outside guest memory. Callback status: 0 with
 // Redis's reply (which may be an error reply such as NOSCRIPT), 1 network error, 2 timeout
-// (Status); with a nonzero status the reply is empty.
-
+// (redisclient.Status); with a nonzero status the reply is empty.
 package redis
 
 import (
@@ -39,6 +38,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/sluice-proxy/sluice/host"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 )
 
 // Names of the host calls and the callback.
@@ -60,7 +60,7 @@ type Stats struct {
 }
 
 // New returns the extension serving the clusters of c. st may be nil.
-func NewExtension(c *Clusters, st *Stats) host.Extension {
+func NewExtension(c *redisclient.Clusters, st *Stats) host.Extension {
 	if st == nil {
 		st = new(Stats)
 	}
@@ -73,7 +73,7 @@ func NewExtension(c *Clusters, st *Stats) host.Extension {
 }
 
 type ext struct {
-	c     *Clusters
+	c     *redisclient.Clusters
 	st    *Stats
 	token atomic.Uint32
 }
@@ -82,9 +82,9 @@ func status(stack []uint64, s host.Status) { stack[0] = uint64(s) }
 
 func mapErr(err error) host.Status {
 	switch {
-	case errors.Is(err, ErrUnknownCluster), errors.Is(err, ErrNotInitialized):
+	case errors.Is(err, redisclient.ErrUnknownCluster), errors.Is(err, redisclient.ErrNotInitialized):
 		return host.StatusNotFound
-	case errors.Is(err, ErrBadCommand):
+	case errors.Is(err, redisclient.ErrBadCommand):
 		return host.StatusBadArgument
 	}
 	return host.StatusInternalFailure
@@ -134,7 +134,7 @@ func (x *ext) call(g *host.Guest, stack []uint64) {
 	// reaches Redis before the VM goes).
 	deliver := g.Start()
 	// Call copies query before returning, so the view of guest memory may go stale.
-	err := x.c.Call(context.Background(), string(name), query, func(st Status, reply []byte) {
+	err := x.c.Call(context.Background(), string(name), query, func(st redisclient.Status, reply []byte) {
 		deliver(func(g *host.Guest) { x.deliver(g, root, token, st, reply) })
 	})
 	if err != nil {
@@ -148,12 +148,12 @@ func (x *ext) call(g *host.Guest, stack []uint64) {
 	status(stack, host.StatusOK)
 }
 
-func (x *ext) deliver(g *host.Guest, root, token uint32, st Status, reply []byte) {
+func (x *ext) deliver(g *host.Guest, root, token uint32, st redisclient.Status, reply []byte) {
 	if !g.HasExport(CallbackName) || !g.ContextExists(root) {
 		x.st.Undelivered.Add(1)
 		return
 	}
-	if st == StatusOK {
+	if st == redisclient.StatusOK {
 		x.st.Replies.Add(1)
 	} else {
 		x.st.Failures.Add(1)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/host"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 )
 
@@ -59,7 +60,7 @@ func testGuest(t testing.TB) []byte {
 // cluster, known as "rc" (and a second name "other" that the guest never initialises).
 func newHost(t *testing.T, config string, workers int) (*host.Host, *Stats) {
 	t.Helper()
-	c := New(map[string][]string{"rc": cluster.Addrs, "other": cluster.Addrs}, Options{})
+	c := redisclient.New(map[string][]string{"rc": cluster.Addrs, "other": cluster.Addrs}, redisclient.Options{})
 	t.Cleanup(func() { c.Close() })
 	st := new(Stats)
 	ctx := context.Background()
@@ -149,7 +150,7 @@ func TestCallsReachEveryNode(t *testing.T) {
 // With two plugins in one VM, a call's reply goes to the root context of the stream that
 // made it: plugin 1's root (2), not the first root.
 func TestCallbackGoesToTheCallersRoot(t *testing.T) {
-	c := New(map[string][]string{"rc": cluster.Addrs}, Options{})
+	c := redisclient.New(map[string][]string{"rc": cluster.Addrs}, redisclient.Options{})
 	t.Cleanup(func() { c.Close() })
 	st := new(Stats)
 	ctx := context.Background()

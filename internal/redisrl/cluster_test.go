@@ -16,13 +16,13 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
-	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 // These tests run the scripts on a real 3-master Redis Cluster, through the
-// same path the embedded host uses (raw RESP in, raw RESP out, host/redis).
+// same path the embedded host uses (raw RESP in, raw RESP out, internal/redisclient).
 
 var cluster *rediscluster.Cluster
 
@@ -30,13 +30,13 @@ func TestMain(m *testing.M) { os.Exit(rediscluster.Main(m, 3, &cluster)) }
 
 // host is one proxy instance's view of the cluster.
 type host struct {
-	c        *redis.Clusters
+	c        *redisclient.Clusters
 	noscript atomic.Int64 // EVALSHA answered NOSCRIPT, EVAL sent
 }
 
 func newHost(t testing.TB) *host {
 	t.Helper()
-	c := redis.New(map[string][]string{"rc": cluster.Addrs}, redis.Options{})
+	c := redisclient.New(map[string][]string{"rc": cluster.Addrs}, redisclient.Options{})
 	if err := c.Init("rc", "", "", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func (h *host) send(cmd []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if st != redis.StatusOK {
+	if st != redisclient.StatusOK {
 		return Result{}, errors.New("redis call failed: " + st.String())
 	}
 	var d resp.Decoder
@@ -555,7 +555,7 @@ func BenchmarkDecideRoundTrip(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				st, reply, err := h.c.Do(context.Background(), "rc", r.AppendEvalSHA(buf[:0]))
-				if err != nil || st != redis.StatusOK {
+				if err != nil || st != redisclient.StatusOK {
 					b.Fatal(err, st)
 				}
 				v, err := d.Parse(reply)

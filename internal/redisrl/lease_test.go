@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
@@ -29,7 +29,7 @@ func (h *host) leaseErr(r *LeaseRequest) (LeaseResult, error) {
 		if err != nil {
 			return LeaseResult{}, err
 		}
-		if st != redis.StatusOK {
+		if st != redisclient.StatusOK {
 			return LeaseResult{}, errors.New("redis call failed: " + st.String())
 		}
 		var d resp.Decoder

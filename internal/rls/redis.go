@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
@@ -18,18 +18,18 @@ type Backend interface {
 	Do(ctx context.Context, cmd []byte) ([]byte, error)
 }
 
-// clusterName is the one cluster the service's redis.Clusters knows.
+// clusterName is the one cluster the service's redisclient.Clusters knows.
 const clusterName = "rls"
 
-// ClusterBackend is a Backend on a Redis Cluster through host/redis's
+// ClusterBackend is a Backend on a Redis Cluster through internal/redisclient's
 // Clusters (go-redis ClusterClient: slot routing, MOVED/ASK, pooling; no
 // retries of a script, which could charge twice).
-type ClusterBackend struct{ c *redis.Clusters }
+type ClusterBackend struct{ c *redisclient.Clusters }
 
 // NewClusterBackend connects lazily to the cluster given by the seed
 // addresses; every call is bounded by timeout.
-func NewClusterBackend(addrs []string, username, password string, opts redis.Options, timeout time.Duration) (*ClusterBackend, error) {
-	c := redis.New(map[string][]string{clusterName: addrs}, opts)
+func NewClusterBackend(addrs []string, username, password string, opts redisclient.Options, timeout time.Duration) (*ClusterBackend, error) {
+	c := redisclient.New(map[string][]string{clusterName: addrs}, opts)
 	if err := c.Init(clusterName, username, password, timeout); err != nil {
 		c.Close()
 		return nil, err
@@ -43,7 +43,7 @@ func (b *ClusterBackend) Do(ctx context.Context, cmd []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st != redis.StatusOK {
+	if st != redisclient.StatusOK {
 		return nil, errors.New("redis: " + st.String())
 	}
 	return reply, nil

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-proxy/sluice/host/redis"
+	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/rediscluster"
 )
 
@@ -53,7 +53,7 @@ func backend(t testing.TB) *ClusterBackend {
 	// A generous timeout: these tests check exactness, and a call that
 	// times out on a loaded machine (thousands of concurrent calls, -race)
 	// may have charged without the service learning it.
-	b, err := NewClusterBackend(cluster.Addrs, "", "", redis.Options{}, 10*time.Second)
+	b, err := NewClusterBackend(cluster.Addrs, "", "", redisclient.Options{}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package redis
+package redisclient
 
 // The script path: EVAL, EVALSHA, FCALL (and their _RO forms) with at least
 // one key — every command the sluice guest sends — bypass go-redis. They go,
@@ -571,7 +571,7 @@ const retryPause = 10 * time.Millisecond
 // maxReplyDepth bounds the nesting of arrays in a reply.
 const maxReplyDepth = 32
 
-var errProtocol = errors.New("host/redis: malformed reply")
+var errProtocol = errors.New("redisclient: malformed reply")
 
 // readReply appends one complete RESP2 reply read from br to dst.
 func readReply(br *bufio.Reader, dst []byte, depth int) ([]byte, error) {

@@ -1,23 +1,22 @@
-// Package redis is the host side of Higress's Redis extension to Proxy-Wasm, in two
-// parts: Clusters (this file), real Redis Clusters through go-redis's ClusterClient (slot
-// routing, MOVED/ASK, connection pooling), and NewExtension (extension.go), the host calls
-// that the embedded host (package host) gives a guest on top of them.
+// Package redisclient is a Redis Cluster client for raw RESP commands, used by the
+// embedded host's Higress Redis extension (host/redis) and by `sluice serve`
+// (internal/rls). Clusters routes through go-redis's ClusterClient (slot routing,
+// MOVED/ASK, connection pooling) for plain commands; script calls (EVAL, EVALSHA,
+// FCALL with a key: all the sluice guest and `sluice serve` send) go as they are over
+// pipelined connections and their reply is Redis's own bytes (pipe.go); other
+// commands' replies are re-encoded as RESP2.
 //
-// The guest speaks raw RESP: proxy_redis_init binds a cluster name to
-// credentials and a timeout (Init); proxy_redis_call hands over one command
-// as a RESP array of bulk strings (Call). Script calls (EVAL, EVALSHA, FCALL
-// with a key: all the sluice guest sends) go as they are over pipelined
-// connections and their reply is Redis's own bytes (pipe.go); other commands
-// go through go-redis and their reply is re-encoded as RESP2. The reply is
-// delivered in proxy_on_redis_call_response (the callback), where the
-// guest reads it as buffer type 9. Timeouts and connection failures are a
-// nonzero Status with no reply, never a panic; errors Redis itself answers
-// (NOSCRIPT, WRONGTYPE, a CLUSTERDOWN that outlived the redirects) are
-// StatusOK with the error reply, exactly as a raw connection would show them.
+// A caller binds a cluster name to credentials and a timeout (Init) and hands over
+// one command as a RESP array of bulk strings (Call, or Do to wait for it).
+// Timeouts and connection failures are a nonzero Status with no reply, never a
+// panic; errors Redis itself answers (NOSCRIPT, WRONGTYPE, a CLUSTERDOWN that
+// outlived the redirects) are StatusOK with the error reply, exactly as a raw
+// connection would show them. Status values are those of Higress's
+// proxy_on_redis_call_response (proxywasm.RedisStatus*).
 //
-// Clusters knows nothing of the Wasm host: the extension wires Init and Call to the host
-// calls and delivers the callback on the VM's thread.
-package redis
+// The package knows nothing of Wasm: host/redis wires Init and Call to the host calls
+// and delivers the callback on the VM's thread.
+package redisclient
 
 import (
 	"context"
@@ -61,9 +60,9 @@ func (s Status) String() string {
 // Errors returned synchronously by Init and Call (the hostcall's own result:
 // the host maps them to NotFound / BadArgument).
 var (
-	ErrUnknownCluster = errors.New("host/redis: unknown redis cluster")
-	ErrNotInitialized = errors.New("host/redis: redis cluster not initialized (proxy_redis_init)")
-	ErrBadCommand     = errors.New("host/redis: command is not a RESP array of bulk strings")
+	ErrUnknownCluster = errors.New("redisclient: unknown redis cluster")
+	ErrNotInitialized = errors.New("redisclient: redis cluster not initialized (proxy_redis_init)")
+	ErrBadCommand     = errors.New("redisclient: command is not a RESP array of bulk strings")
 )
 
 // DefaultTimeout applies when Init is given a timeout of zero.
@@ -147,7 +146,7 @@ func (c *Clusters) Init(name, username, password string, timeout time.Duration) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return errors.New("host/redis: closed")
+		return errors.New("redisclient: closed")
 	}
 	cl := c.clients[k]
 	if cl == nil {
@@ -383,7 +382,7 @@ func AppendReply(dst []byte, v any) []byte {
 	case float64: // RESP3 only
 		return resp.AppendBulkString(dst, strconv.FormatFloat(v, 'g', -1, 64))
 	}
-	return appendError(dst, "ERR host/redis: reply of unsupported type")
+	return appendError(dst, "ERR redisclient: reply of unsupported type")
 }
 
 func appendError(dst []byte, msg string) []byte {

@@ -1,4 +1,4 @@
-package redis
+package redisclient
 
 import (
 	"context"
@@ -366,7 +366,7 @@ func TestAuth(t *testing.T) {
 
 func TestAppendReply(t *testing.T) {
 	got := AppendReply(nil, []any{int64(-1), "a", []byte("b"), nil, []any{}, errors.New("ERR x\r\ny"), true, false, 1.5, struct{}{}})
-	want := "*10\r\n:-1\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n*0\r\n-ERR x  y\r\n:1\r\n:0\r\n$3\r\n1.5\r\n-ERR host/redis: reply of unsupported type\r\n"
+	want := "*10\r\n:-1\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n*0\r\n-ERR x  y\r\n:1\r\n:0\r\n$3\r\n1.5\r\n-ERR redisclient: reply of unsupported type\r\n"
 	if string(got) != want {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}
