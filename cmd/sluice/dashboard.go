@@ -5,7 +5,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-proxy/sluice/host"
-	"github.com/sluice-proxy/sluice/internal/dashboard"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/dashboard"
 )
 
 // The live dashboard of `sluice run --admin ADDR`, at /dashboard/ on the admin server. It

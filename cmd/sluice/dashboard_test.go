@@ -21,7 +21,7 @@ import (
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/sluice-proxy/sluice/internal/dashboard"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/dashboard"
 	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 

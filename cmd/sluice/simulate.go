@@ -14,8 +14,8 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
-	"github.com/sluice-proxy/sluice/internal/sim"
-	"github.com/sluice-proxy/sluice/internal/svgchart"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/sim"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
 )
 
 func init() {

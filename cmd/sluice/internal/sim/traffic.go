@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/svgchart"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
 )
 
 // Epoch is where generated traffic starts, and time zero of a CSV file that

@@ -37,7 +37,7 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/host"
-	"github.com/sluice-proxy/sluice/internal/svgchart"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
 )
 
 // Source gives the host's state; *host.Host is one.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/internal/svgchart"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
 )
 
 // Leases (rules[].lease, filter/lease.go) modelled over a fleet: requests

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/internal/svgchart"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
 )
 
 // Report is the content of one HTML report.
