@@ -88,19 +88,19 @@ bench-rls:
 	cd bench/rls && $(GO) run ./cmd/rlsbench $(RLSBENCH_FLAGS)
 
 # `sluice run` without a compilation cache: CPU and wall time to the first answer, idle VmRSS
-# (Linux), median of STARTUP_ROUNDS interleaved rounds (e2e/cmd/sluice-startup; more modules or
+# (Linux), median of STARTUP_ROUNDS interleaved rounds (bench/cmd/sluice-startup; more modules or
 # binaries: STARTUP_FLAGS='-wasm a.wasm,b.wasm').
 STARTUP_ROUNDS ?= 3
 STARTUP_FLAGS ?=
 bench-startup: build
-	$(GO) run ./e2e/cmd/sluice-startup -sluice $(BIN) -wasm $(WASM) -rounds $(STARTUP_ROUNDS) $(STARTUP_FLAGS)
+	$(GO) run ./bench/cmd/sluice-startup -sluice $(BIN) -wasm $(WASM) -rounds $(STARTUP_ROUNDS) $(STARTUP_FLAGS)
 
 # Issue 12's figures as ratios measured in one run, configurations interleaved, medians of
-# rounds with their range (e2e/cmd/sluice-compare: guest, cycle, sliding, startup by default;
+# rounds with their range (bench/cmd/sluice-compare: guest, cycle, sliding, startup by default;
 # e.g. BENCH_COMPARE_FLAGS="-rounds 5 -sections guest").
 BENCH_COMPARE_FLAGS ?=
 bench-compare:
-	$(GO) run ./e2e/cmd/sluice-compare $(BENCH_COMPARE_FLAGS)
+	$(GO) run ./bench/cmd/sluice-compare $(BENCH_COMPARE_FLAGS)
 
 # sluice.wasm where users run it (issue 25): one real Envoy (ENVOY=path, else 1.40.0, fetched),
 # --concurrency 2, against Envoy's native local_ratelimit, a no-op module and no filter;

@@ -15,7 +15,7 @@
 // admitted (limits far above the load) and denied (1 per hour; the warm-up uses every key
 // first). The baselines are measured on admit-1k only.
 //
-// Per configuration: req/s of a closed-loop load (e2e/cmd/sluice-load, fixed connections and
+// Per configuration: req/s of a closed-loop load (bench/cmd/sluice-load, fixed connections and
 // duration) and Envoy's CPU per request (utime+stime of the Envoy process from /proc/PID/stat
 // over the measured interval, divided by the requests served); ratios to native (same
 // variant) and to none; per family Envoy's VmRSS after its round and the wasm.* stats.
@@ -135,7 +135,7 @@ func (e *env) setup() error {
 	}
 	steps = append(steps,
 		step{filepath.Join(e.root, "host", "testdata", "guests", "minimal"), wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.noop, "."}},
-		step{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.load, "./e2e/cmd/sluice-load"}},
+		step{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.load, "./bench/cmd/sluice-load"}},
 	)
 	// Both modules as make build ships sluice.wasm: patched (poll_oneoff answered in the guest).
 	patch := []string{"go", "run", "./internal/wasmpatch/cmd/wasmpatch", e.noop}

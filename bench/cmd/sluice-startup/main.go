@@ -1,12 +1,12 @@
 // Command sluice-startup measures how fast `sluice run` answers its first request without a
-// compilation cache, and how much memory it holds once idle (package e2e/startup):
+// compilation cache, and how much memory it holds once idle (package bench/startup):
 //
 //	sluice-startup [-sluice dist/sluice[,other/sluice...]] [-wasm dist/sluice.wasm[,other.wasm...]] [-workers 2] [-rounds 3] [-idle 2s] [-floor sluice-floor]
 //
 // Every binary is measured with every module, in turn within each round (interleaved), so
 // that a busy machine slows them alike and their ratios hold. The last lines are the medians
 // of the rounds, and the ratios of each configuration's CPU and VmRSS to the first's. With
-// -floor (a built e2e/cmd/sluice-floor), the minimal wazero host runs every module in the
+// -floor (a built bench/cmd/sluice-floor), the minimal wazero host runs every module in the
 // same rounds, and each configuration is also compared with the floor for its module.
 package main
 
@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/startup"
+	"github.com/sluice-proxy/sluice/bench/startup"
 )
 
 func main() {
@@ -26,7 +26,7 @@ func main() {
 	workers := flag.Int("workers", 2, "--workers for sluice run")
 	rounds := flag.Int("rounds", 3, "rounds; the summary is their median")
 	idle := flag.Duration("idle", 2*time.Second, "idle time after the first answer before RSS is read")
-	floor := flag.String("floor", "", "an e2e/cmd/sluice-floor binary: also measure the minimal wazero host with every module, in the same rounds")
+	floor := flag.String("floor", "", "an bench/cmd/sluice-floor binary: also measure the minimal wazero host with every module, in the same rounds")
 	flag.Parse()
 	var configs []startup.Config
 	for _, b := range strings.Split(*bins, ",") {

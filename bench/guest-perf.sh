@@ -8,9 +8,9 @@
 # WAZERO (its entry and exit trampolines), GO (the Go runtime: allocation, GC, maps,
 # scheduling) and KERNEL.
 #
-#   ./e2e/guest-perf.sh                      # sluice/allow/headers-both/1000-keys
-#   BENCH='^sluice$/^allow$/^headers-none$' TOP=40 SECONDS_=10 ./e2e/guest-perf.sh
-#   SLUICE_E2E_WASM=/tmp/x.wasm ./e2e/guest-perf.sh   # a module built elsewhere
+#   ./bench/guest-perf.sh                      # sluice/allow/headers-both/1000-keys
+#   BENCH='^sluice$/^allow$/^headers-none$' TOP=40 SECONDS_=10 ./bench/guest-perf.sh
+#   SLUICE_E2E_WASM=/tmp/x.wasm ./bench/guest-perf.sh   # a module built elsewhere
 #
 # GOMAXPROCS is 1 by default (PROCS to change), so the request runs on one thread and the
 # figures are not mixed with the scheduler's hand-offs between two. Needs perf; Linux only.

@@ -1,6 +1,6 @@
 // Package startup measures how fast `sluice run` answers its first request without a
 // compilation cache, and how much memory it holds once idle (Linux: it reads /proc). The
-// command e2e/cmd/sluice-startup prints its figures; other benchmark commands call Measure.
+// command bench/cmd/sluice-startup prints its figures; other benchmark commands call Measure.
 //
 // Each round starts `sluice run --workers N --cache-dir "" --listen 127.0.0.1:0` as a child
 // process, polls GET / on the address it prints until an answer comes (any status), and
@@ -27,7 +27,7 @@ import (
 )
 
 // Config is one configuration to measure: a sluice binary and the module it runs. With
-// Floor, Sluice is instead an e2e/cmd/sluice-floor binary: the minimal wazero host, whose
+// Floor, Sluice is instead an bench/cmd/sluice-floor binary: the minimal wazero host, whose
 // time to its instances' initialization and idle memory are the floor under sluice run's.
 type Config struct {
 	Sluice, Wasm string

@@ -2,8 +2,8 @@
 # Load test of sluice run on this machine (loopback only, bounded): throughput and latency
 # with the filter vs. the same host without it, plus a plain Go echo server for context.
 #
-#   ./e2e/load.sh                       # 10 s per run, 64 connections, 1 round
-#   ROUNDS=3 DURATION=10s CONC=64 ./e2e/load.sh
+#   ./bench/load.sh                       # 10 s per run, 64 connections, 1 round
+#   ROUNDS=3 DURATION=10s CONC=64 ./bench/load.sh
 #   TOOLS="sluice-load wrk" (default: both when wrk is installed)
 #   PIN=1: the server on CPU 0 (so GOMAXPROCS=1 and sluice run --workers 1), the load
 #          generator on CPU 1 (needs taskset and 2 CPUs): they no longer compete for a core
@@ -54,7 +54,7 @@ GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared -trimpath -o "$work/slui
 "$GO" run ./internal/wasmpatch/cmd/wasmpatch "$work/sluice.wasm"
 (cd host/testdata/guests/minimal && GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared -trimpath -o "$work/noop.wasm" .)
 "$GO" build -trimpath -o "$work/sluice" ./cmd/sluice
-"$GO" build -trimpath -o "$work/sluice-load" ./e2e/cmd/sluice-load
+"$GO" build -trimpath -o "$work/sluice-load" ./bench/cmd/sluice-load
 cat >"$work/allow-ip.json" <<'JSON'
 {"rules":[{"name":"per-ip","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1000000000,"window":"1s"}],
  "response":{"headers":"both"}}

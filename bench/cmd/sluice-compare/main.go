@@ -3,7 +3,7 @@
 // per round, and the median and range over the rounds are printed (absolute times on a
 // shared machine swing; ratios measured side by side hold).
 //
-//	go run ./e2e/cmd/sluice-compare [-rounds 3] [-sections guest,cycle,sliding,startup]
+//	go run ./bench/cmd/sluice-compare [-rounds 3] [-sections guest,cycle,sliding,startup]
 //	make bench-compare                  # the same, BENCH_COMPARE_FLAGS to pass flags
 //
 // Sections (each a function taking *env, so other figures can be added beside them):
@@ -17,7 +17,7 @@
 //	         request as a ratio to the no-op module
 //	sliding  sliding_log with a full log against token_bucket (algorithms/bench-sliding-log.sh)
 //	startup  sluice run's first answer without a compilation cache and its idle RSS
-//	         (e2e/cmd/sluice-startup), beside the minimal wazero host's (e2e/cmd/sluice-floor)
+//	         (bench/cmd/sluice-startup), beside the minimal wazero host's (bench/cmd/sluice-floor)
 //	redis    Redis against the local backend through sluice run, and Redis CPU per decision
 //	         against envoyproxy/ratelimit: need a Redis Cluster, so only their commands are
 //	         printed unless the section is named explicitly
@@ -45,7 +45,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-proxy/sluice/e2e/startup"
+	"github.com/sluice-proxy/sluice/bench/startup"
 )
 
 // env is what every section gets: the built artifacts and the common options.
@@ -181,8 +181,8 @@ func (e *env) build() error {
 		{e.root, nil, []string{"go", "run", "./internal/wasmpatch/cmd/wasmpatch", e.wasm}},
 		{filepath.Join(e.root, "host", "testdata", "guests", "minimal"), wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.noop, "."}},
 		{e.root, append(os.Environ(), "CGO_ENABLED=0"), []string{"go", "build", "-trimpath", "-o", e.sluice, "./cmd/sluice"}}, // as `make build`
-		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.load, "./e2e/cmd/sluice-load"}},
-		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.floor, "./e2e/cmd/sluice-floor"}},
+		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.load, "./bench/cmd/sluice-load"}},
+		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.floor, "./bench/cmd/sluice-floor"}},
 	}
 	fmt.Fprintf(os.Stderr, "sluice-compare: building into %s\n", e.dir)
 	for _, s := range steps {
@@ -494,11 +494,11 @@ func SlidingLog(e *env) error {
 	return c.Run()
 }
 
-// Startup runs e2e/cmd/sluice-startup on the binary and module built here, with the minimal
-// wazero host (e2e/cmd/sluice-floor) on both modules in the same rounds.
+// Startup runs bench/cmd/sluice-startup on the binary and module built here, with the minimal
+// wazero host (bench/cmd/sluice-floor) on both modules in the same rounds.
 func Startup(e *env) error {
-	fmt.Fprintf(e.out, "go run ./e2e/cmd/sluice-startup -sluice SLUICE -wasm SLUICE.WASM,NOOP.WASM -floor SLUICE-FLOOR -rounds %d (the no-op module, and the minimal wazero host: the floors):\n\n", e.rounds)
-	c := exec.Command("go", "run", "./e2e/cmd/sluice-startup", "-sluice", e.sluice, "-wasm", e.wasm+","+e.noop, "-floor", e.floor, "-rounds", strconv.Itoa(e.rounds))
+	fmt.Fprintf(e.out, "go run ./bench/cmd/sluice-startup -sluice SLUICE -wasm SLUICE.WASM,NOOP.WASM -floor SLUICE-FLOOR -rounds %d (the no-op module, and the minimal wazero host: the floors):\n\n", e.rounds)
+	c := exec.Command("go", "run", "./bench/cmd/sluice-startup", "-sluice", e.sluice, "-wasm", e.wasm+","+e.noop, "-floor", e.floor, "-rounds", strconv.Itoa(e.rounds))
 	c.Dir = e.root
 	c.Stdout, c.Stderr = e.out, os.Stderr
 	return c.Run()

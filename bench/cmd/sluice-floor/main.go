@@ -3,7 +3,7 @@
 // with the settings `sluice run` uses (the optimizing compiler, no compilation cache,
 // functions compiled on every CPU), instantiates it once per worker in parallel, calls each
 // instance's _initialize, and idles. Its figures are the floor under `sluice run`'s start-up
-// and idle memory (e2e/cmd/sluice-startup):
+// and idle memory (bench/cmd/sluice-startup):
 //
 //	sluice-floor [-wasm dist/sluice.wasm[,other.wasm...]] [-workers 2] [-rounds 3] [-idle 2s] [-mmap]
 //
@@ -40,7 +40,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
-	"github.com/sluice-proxy/sluice/e2e/startup"
+	"github.com/sluice-proxy/sluice/bench/startup"
 )
 
 func main() {
