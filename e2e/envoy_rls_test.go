@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 // Issue 22, the rate-limit service in real Envoy: `sluice serve` (the binary, as a child
@@ -92,7 +92,7 @@ var serveAddrRE = regexp.MustCompile(`grpc=(127\.0\.0\.1:(\d+)) admin=(127\.0\.0
 // startServe runs the built `sluice serve` on the cluster, gRPC and admin on free ports, a
 // Redis timeout of 5 s (a loaded machine must not turn a slow Redis reply into UNAVAILABLE),
 // and stops it when the test ends (its log goes to the test's output when it failed).
-func startServe(t *testing.T, c *rediscluster.Cluster, args ...string) *serveProc {
+func startServe(t *testing.T, c *redistest.Cluster, args ...string) *serveProc {
 	t.Helper()
 	_, bin := buildArtifacts(t)
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",

@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/host/redis"
 	"github.com/sluice-proxy/sluice/internal/redisclient"
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 // The survival suite: hostile traffic and configurations through the compiled modules, in
@@ -125,7 +125,7 @@ func sluiceModule(t *testing.T) []byte {
 
 // The Redis build's host: a 3-master cluster started once for the suite.
 var (
-	survivalCluster     *rediscluster.Cluster
+	survivalCluster     *redistest.Cluster
 	survivalClusterOnce sync.Once
 	survivalClusterErr  error
 )
@@ -141,7 +141,7 @@ func redisExtension(t *testing.T) []host.Extension {
 
 // suiteCluster is the package's 3-master Redis Cluster, started on first use (survival
 // stages, the rate-limit service's tests) and closed by TestMain.
-func suiteCluster(t *testing.T) *rediscluster.Cluster {
+func suiteCluster(t *testing.T) *redistest.Cluster {
 	t.Helper()
 	survivalClusterOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sluice-survival-redis-")
@@ -149,7 +149,7 @@ func suiteCluster(t *testing.T) *rediscluster.Cluster {
 			survivalClusterErr = err
 			return
 		}
-		survivalCluster, survivalClusterErr = rediscluster.Start(dir, 3)
+		survivalCluster, survivalClusterErr = redistest.Start(dir, 3)
 	})
 	if survivalClusterErr != nil {
 		t.Fatalf("starting a Redis cluster: %v", survivalClusterErr)

@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/host/redis"
 	"github.com/sluice-proxy/sluice/internal/redisclient"
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 // End-to-end tests of the Redis backend: sluice-redis.wasm in the embedded
@@ -28,14 +28,14 @@ import (
 // Each test starts its own cluster (about a second): tests kill and pause nodes, and
 // the filter package's TestMain is not the place for a cluster every test would wait for.
 // Tests using it must not run in parallel (it is a package variable).
-var cluster *rediscluster.Cluster
+var cluster *redistest.Cluster
 
-func testCluster(t testing.TB) *rediscluster.Cluster {
+func testCluster(t testing.TB) *redistest.Cluster {
 	t.Helper()
 	if cluster != nil {
 		return cluster
 	}
-	c, err := rediscluster.Start(t.TempDir(), 3)
+	c, err := redistest.Start(t.TempDir(), 3)
 	if err != nil {
 		t.Fatal(err)
 	}

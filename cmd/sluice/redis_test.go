@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 // The Redis tests of this package share one cluster, started by the first test that needs
@@ -16,7 +16,7 @@ import (
 var (
 	clusterOnce sync.Once
 	clusterDir  string
-	cluster     *rediscluster.Cluster
+	cluster     *redistest.Cluster
 	clusterErr  error
 )
 
@@ -31,13 +31,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func testCluster(t *testing.T) *rediscluster.Cluster {
+func testCluster(t *testing.T) *redistest.Cluster {
 	t.Helper()
 	clusterOnce.Do(func() {
 		if clusterDir, clusterErr = os.MkdirTemp("", "sluice-run-redis-"); clusterErr != nil {
 			return
 		}
-		cluster, clusterErr = rediscluster.Start(clusterDir, 3)
+		cluster, clusterErr = redistest.Start(clusterDir, 3)
 	})
 	if clusterErr != nil {
 		t.Fatal(clusterErr)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 // TestRunRedisVsLocalThroughput: requests per second through one `sluice
@@ -117,7 +117,7 @@ func processCPU() float64 {
 
 // redisCPU is the CPU time in seconds the cluster's masters have used
 // (used_cpu_sys + used_cpu_user of INFO cpu).
-func redisCPU(t testing.TB, c *rediscluster.Cluster) float64 {
+func redisCPU(t testing.TB, c *redistest.Cluster) float64 {
 	var sum float64
 	for i := range c.Addrs {
 		info, err := c.Client(i).Info(context.Background(), "cpu").Result()

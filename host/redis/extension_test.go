@@ -17,12 +17,12 @@ import (
 
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/internal/redisclient"
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
-var cluster *rediscluster.Cluster
+var cluster *redistest.Cluster
 
-func TestMain(m *testing.M) { os.Exit(rediscluster.Main(m, 3, &cluster)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, 3, &cluster)) }
 
 var (
 	guestOnce sync.Once

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
@@ -182,7 +182,7 @@ func TestMovedIsFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	to := (from + 1) % len(cluster.Addrs)
-	slot := rediscluster.Slot(key)
+	slot := redistest.Slot(key)
 	id := func(i int) string {
 		pc := cluster.Client(i)
 		defer pc.Close()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 // waitScriptPath polls until the binding's slot table has arrived.
@@ -66,17 +66,17 @@ func TestScriptCommand(t *testing.T) {
 }
 
 // keySlot (a table a byte at a time) agrees with the bit-by-bit CRC16 of
-// rediscluster.Slot on keys of every length and byte value.
+// redistest.Slot on keys of every length and byte value.
 func TestKeySlotTable(t *testing.T) {
 	key := make([]byte, 0, 300)
 	for i := 0; i < 300; i++ {
 		key = append(key, byte(i*131+7))
-		if got, want := keySlot(key), rediscluster.Slot(string(key)); got != want {
+		if got, want := keySlot(key), redistest.Slot(string(key)); got != want {
 			t.Fatalf("keySlot(%q) = %d, want %d", key, got, want)
 		}
 	}
 	for _, k := range []string{"user1000", "{user1000}.following", "sluice:{r1|#abc}:x", "{}x", "a{b}c{d}"} {
-		if got, want := keySlot([]byte(k)), rediscluster.Slot(k); got != want {
+		if got, want := keySlot([]byte(k)), redistest.Slot(k); got != want {
 			t.Errorf("keySlot(%q) = %d, want %d", k, got, want)
 		}
 	}

@@ -17,16 +17,16 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/redisclient"
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
 // These tests run the scripts on a real 3-master Redis Cluster, through the
 // same path the embedded host uses (raw RESP in, raw RESP out, internal/redisclient).
 
-var cluster *rediscluster.Cluster
+var cluster *redistest.Cluster
 
-func TestMain(m *testing.M) { os.Exit(rediscluster.Main(m, 3, &cluster)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, 3, &cluster)) }
 
 // host is one proxy instance's view of the cluster.
 type host struct {
@@ -484,7 +484,7 @@ func TestMultiRuleDenialIsNotCharged(t *testing.T) {
 		Key: AppendKey(nil, algorithms.SlidingWindow, t.Name()+"-wide", "tenant")}
 	narrow := Request{Kind: algorithms.TokenBucket, Params: params(algorithms.TokenBucket, 1, time.Hour, 0),
 		Key: AppendKey(nil, algorithms.TokenBucket, t.Name()+"-narrow", "client")}
-	if rediscluster.Slot(string(wide.Key)) == rediscluster.Slot(string(narrow.Key)) {
+	if redistest.Slot(string(wide.Key)) == redistest.Slot(string(narrow.Key)) {
 		t.Log("both rules landed in one slot; the scheme does not depend on it")
 	}
 	request := func() bool {

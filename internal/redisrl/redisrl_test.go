@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
@@ -81,7 +81,7 @@ func TestKeys(t *testing.T) {
 			}
 			keys[s] = true
 			// Every algorithm's key of one (rule, key) pair is in the same slot.
-			if rediscluster.Slot(s) != rediscluster.Slot(string(AppendKey(nil, algorithms.TokenBucket, c[0], c[1]))) {
+			if redistest.Slot(s) != redistest.Slot(string(AppendKey(nil, algorithms.TokenBucket, c[0], c[1]))) {
 				t.Errorf("%q: %v key in another slot", c, kind)
 			}
 		}

@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-proxy/sluice/internal/redisclient"
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
-var cluster *rediscluster.Cluster
+var cluster *redistest.Cluster
 
 // TestMain starts the Redis Cluster the tests share; a fuzzing worker
 // (which runs only fuzz targets, none of which needs Redis) does without,
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
 		os.Exit(m.Run())
 	}
-	os.Exit(rediscluster.Main(m, 3, &cluster))
+	os.Exit(redistest.Main(m, 3, &cluster))
 }
 
 // testNow is the pinned script time of the tests: 30 s into a minute and

@@ -14,7 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 // fidelityConfig is one configuration both services load unchanged: every
@@ -71,7 +71,7 @@ func TestFidelityChargeDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := rediscluster.Start(filepath.Join(dir, "redis"), 3)
+	cluster, err := redistest.Start(filepath.Join(dir, "redis"), 3)
 	if err != nil {
 		t.Fatal(err)
 	}

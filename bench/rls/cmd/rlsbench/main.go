@@ -8,7 +8,7 @@
 //
 // It builds envoyproxy/ratelimit from this module (pinned in go.mod) and
 // sluice from the main module, starts a cluster of Debian's redis-server
-// with internal/rediscluster, starts both services on it with equivalent
+// with internal/redistest, starts both services on it with equivalent
 // configurations (sluice's is the peer's file plus one descriptor per other
 // algorithm), checks that each decides exactly (3 × 100 concurrent calls on
 // a fresh value with limit 100 → exactly 100 admitted), then measures. Each
@@ -32,7 +32,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/rediscluster"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 type options struct {
@@ -202,7 +202,7 @@ func run(o options) error {
 			o.sluiceBin = sluiceBin
 		}
 	}
-	cluster, err := rediscluster.Start(filepath.Join(dir, "redis"), 3)
+	cluster, err := redistest.Start(filepath.Join(dir, "redis"), 3)
 	if err != nil {
 		return err
 	}
@@ -316,7 +316,7 @@ func run(o options) error {
 }
 
 // flush empties every master, so each run starts from the same state.
-func flush(c *rediscluster.Cluster) error {
+func flush(c *redistest.Cluster) error {
 	for i := range c.Addrs {
 		cl := c.Client(i)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -332,7 +332,7 @@ func flush(c *rediscluster.Cluster) error {
 
 // resetStats zeroes the masters' command statistics (CONFIG RESETSTAT;
 // used_cpu_* are not reset).
-func resetStats(c *rediscluster.Cluster) error {
+func resetStats(c *redistest.Cluster) error {
 	for i := range c.Addrs {
 		cl := c.Client(i)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -348,7 +348,7 @@ func resetStats(c *rediscluster.Cluster) error {
 
 // clusterCommands sums INFO commandstats over the masters, leaving out the
 // harness's own INFO and CONFIG calls.
-func clusterCommands(c *rediscluster.Cluster) (map[string]cmdStat, error) {
+func clusterCommands(c *redistest.Cluster) (map[string]cmdStat, error) {
 	out := map[string]cmdStat{}
 	for i := range c.Addrs {
 		cl := c.Client(i)
@@ -371,7 +371,7 @@ func clusterCommands(c *rediscluster.Cluster) (map[string]cmdStat, error) {
 
 // clusterIO sums total_reads_processed and total_writes_processed over the
 // masters.
-func clusterIO(c *rediscluster.Cluster) (reads, writes int64, err error) {
+func clusterIO(c *redistest.Cluster) (reads, writes int64, err error) {
 	for i := range c.Addrs {
 		cl := c.Client(i)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -391,7 +391,7 @@ func clusterIO(c *rediscluster.Cluster) (reads, writes int64, err error) {
 }
 
 // clusterCPU sums used_cpu_sys + used_cpu_user over the masters.
-func clusterCPU(c *rediscluster.Cluster) (float64, error) {
+func clusterCPU(c *redistest.Cluster) (float64, error) {
 	var sum float64
 	for i := range c.Addrs {
 		cl := c.Client(i)
@@ -411,7 +411,7 @@ func clusterCPU(c *rediscluster.Cluster) (float64, error) {
 	return sum, nil
 }
 
-func measure(c *rediscluster.Cluster, s *service, l load) (measurement, error) {
+func measure(c *redistest.Cluster, s *service, l load) (measurement, error) {
 	var r0, r1 float64
 	var s0, s1 int64
 	var io0, io1 [2]int64

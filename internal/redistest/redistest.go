@@ -1,17 +1,17 @@
-// Package rediscluster starts a real Redis Cluster for tests: N masters, no
+// Package redistest starts a real Redis Cluster for tests: N masters, no
 // replicas, on loopback ports, from the redis-server and redis-cli binaries
 // on PATH (Debian's redis-server package; .ci/run installs it).
 //
 // Use one cluster per test binary, started in TestMain:
 //
-//	var cluster *rediscluster.Cluster
+//	var cluster *redistest.Cluster
 //
-//	func TestMain(m *testing.M) { os.Exit(rediscluster.Main(m, 3, &cluster)) }
+//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, 3, &cluster)) }
 //
 // The nodes run with cluster-require-full-coverage off, so killing or
 // pausing one master only makes its own slots unavailable — the outage the
 // Redis backend's failure modes are tested against.
-package rediscluster
+package redistest
 
 import (
 	"bytes"
@@ -57,13 +57,13 @@ var StartupTimeout = 30 * time.Second
 func Main(m *testing.M, masters int, c **Cluster) int {
 	dir, err := os.MkdirTemp("", "sluice-redis-cluster-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "rediscluster:", err)
+		fmt.Fprintln(os.Stderr, "redistest:", err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
 	cl, err := Start(dir, masters)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "rediscluster:", err)
+		fmt.Fprintln(os.Stderr, "redistest:", err)
 		return 1
 	}
 	*c = cl

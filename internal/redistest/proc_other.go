@@ -1,6 +1,6 @@
 //go:build !linux
 
-package rediscluster
+package redistest
 
 import "os/exec"
 
