@@ -62,7 +62,7 @@ images: wasm
 # the slow packages (TEST_SLOW) run with -v through .ci/test-progress.awk: one line per finished
 # top-level test, a failing test's whole output. Two lanes, at most two test binaries at a time
 # as `go test ./...` on 2 cores: e2e; the other packages one by one, then filter and cmd/sluice.
-TEST_SLOW  := e2e filter cmd/sluice
+TEST_SLOW  := e2e e2e/integration filter cmd/sluice
 TEST_FLAGS := -count=1 -timeout 40m
 test: SHELL := /bin/bash
 test: .SHELLFLAGS := -o pipefail -ec

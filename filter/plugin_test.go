@@ -9,13 +9,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
 
-func req(src string, hdrs ...string) filtertest.Request {
-	r := filtertest.Request{Source: src}
-	for i := 0; i+1 < len(hdrs); i += 2 {
-		r.Headers = append(r.Headers, [2]string{hdrs[i], hdrs[i+1]})
-	}
-	return r
-}
+var req = filtertest.NewRequest
 
 // resetSeconds parses t= of a RateLimit header.
 func param(t *testing.T, v, name string) int64 {

@@ -1,4 +1,4 @@
-package filter_test
+package integration
 
 import (
 	"bytes"
@@ -14,15 +14,13 @@ import (
 	"github.com/sluice-proxy/sluice/host"
 )
 
-// The third target: the compiled module in sluice's own embedded host
-// (host/), which has Envoy's shared-data semantics, calls proxy_on_delete
-// and runs several workers.
+// hostTarget runs the compiled module in sluice's own embedded host (host/),
+// which has Envoy's shared-data semantics, calls proxy_on_delete and runs
+// several workers.
+var req = filtertest.NewRequest
 
-func init() {
-	targets = append(targets, targetKind{"wasm-host", func(t *testing.T, cfg string) target {
-		return startHost(t, cfg, 1)
-	}})
-}
+const perIPConfig = `{"rules":[{"name":"per-ip","key":[{"remote_ip":true}],
+  "algorithm":"fixed_window","limit":3,"window":"1h"}]}`
 
 type hostTarget struct {
 	t *testing.T

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package filter_test
+package integration
 
 import "time"
 
