@@ -45,6 +45,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluice-proxy/sluice/bench/internal/build"
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
@@ -105,51 +106,29 @@ func fail(err error) {
 // setup finds the repository, builds the modules and the load generator, and resolves and
 // checks the Envoy binary.
 func (e *env) setup() error {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %v", err)
+	var err error
+	if e.root, err = build.Root(); err != nil {
+		return err
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return errors.New("run it inside the sluice module")
-	}
-	e.root = filepath.Dir(mod)
 	if e.dir, err = os.MkdirTemp("", "bench-envoy-"); err != nil {
 		return err
 	}
 	e.noop, e.load = filepath.Join(e.dir, "noop.wasm"), filepath.Join(e.dir, "sluice-load")
-	wasip1 := append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	type step struct {
-		dir string
-		env []string
-		cmd []string
-	}
-	var steps []step
+	var steps []build.Step
+	// Both modules as make build ships sluice.wasm: patched (poll_oneoff answered in the guest).
+	patch := []string{e.noop}
 	if e.o.wasm != "" {
 		if e.wasm, err = filepath.Abs(e.o.wasm); err != nil {
 			return err
 		}
 	} else {
 		e.wasm = filepath.Join(e.dir, "sluice.wasm")
-		steps = append(steps, step{e.root, wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.wasm, "./cmd/sluice-wasm"}})
-	}
-	steps = append(steps,
-		step{filepath.Join(e.root, "host", "testdata", "guests", "minimal"), wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.noop, "."}},
-		step{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.load, "./bench/cmd/sluice-load"}},
-	)
-	// Both modules as make build ships sluice.wasm: patched (poll_oneoff answered in the guest).
-	patch := []string{"go", "run", "./internal/wasmpatch/cmd/wasmpatch", e.noop}
-	if e.o.wasm == "" {
+		steps = append(steps, build.SluiceWasm(e.wasm))
 		patch = append(patch, e.wasm)
 	}
-	steps = append(steps, step{e.root, nil, patch})
-	fmt.Fprintf(os.Stderr, "bench-envoy: building into %s\n", e.dir)
-	for _, s := range steps {
-		c := exec.Command(s.cmd[0], s.cmd[1:]...)
-		c.Dir, c.Env = s.dir, s.env
-		if msg, err := c.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %v\n%s", strings.Join(s.cmd, " "), err, msg)
-		}
+	steps = append(steps, build.NoopWasm(e.noop), build.Command("./bench/cmd/sluice-load", e.load), build.Patch(patch...))
+	if err := build.Run(e.root, e.dir, "bench-envoy", steps...); err != nil {
+		return err
 	}
 	bin := e.o.envoy
 	if bin == "" {
@@ -229,7 +208,7 @@ func (e *env) run() error {
 	samples := map[string][]sample{}
 	famSamples := map[string][]famSample{}
 	start := time.Now()
-	load0 := loadAvg()
+	load0 := build.LoadAvg()
 	for r := 0; r < e.o.rounds; r++ {
 		for k := range fams {
 			f := fams[(k+r)%len(fams)] // rotate: no family always runs first
@@ -379,7 +358,7 @@ func (e *env) loadRun(ctx context.Context, url string, keys int, d time.Duration
 func (e *env) report(w io.Writer, fams []family, samples map[string][]sample, famSamples map[string][]famSample, took time.Duration, load0 string) {
 	fmt.Fprintf(w, "# %s\n", commandLine())
 	fmt.Fprintf(w, "# %s · sluice %s · Envoy %s (%s) --concurrency 2 · %d CPUs · load average %s at start, %s at end · %v\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.revision(), e.target.Version, e.target.Bin, runtime.NumCPU(), load0, loadAvg(), took.Round(time.Second))
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.revision(), e.target.Version, e.target.Bin, runtime.NumCPU(), load0, build.LoadAvg(), took.Round(time.Second))
 	fmt.Fprintf(w, "%d rounds, families interleaved (rotated) within each round, one Envoy process per family and round; sluice-load -c %d, %v measured after %v of warm-up per configuration. Ratios taken per round, median (min–max) over the rounds. CPU: utime+stime of the Envoy process over the measured run per request served.\n\n",
 		e.o.rounds, e.o.conc, e.o.duration, e.o.warmup)
 	ratio := func(a, b []sample, f func(sample) float64) string {
@@ -501,18 +480,6 @@ func commandLine() string {
 		s = "ENVOY=" + v + " " + s
 	}
 	return s
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func readFile(p string) (string, error) {

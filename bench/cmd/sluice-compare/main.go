@@ -45,6 +45,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-proxy/sluice/bench/internal/build"
 	"github.com/sluice-proxy/sluice/bench/startup"
 )
 
@@ -115,7 +116,7 @@ func main() {
 	}
 	defer os.RemoveAll(e.dir)
 	start := time.Now()
-	fmt.Fprintf(e.out, "sluice-compare: %d rounds, %d CPUs, load average at start %s\n", e.rounds, runtime.NumCPU(), loadAvg())
+	fmt.Fprintf(e.out, "sluice-compare: %d rounds, %d CPUs, load average at start %s\n", e.rounds, runtime.NumCPU(), build.LoadAvg())
 	failed := false
 	for _, s := range sections {
 		fmt.Fprintf(e.out, "\n## %s\n\n", s.name)
@@ -131,7 +132,7 @@ func main() {
 			failed = true
 		}
 	}
-	fmt.Fprintf(e.out, "\nsluice-compare: done in %v, load average at end %s\n", time.Since(start).Round(time.Second), loadAvg())
+	fmt.Fprintf(e.out, "\nsluice-compare: done in %v, load average at end %s\n", time.Since(start).Round(time.Second), build.LoadAvg())
 	if failed {
 		os.Exit(1)
 	}
@@ -142,57 +143,22 @@ func fail(err error) {
 	os.Exit(2)
 }
 
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 // build builds the artifacts into a new temporary directory.
 func (e *env) build() error {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %v", err)
+	var err error
+	if e.root, err = build.Root(); err != nil {
+		return err
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return errors.New("run it inside the sluice module")
-	}
-	e.root = filepath.Dir(mod)
 	if e.dir, err = os.MkdirTemp("", "sluice-compare-"); err != nil {
 		return err
 	}
 	e.sluice, e.wasm = filepath.Join(e.dir, "sluice"), filepath.Join(e.dir, "sluice.wasm")
 	e.noop, e.load = filepath.Join(e.dir, "noop.wasm"), filepath.Join(e.dir, "sluice-load")
 	e.floor = filepath.Join(e.dir, "sluice-floor")
-	wasip1 := append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	steps := []struct {
-		dir string
-		env []string
-		cmd []string
-	}{
-		{e.root, wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.wasm, "./cmd/sluice-wasm"}},
-		{e.root, nil, []string{"go", "run", "./internal/wasmpatch/cmd/wasmpatch", e.wasm}},
-		{filepath.Join(e.root, "host", "testdata", "guests", "minimal"), wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", e.noop, "."}},
-		{e.root, append(os.Environ(), "CGO_ENABLED=0"), []string{"go", "build", "-trimpath", "-o", e.sluice, "./cmd/sluice"}}, // as `make build`
-		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.load, "./bench/cmd/sluice-load"}},
-		{e.root, nil, []string{"go", "build", "-trimpath", "-o", e.floor, "./bench/cmd/sluice-floor"}},
-	}
-	fmt.Fprintf(os.Stderr, "sluice-compare: building into %s\n", e.dir)
-	for _, s := range steps {
-		c := exec.Command(s.cmd[0], s.cmd[1:]...)
-		c.Dir, c.Env = s.dir, s.env
-		if msg, err := c.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %v\n%s", strings.Join(s.cmd, " "), err, msg)
-		}
-	}
-	return nil
+	return build.Run(e.root, e.dir, "sluice-compare",
+		build.SluiceWasm(e.wasm), build.Patch(e.wasm), build.NoopWasm(e.noop),
+		build.Command("./cmd/sluice", e.sluice), build.Command("./bench/cmd/sluice-load", e.load),
+		build.Command("./bench/cmd/sluice-floor", e.floor))
 }
 
 // stats are the median and range of one figure over the rounds.
