@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 // The protobuf messages of envoy.service.ratelimit.v3, encoded and decoded
@@ -36,25 +37,16 @@ const (
 	rlsCodeOverLimit = 2
 )
 
-// The descriptor entries of an inline rule (the wire contract).
+// The response headers of an answer to inline descriptors (these and the
+// entry keys are rlswire's: the contract with `sluice serve`).
 const (
-	rlsKeyRule      = "sluice.rule"
-	rlsKeyAlgorithm = "sluice.algorithm"
-	rlsKeyLimit     = "sluice.limit"
-	rlsKeyWindowUS  = "sluice.window_us"
-	rlsKeyBurst     = "sluice.burst"
-	rlsKeyKey       = "sluice.key"
-	rlsKeyRefund    = "sluice.refund"
-	rlsKeyLease     = "sluice.lease"  // an acquire: "<n>:<instances>"
-	rlsKeyReturn    = "sluice.return" // a lease's return: "<n>:<stamp>"
-	// RefundHeader is the response header (response_headers_to_add) that
-	// carries a refund token: "<descriptor index>:<stamp>:<ref>".
-	RefundHeader = "x-sluice-refund"
-	// LeaseHeader is the response header that carries what a granted
-	// acquire's pool needs: "<descriptor index>:<stamp>:<valid_us>" (the
-	// grant's stamp, to name in its return; how long its admissions may be
-	// spent, 0 = no bound from the algorithm).
-	LeaseHeader = "x-sluice-lease"
+	// RefundHeader carries a refund token: "<descriptor index>:<stamp>:<ref>".
+	RefundHeader = rlswire.RefundHeader
+	// LeaseHeader carries what a granted acquire's pool needs:
+	// "<descriptor index>:<stamp>:<valid_us>" (the grant's stamp, to name in
+	// its return; how long its admissions may be spent, 0 = no bound from
+	// the algorithm).
+	LeaseHeader = rlswire.LeaseHeader
 )
 
 // Protobuf wire types.
@@ -107,11 +99,11 @@ func appendRuleEntries(b []byte, id string, rc *config.Rule) []byte {
 	if rc.Algorithm != algorithms.TokenBucket && rc.Algorithm != algorithms.LeakyBucket {
 		burst = 0
 	}
-	b = appendEntry(b, rlsKeyRule, escapeKey(nil, []byte(id)))
-	b = appendEntry(b, rlsKeyAlgorithm, []byte(rc.Algorithm.String()))
-	b = appendEntry(b, rlsKeyLimit, strconv.AppendInt(nil, p.Limit, 10))
-	b = appendEntry(b, rlsKeyWindowUS, strconv.AppendInt(nil, int64(p.Window/time.Microsecond), 10))
-	return appendEntry(b, rlsKeyBurst, strconv.AppendInt(nil, burst, 10))
+	b = appendEntry(b, rlswire.Rule, escapeKey(nil, []byte(id)))
+	b = appendEntry(b, rlswire.Algorithm, []byte(rc.Algorithm.String()))
+	b = appendEntry(b, rlswire.Limit, strconv.AppendInt(nil, p.Limit, 10))
+	b = appendEntry(b, rlswire.WindowUS, strconv.AppendInt(nil, int64(p.Window/time.Microsecond), 10))
+	return appendEntry(b, rlswire.Burst, strconv.AppendInt(nil, burst, 10))
 }
 
 // escapeKey appends key with every byte that is not part of valid UTF-8,
@@ -175,8 +167,8 @@ func (rs *rlsState) appendRequest(b []byte, w *rlsWait, rules []int, refund bool
 			continue
 		}
 		res := &w.res[i]
-		rs.num = appendPair(rs.num[:0], res.stamp, res.ref)
-		b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlsKeyRefund, rs.num)
+		rs.num = rlswire.AppendPair(rs.num[:0], res.stamp, res.ref)
+		b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlswire.Refund, rs.num)
 	}
 	b = append(b, 3<<3|wireVarint)
 	return append(b, 1) // hits_addend
@@ -188,21 +180,14 @@ func (rs *rlsState) appendRequest(b []byte, w *rlsWait, rules []int, refund bool
 func (rs *rlsState) appendLeaseRequest(b []byte, lr *leaseRule, q *redisrl.LeaseRequest) []byte {
 	b = rs.appendDomain(b)
 	if q.Return {
-		rs.num = appendPair(rs.num[:0], q.N, q.Stamp)
-		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlsKeyReturn, rs.num)
+		rs.num = rlswire.AppendPair(rs.num[:0], q.N, q.Stamp)
+		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlswire.Return, rs.num)
 	} else {
-		rs.num = appendPair(rs.num[:0], q.N, q.Instances)
-		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlsKeyLease, rs.num)
+		rs.num = rlswire.AppendPair(rs.num[:0], q.N, q.Instances)
+		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlswire.Lease, rs.num)
 	}
 	b = append(b, 3<<3|wireVarint)
 	return append(b, 1) // hits_addend
-}
-
-// appendPair appends "<a>:<b>" (decimal).
-func appendPair(b []byte, x, y int64) []byte {
-	b = strconv.AppendInt(b, x, 10)
-	b = append(b, ':')
-	return strconv.AppendInt(b, y, 10)
 }
 
 func (rs *rlsState) appendDomain(b []byte) []byte {
@@ -216,7 +201,7 @@ func (rs *rlsState) appendDomain(b []byte) []byte {
 // when extra is not empty.
 func appendDescriptor(b, fixed, key []byte, extra string, val []byte) []byte {
 	kl := escapedKeyLen(key)
-	keyEntry := 1 + varintLen(uint64(len(rlsKeyKey))) + len(rlsKeyKey) + 1 + varintLen(uint64(kl)) + kl
+	keyEntry := 1 + varintLen(uint64(len(rlswire.Key))) + len(rlswire.Key) + 1 + varintLen(uint64(kl)) + kl
 	n := len(fixed) + 1 + varintLen(uint64(keyEntry)) + keyEntry
 	if extra != "" {
 		e := 1 + varintLen(uint64(len(extra))) + len(extra) + 1 + varintLen(uint64(len(val))) + len(val)
@@ -228,8 +213,8 @@ func appendDescriptor(b, fixed, key []byte, extra string, val []byte) []byte {
 	b = append(b, 1<<3|wireLen)
 	b = appendVarint(b, uint64(keyEntry))
 	b = append(b, 1<<3|wireLen)
-	b = appendVarint(b, uint64(len(rlsKeyKey)))
-	b = append(b, rlsKeyKey...)
+	b = appendVarint(b, uint64(len(rlswire.Key)))
+	b = append(b, rlswire.Key...)
 	b = append(b, 2<<3|wireLen)
 	b = appendVarint(b, uint64(kl))
 	b = escapeKey(b, key)
@@ -508,60 +493,17 @@ func (r *rlsResponse) header(b []byte, n int) error {
 	}
 	switch string(key) {
 	case RefundHeader:
-		idx, stamp, ref, ok := parseRefundToken(val)
+		idx, stamp, ref, ok := rlswire.ParseToken(val)
 		if !ok || idx >= n {
 			return errors.New(RefundHeader + ": malformed token")
 		}
 		r.refunds[idx] = rlsRefund{ok: true, stamp: stamp, ref: ref}
 	case LeaseHeader:
-		idx, stamp, valid, ok := parseRefundToken(val)
+		idx, stamp, valid, ok := rlswire.ParseToken(val)
 		if !ok || idx >= n || stamp < 0 || valid < 0 || valid > int64(maxRLSDuration/time.Microsecond) {
 			return errors.New(LeaseHeader + ": malformed value")
 		}
 		r.leases[idx] = rlsLease{ok: true, stamp: stamp, valid: time.Duration(valid) * time.Microsecond}
 	}
 	return nil
-}
-
-// parseRefundToken parses "<i>:<stamp>:<ref>" (decimal; i ≥ 0).
-func parseRefundToken(b []byte) (idx int, stamp, ref int64, ok bool) {
-	var parts [3]int64
-	k := 0
-	for i := 0; k < 3; k++ {
-		j := i
-		neg := false
-		if j < len(b) && b[j] == '-' && k > 0 {
-			neg = true
-			j++
-		}
-		start := j
-		var v int64
-		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-			if v > (1<<63-1)/10-1 {
-				return 0, 0, 0, false
-			}
-			v = v*10 + int64(b[j]-'0')
-			j++
-		}
-		if j == start {
-			return 0, 0, 0, false
-		}
-		if neg {
-			v = -v
-		}
-		parts[k] = v
-		if k < 2 {
-			if j >= len(b) || b[j] != ':' {
-				return 0, 0, 0, false
-			}
-			j++
-		} else if j != len(b) {
-			return 0, 0, 0, false
-		}
-		i = j
-	}
-	if parts[0] > 1<<20 {
-		return 0, 0, 0, false
-	}
-	return int(parts[0]), parts[1], parts[2], true
 }

@@ -91,15 +91,6 @@ func TestRLSDecodeLease(t *testing.T) {
 	}
 }
 
-func TestRLSRefundToken(t *testing.T) {
-	for in, want := range map[string]bool{"0:1:2": true, "3:-1:-2": true, "0:1": false, "0:1:2:3": false, "-1:1:2": false,
-		":1:2": false, "0:1:x": false, "0:99999999999999999999:1": false, "": false, "0:1:2 ": false} {
-		if _, _, _, ok := parseRefundToken([]byte(in)); ok != want {
-			t.Errorf("parseRefundToken(%q) ok %v", in, ok)
-		}
-	}
-}
-
 // The key escape makes any byte string a proto string: valid UTF-8 stays, '%' and every
 // byte outside valid UTF-8 become %XX, and the escape is injective (distinct keys stay
 // distinct).

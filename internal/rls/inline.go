@@ -11,39 +11,32 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
-// The entry keys of an inline descriptor, in the order the wire contract
-// fixes (docs: README "Mesh-wide limits"; /work/notes/rls-contract.md).
+// The entry keys of an inline descriptor and the headers that answer them:
+// the contract with the filter, written once in package rlswire (which says
+// what each holds). They are named here too for this package's callers.
 const (
-	EntryRule      = "sluice.rule"
-	EntryAlgorithm = "sluice.algorithm"
-	EntryLimit     = "sluice.limit"
-	EntryWindowUS  = "sluice.window_us"
-	EntryBurst     = "sluice.burst"
-	EntryKey       = "sluice.key"
-	EntryRefund    = "sluice.refund"
-	EntryLease     = "sluice.lease"  // a lease acquire: "<n>:<instances>"
-	EntryReturn    = "sluice.return" // a lease return: "<n>:<stamp>"
+	EntryRule      = rlswire.Rule
+	EntryAlgorithm = rlswire.Algorithm
+	EntryLimit     = rlswire.Limit
+	EntryWindowUS  = rlswire.WindowUS
+	EntryBurst     = rlswire.Burst
+	EntryKey       = rlswire.Key
+	EntryRefund    = rlswire.Refund
+	EntryLease     = rlswire.Lease
+	EntryReturn    = rlswire.Return
 
-	// RefundHeader is the response header that carries a refund token
-	// "<i>:<stamp>:<ref>" for inline descriptor i.
-	RefundHeader = "x-sluice-refund"
-	// LeaseHeader is the response header that carries a granted acquire's
-	// "<i>:<stamp>:<valid_us>" for inline descriptor i.
-	LeaseHeader = "x-sluice-lease"
+	RefundHeader = rlswire.RefundHeader
+	LeaseHeader  = rlswire.LeaseHeader
 )
-
-var inlineOrder = [...]string{EntryRule, EntryAlgorithm, EntryLimit, EntryWindowUS, EntryBurst, EntryKey, EntryRefund}
-
-// optional7 are the keys the seventh entry of an inline descriptor may have.
-const optional7 = EntryRefund + ", " + EntryLease + " or " + EntryReturn
 
 // IsInline reports whether d is an inline (sluice) descriptor: its first
 // entry's key is sluice.rule.
 func IsInline(d *ratelimitv3.RateLimitDescriptor) bool {
 	e := d.GetEntries()
-	return len(e) > 0 && e[0].GetKey() == EntryRule
+	return len(e) > 0 && e[0].GetKey() == rlswire.Rule
 }
 
 // inline is a parsed inline descriptor.
@@ -81,26 +74,26 @@ func (e *inlineError) Error() string {
 // and config.RedisParams (the scripts' exactness bounds).
 func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	es := d.GetEntries()
-	if n := len(es); n != 6 && n != 7 {
+	if n := len(es); n != rlswire.FixedEntries && n != rlswire.FixedEntries+1 {
 		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor has 6 entries (7 for a refund, a lease or a return), not " + strconv.Itoa(n) +
-			"; the order is " + strings.Join(inlineOrder[:6], ", ") + " and then " + optional7}
+			"; the order is " + strings.Join(rlswire.Fixed[:], ", ") + " and then " + rlswire.Optional}
 	}
 	if d.GetLimit() != nil {
 		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor carries its limit in its entries; a limit override is not allowed"}
 	}
 	for j, e := range es {
-		if j == 6 {
-			if k := e.GetKey(); k != EntryRefund && k != EntryLease && k != EntryReturn {
-				return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(k), msg: "expected " + optional7 + " here"}
+		if j == rlswire.FixedEntries {
+			if k := e.GetKey(); k != rlswire.Refund && k != rlswire.Lease && k != rlswire.Return {
+				return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(k), msg: "expected " + rlswire.Optional + " here"}
 			}
 			break
 		}
-		if e.GetKey() != inlineOrder[j] {
-			return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(e.GetKey()), msg: "expected " + inlineOrder[j] + " here"}
+		if e.GetKey() != rlswire.Fixed[j] {
+			return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(e.GetKey()), msg: "expected " + rlswire.Fixed[j] + " here"}
 		}
 	}
 	bad := func(j int, msg string) error {
-		name := inlineOrder[min(j, 5)]
+		name := rlswire.Fixed[min(j, rlswire.FixedEntries-1)]
 		if j == 6 {
 			name = es[6].GetKey()
 		}
@@ -151,22 +144,19 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	}
 	if len(es) == 7 {
 		s := es[6].GetValue()
-		a, b, ok := strings.Cut(s, ":")
-		x, err1 := strconv.ParseInt(a, 10, 64)
-		y, err2 := strconv.ParseInt(b, 10, 64)
-		ok = ok && err1 == nil && err2 == nil && x >= 0 && y >= 0
+		x, y, ok := rlswire.ParsePair(s)
 		switch es[6].GetKey() {
-		case EntryRefund:
+		case rlswire.Refund:
 			if !ok {
 				return nil, bad(6, "must be <stamp>:<ref> (two non-negative decimal integers), not "+strconv.Quote(s))
 			}
 			in.refund, in.stamp, in.ref = true, x, y
-		case EntryLease:
+		case rlswire.Lease:
 			if !ok || x < 1 || y < 1 || y > config.MaxRedisInstances {
 				return nil, bad(6, "must be <n>:<instances> (n >= 1, instances 1.."+strconv.Itoa(config.MaxRedisInstances)+"), not "+strconv.Quote(s))
 			}
 			in.lease, in.n, in.inst = true, x, y
-		case EntryReturn:
+		case rlswire.Return:
 			if !ok || x < 1 {
 				return nil, bad(6, "must be <n>:<stamp> (n >= 1, stamp >= 0), not "+strconv.Quote(s))
 			}

@@ -49,6 +49,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 // MaxDescriptors bounds the descriptors of one call (each is a Redis round
@@ -216,7 +217,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		it.cost = hitsAddend(req, d)
 		if IsInline(d) {
 			if it.neg {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits on an inline descriptor (sluice.wasm gives admissions back with %s)", i, EntryRefund)
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits on an inline descriptor (sluice.wasm gives admissions back with %s)", i, rlswire.Refund)
 			}
 			if !s.inlineAllowed(domain) {
 				return nil, status.Errorf(codes.PermissionDenied, "descriptor %d: inline descriptors are not enabled for domain %q (sluice serve --inline-domains)", i, domain)
@@ -504,8 +505,8 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 			}
 			outcome = s.fill(st, it, false)
 			if !over && it.call && it.res.Allowed {
-				out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: RefundHeader,
-					Value: strconv.Itoa(i) + ":" + strconv.FormatInt(it.res.Stamp, 10) + ":" + strconv.FormatInt(it.res.Ref, 10)})
+				out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: rlswire.RefundHeader,
+					Value: string(rlswire.AppendToken(nil, i, it.res.Stamp, it.res.Ref))})
 			}
 		case it.m != nil:
 			l := it.m.limit
@@ -565,8 +566,8 @@ func (s *Server) fillLease(out *pb.RateLimitResponse, st *pb.RateLimitResponse_D
 	}
 	st.DurationUntilReset = durationpb.New(r.ResetAfter)
 	st.Quota = &pb.RateLimitResponse_Quota{Requests: clampU32(r.Granted)}
-	out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: LeaseHeader,
-		Value: strconv.Itoa(i) + ":" + strconv.FormatInt(r.Stamp, 10) + ":" + strconv.FormatInt(int64(r.Valid/time.Microsecond), 10)})
+	out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: rlswire.LeaseHeader,
+		Value: string(rlswire.AppendToken(nil, i, r.Stamp, int64(r.Valid/time.Microsecond)))})
 	return outcomeLease
 }
 

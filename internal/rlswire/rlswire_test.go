@@ -1,0 +1,59 @@
+package rlswire
+
+import (
+	"strconv"
+	"testing"
+)
+
+func TestParseToken(t *testing.T) {
+	for in, want := range map[string]bool{"0:1:2": true, "3:-1:-2": true, "0:1": false, "0:1:2:3": false, "-1:1:2": false,
+		":1:2": false, "0:1:x": false, "0:99999999999999999999:1": false, "": false, "0:1:2 ": false, "+1:1:2": false,
+		"1048576:0:0": true, "1048577:0:0": false, "0:--1:2": false, "0:1:": false} {
+		if _, _, _, ok := ParseToken([]byte(in)); ok != want {
+			t.Errorf("ParseToken(%q) ok %v", in, ok)
+		}
+	}
+	i, x, y, ok := ParseToken([]byte("7:-12:34"))
+	if !ok || i != 7 || x != -12 || y != 34 {
+		t.Errorf("ParseToken: %d %d %d %v", i, x, y, ok)
+	}
+}
+
+func TestParsePair(t *testing.T) {
+	for in, want := range map[string]bool{"0:0": true, "5:3": true, "5": false, "5:": false, ":5": false, "-1:2": false,
+		"1:-2": false, "1:2:3": false, "x:1": false, "1:99999999999999999999": false, "+1:2": true} {
+		if _, _, ok := ParsePair(in); ok != want {
+			t.Errorf("ParsePair(%q) ok %v", in, ok)
+		}
+	}
+}
+
+// What one side appends, the other parses back.
+func TestRoundTrip(t *testing.T) {
+	for _, v := range [][3]int64{{0, 0, 0}, {3, 1700000000000000, 42}, {MaxTokenIndex, 1<<63 - 1e6, 1}} {
+		tok := AppendToken(nil, int(v[0]), v[1], v[2])
+		if want := strconv.FormatInt(v[0], 10) + ":" + strconv.FormatInt(v[1], 10) + ":" + strconv.FormatInt(v[2], 10); string(tok) != want {
+			t.Errorf("AppendToken = %q, want %q", tok, want)
+		}
+		i, x, y, ok := ParseToken(tok)
+		if !ok || int64(i) != v[0] || x != v[1] || y != v[2] {
+			t.Errorf("ParseToken(%q) = %d %d %d %v", tok, i, x, y, ok)
+		}
+		p := AppendPair(nil, v[1], v[2])
+		if x, y, ok := ParsePair(string(p)); !ok || x != v[1] || y != v[2] {
+			t.Errorf("ParsePair(%q) = %d %d %v", p, x, y, ok)
+		}
+	}
+}
+
+// The guest's side appends into a reused buffer and parses without allocating.
+func TestGuestSideAllocs(t *testing.T) {
+	buf := make([]byte, 0, 64)
+	tok := []byte("2:1700000000000000:17")
+	if n := testing.AllocsPerRun(100, func() {
+		buf = AppendPair(buf[:0], 1700000000000000, 40)
+		ParseToken(tok)
+	}); n != 0 {
+		t.Errorf("%v allocations", n)
+	}
+}
