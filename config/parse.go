@@ -296,7 +296,7 @@ func (p *parser) rule(path string, v gjson.Result) *Rule {
 	algOK, limitOK, windowOK, burstOK, backendOK := true, true, true, true, true
 	if x, ok := f["name"]; ok {
 		if s, ok := p.str(path+".name", x); ok {
-			if msg := checkRuleName(s); msg != "" {
+			if msg := CheckRuleName(s); msg != "" {
 				p.fail(x, path+".name", show(x)+" "+msg)
 			} else {
 				r.Name = s
@@ -433,22 +433,6 @@ func leaseRefusal(r *Rule, n int64, backendOK, algOK, sizeOK bool) string {
 		return "must not exceed the burst (" + strconv.FormatInt(r.Burst, 10) + "): no lease can be larger than the bucket"
 	case r.Algorithm == algorithms.FixedWindow && r.Limit > 0 && n > r.Limit:
 		return "must not exceed the limit (" + strconv.FormatInt(r.Limit, 10) + "): no lease can be larger than the window's quota"
-	}
-	return ""
-}
-
-func checkRuleName(s string) string {
-	if s == "" {
-		return "is empty"
-	}
-	if len(s) > MaxRuleNameLen {
-		return "is longer than " + strconv.Itoa(MaxRuleNameLen) + " bytes"
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return "may contain only letters, digits, '-', '_' and '.'"
-		}
 	}
 	return ""
 }

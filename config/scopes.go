@@ -529,22 +529,6 @@ func (p *parser) scope(path string, i int, v gjson.Result) *Scope {
 	return s
 }
 
-func checkScopeName(s string) string {
-	if s == "" {
-		return "is empty"
-	}
-	if len(s) > MaxScopeNameLen {
-		return "is longer than " + strconv.Itoa(MaxScopeNameLen) + " bytes"
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return "may contain only letters, digits, '-' and '_'"
-		}
-	}
-	return ""
-}
-
 // conditionKey is a canonical form of the scope's condition: two scopes with
 // the same key select the same requests. "" for a scope whose values did not
 // parse.

@@ -100,7 +100,7 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 		return &inlineError{desc: i, entry: j, name: name, msg: msg}
 	}
 	in := &inline{rule: es[0].GetValue(), key: es[5].GetValue()}
-	if msg := checkRuleName(in.rule); msg != "" {
+	if msg := config.CheckRuleID(in.rule); msg != "" {
 		return nil, bad(0, "rule name "+msg)
 	}
 	k, ok := algorithms.ParseKind(es[1].GetValue())
@@ -182,28 +182,4 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 func (in *inline) leaseRequest(domain string) *redisrl.LeaseRequest {
 	return &redisrl.LeaseRequest{Kind: in.kind, Params: in.params, Key: redisrl.AppendLeaseKey(nil, in.kind, domain+"/"+in.rule, in.key),
 		N: in.n, Instances: max(in.inst, 1), Return: in.ret, Stamp: in.stamp}
-}
-
-// maxRuleIDLen bounds sluice.rule: a rule name, or "<scope>.<name>" for a
-// rule of a "_rules_" scope (as the filter names its counters).
-const maxRuleIDLen = config.MaxScopeNameLen + 1 + config.MaxRuleNameLen
-
-// checkRuleName applies the sluice configuration's rule and scope name
-// rules (letters, digits, '-', '_', '.'; 1..maxRuleIDLen bytes). Redis keys
-// rely on it: a rule name never contains '/', so an inline key
-// "<domain>/<rule>" never equals a configured descriptor's "<domain>/".
-func checkRuleName(s string) string {
-	if s == "" {
-		return "is empty"
-	}
-	if len(s) > maxRuleIDLen {
-		return "is longer than " + strconv.Itoa(maxRuleIDLen) + " bytes"
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return "may contain only letters, digits, '-', '_' and '.'"
-		}
-	}
-	return ""
 }
