@@ -1,0 +1,77 @@
+package filter
+
+import "strings"
+
+// The help texts of the metrics the filter defines, for the # HELP lines of a Prometheus
+// exposition (the embedded host's /metrics, through host.Options.MetricHelp; Envoy writes
+// none). The names are defined where they are counted; TestEveryMetricHasHelp fails when
+// a metric constant of this package has no line here.
+//
+// Plain data of constant strings: a build that never calls MetricHelp (the module) links
+// none of it.
+var metricHelp = [...]struct{ name, help string }{
+	{ErrorsMetric, "sluice: internal errors of the filter (recovered panics, refused local responses)"},
+	{GCCyclesMetric, "sluice: garbage collections the module has run"},
+	{HeapBytesMetric, "sluice: bytes of heap objects in the module"},
+	{DebugAllocsMetric, "sluice (debug build): heap allocations of the module"},
+
+	{MetricRedisCalls, "sluice Redis: EVALSHA/EVAL sent for decisions"},
+	{MetricRedisNoScript, "sluice Redis: NOSCRIPT answers, retried with EVAL"},
+	{MetricRedisFailures, "sluice Redis: decisions Redis could not make"},
+	{MetricRedisTimeouts, "sluice Redis: failures that were timeouts (a timeout status, or the guest's guard)"},
+	{MetricRedisFailOpen, "sluice Redis: failures let through (failure_mode open)"},
+	{MetricRedisFailClosed, "sluice Redis: failures rejected with 503 (failure_mode closed)"},
+	{MetricRedisFailLocal, "sluice Redis: failures decided locally (failure_mode local)"},
+	{MetricRedisRefunds, "sluice Redis: refunds sent for denied multi-rule requests"},
+	{MetricRedisRefundFailures, "sluice Redis: refunds that did not land"},
+	{MetricRedisLeased, "sluice Redis: admissions granted to this proxy's leases"},
+	{MetricRedisReturned, "sluice Redis: unspent leased admissions sent back to Redis"},
+
+	{MetricRLSCalls, "sluice RLS: ShouldRateLimit calls sent for decisions and leases (acquires, returns)"},
+	{MetricRLSFailures, "sluice RLS: rule decisions the rate-limit service could not make"},
+	{MetricRLSTimeouts, "sluice RLS: failures that were timeouts (DEADLINE_EXCEEDED, or the guest's guard)"},
+	{MetricRLSFailOpen, "sluice RLS: failures let through (failure_mode open)"},
+	{MetricRLSFailClosed, "sluice RLS: failures rejected with 503 (failure_mode closed)"},
+	{MetricRLSFailLocal, "sluice RLS: failures decided locally (failure_mode local)"},
+	{MetricRLSRefunds, "sluice RLS: refund descriptors sent (an admission each, undone for a denied multi-rule request)"},
+	{MetricRLSRefundFailures, "sluice RLS: admissions not refunded (no refund token, or the call failed)"},
+	{MetricRLSLeased, "sluice RLS: admissions the rate-limit service granted to this proxy's leases"},
+	{MetricRLSReturned, "sluice RLS: unspent leased admissions sent back through the rate-limit service"},
+}
+
+// ruleMetricHelp describes a rule's counters, in MetricNames's order.
+var ruleMetricHelp = [...]string{
+	"requests allowed",
+	"requests denied",
+	"requests the rule, in shadow mode, would have denied (let through)",
+	"requests whose counter store (shared data or Redis) failed",
+	"live keys pushed out of the rule's full key table (raise max_keys if it grows)",
+	"quota the evicted keys had used, which they may regain (see Bounded memory)",
+}
+
+// MetricHelp returns the # HELP text of a metric the filter defines: a description of
+// its other metrics, "sluice rule R: requests allowed" for rule R's sluice.R.allowed (and
+// so on, MetricNames), and "" for a name the filter does not define. For
+// host.Options.MetricHelp.
+func MetricHelp(name string) string {
+	for i := range metricHelp {
+		if metricHelp[i].name == name {
+			return metricHelp[i].help
+		}
+	}
+	rest, ok := strings.CutPrefix(name, "sluice.")
+	if !ok {
+		return ""
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i <= 0 {
+		return ""
+	}
+	rule := rest[:i]
+	for k, n := range MetricNames(rule) {
+		if n == name {
+			return "sluice rule " + rule + ": " + ruleMetricHelp[k]
+		}
+	}
+	return ""
+}
