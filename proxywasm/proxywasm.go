@@ -100,6 +100,19 @@ const (
 	BufferRedisCallResponse BufferType = 9
 )
 
+// RedisStatus is the status argument of Higress's proxy_on_redis_call_response:
+// zero with Redis's reply in buffer BufferRedisCallResponse (which may be an
+// error reply such as NOSCRIPT); any other value is a failure with no reply,
+// and a guest treats every nonzero value as one.
+type RedisStatus uint32
+
+// Redis callback statuses (Higress's).
+const (
+	RedisStatusOK           RedisStatus = 0
+	RedisStatusNetworkError RedisStatus = 1 // connection refused or reset, cluster unreachable
+	RedisStatusTimeout      RedisStatus = 2 // no reply within proxy_redis_init's timeout
+)
+
 // Action is what a stream callback returns.
 type Action uint32
 

@@ -37,8 +37,10 @@ type (
 	LogLevel   = proxywasm.LogLevel
 	MapType    = proxywasm.MapType
 	BufferType = proxywasm.BufferType
-	Action     = proxywasm.Action
-	MetricType = proxywasm.MetricType
+	// RedisStatus is proxy_on_redis_call_response's status (Higress).
+	RedisStatus = proxywasm.RedisStatus
+	Action      = proxywasm.Action
+	MetricType  = proxywasm.MetricType
 	// Header is one header of a local response.
 	Header = proxywasm.Header
 )
@@ -71,6 +73,10 @@ const (
 	BufferVMConfiguration     = proxywasm.BufferVMConfiguration
 	BufferPluginConfiguration = proxywasm.BufferPluginConfiguration
 	BufferRedisCallResponse   = proxywasm.BufferRedisCallResponse
+
+	RedisStatusOK           = proxywasm.RedisStatusOK
+	RedisStatusNetworkError = proxywasm.RedisStatusNetworkError
+	RedisStatusTimeout      = proxywasm.RedisStatusTimeout
 
 	ActionContinue = proxywasm.ActionContinue
 	ActionPause    = proxywasm.ActionPause

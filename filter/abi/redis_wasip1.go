@@ -34,8 +34,9 @@ func (*Imports) RedisCall(service string, query []byte) (uint32, Status) {
 type RedisHandler interface {
 	// OnRedisCallResponse is proxy_on_redis_call_response: the reply of
 	// token, read as buffer BufferRedisCallResponse (size bytes) during the
-	// call. rootID is the root context that owns the call; status 0 is a
-	// reply from Redis, anything else a failure with no reply.
+	// call. rootID is the root context that owns the call; status is a
+	// RedisStatus: RedisStatusOK with a reply from Redis, anything else a
+	// failure with no reply.
 	OnRedisCallResponse(rootID, token, status uint32, size int)
 }
 

@@ -11,7 +11,7 @@
 // not connect. proxy_redis_call takes one command as a RESP array of bulk strings, writes a
 // token to token_ptr and returns at once; the reply is delivered later, on the worker of the
 // VM that made the call, as proxy_on_redis_call_response with the reply readable through
-// proxy_get_buffer_bytes as buffer type 9 (raw RESP2) during that callback.
+// proxy_get_buffer_bytes as buffer type proxywasm.BufferRedisCallResponse (9; raw RESP2) during that callback.
 //
 // Like Higress's Envoy (and Envoy's proxy_http_call), a call belongs to a root context —
 // the root of the context effective when the call was made (a stream's parent: its
@@ -24,9 +24,10 @@
 //
 // Results of the host calls: OK; NOT_FOUND for a service that is not configured, or a call
 // before the service's init; BAD_ARGUMENT for a query that is not a RESP array of bulk
-// strings; INVALID_MEMORY_ACCESS for pointers outside guest memory. Callback status: 0 with
-// Redis's reply (which may be an error reply such as NOSCRIPT), 1 network error, 2 timeout
-// (redisclient.Status); with a nonzero status the reply is empty.
+// strings; INVALID_MEMORY_ACCESS for pointers outside guest memory. Callback status
+// (proxywasm.RedisStatus, which redisclient.Status takes its values from): RedisStatusOK with
+// Redis's reply (which may be an error reply such as NOSCRIPT), RedisStatusNetworkError,
+// RedisStatusTimeout; with a nonzero status the reply is empty.
 package redis
 
 import (
@@ -39,6 +40,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/internal/redisclient"
+	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
 // Names of the host calls and the callback.
@@ -47,7 +49,7 @@ const (
 	CallName     = "proxy_redis_call"
 	CallbackName = "proxy_on_redis_call_response"
 	// ReplyBuffer is the proxy_get_buffer_bytes buffer type of the reply.
-	ReplyBuffer = 9
+	ReplyBuffer = uint32(proxywasm.BufferRedisCallResponse)
 )
 
 // Stats counts the extension's activity. Safe for concurrent use.

@@ -30,6 +30,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-proxy/sluice/internal/resp"
+	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
 // Status is the status passed to proxy_on_redis_call_response. Zero is
@@ -38,11 +39,11 @@ import (
 // should treat any nonzero value as a failure (Higress's convention).
 type Status int32
 
-// Call statuses.
+// Call statuses: Higress's, defined once in package proxywasm.
 const (
-	StatusOK           Status = 0
-	StatusNetworkError Status = 1 // connection refused/reset, pool exhausted, cluster unreachable
-	StatusTimeout      Status = 2 // no reply within the Init timeout
+	StatusOK           = Status(proxywasm.RedisStatusOK)
+	StatusNetworkError = Status(proxywasm.RedisStatusNetworkError) // connection refused/reset, pool exhausted, cluster unreachable
+	StatusTimeout      = Status(proxywasm.RedisStatusTimeout)      // no reply within the Init timeout
 )
 
 func (s Status) String() string {
