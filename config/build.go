@@ -4,9 +4,8 @@ import (
 	"strconv"
 	"time"
 
-	gjson "github.com/sluice-proxy/sluice/config/internal/jsonv" // gjson natively, our reader in the guest (jsonv)
-
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config/internal/jsonv"
 )
 
 // Build is the module a configuration is validated for. The two artifacts
@@ -100,7 +99,7 @@ func FallbackParams(p algorithms.Params, instances int) algorithms.Params {
 // at path (the rule object v) — a Redis rule, or an RLS rule, which the
 // service decides with the same scripts: RedisParams and a valid local
 // fallback for instances (named by field), which it sets.
-func (p *parser) redisRule(path string, v gjson.Result, r *Rule, instances int, field string) {
+func (p *parser) redisRule(path string, v jsonv.Value, r *Rule, instances int, field string) {
 	if r.Limiter == nil {
 		return // reported already
 	}

@@ -9,9 +9,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	gjson "github.com/sluice-proxy/sluice/config/internal/jsonv" // gjson natively, our reader in the guest (jsonv)
-
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config/internal/jsonv"
 )
 
 // Bounds and defaults of the configuration. They are part of the documented
@@ -97,20 +96,20 @@ type located struct {
 }
 
 // fail records an error about the value v.
-func (p *parser) fail(v gjson.Result, path, msg string) {
+func (p *parser) fail(v jsonv.Value, path, msg string) {
 	p.errs = append(p.errs, located{v.Index, path, msg})
 }
 
 // failEnd records an error about the object obj as a whole (a missing
 // field): it sorts after the errors inside obj.
-func (p *parser) failEnd(obj gjson.Result, path, msg string) {
+func (p *parser) failEnd(obj jsonv.Value, path, msg string) {
 	p.errs = append(p.errs, located{obj.Index + len(obj.Raw), path, msg})
 }
 
 // paramError records err, an error of algorithms.New or RedisParams about
 // the rule object at path, on the field it names (or on the rule), with
 // the note appended to its reason.
-func (p *parser) paramError(path string, rule gjson.Result, err error, note string) {
+func (p *parser) paramError(path string, rule jsonv.Value, err error, note string) {
 	var pe *algorithms.ParamError
 	if !errors.As(err, &pe) {
 		p.failEnd(rule, path, err.Error()+note)
@@ -119,8 +118,8 @@ func (p *parser) paramError(path string, rule gjson.Result, err error, note stri
 	// The value the error is about: the field when the rule gives it (its
 	// first occurrence; a repeated one is an error already), else the end
 	// of the rule.
-	at := gjson.Result{Index: rule.Index + len(rule.Raw)}
-	rule.ForEach(func(k, x gjson.Result) bool {
+	at := jsonv.Value{Index: rule.Index + len(rule.Raw)}
+	rule.ForEach(func(k, x jsonv.Value) bool {
 		if k.String() == pe.Field {
 			at = x
 			return false
@@ -133,19 +132,19 @@ func (p *parser) paramError(path string, rule gjson.Result, err error, note stri
 func (p *parser) parse(data []byte) *Config {
 	switch {
 	case len(data) > MaxConfigSize:
-		p.fail(gjson.Result{}, "", strconv.Itoa(len(data))+" bytes is more than the limit of "+strconv.Itoa(MaxConfigSize))
+		p.fail(jsonv.Value{}, "", strconv.Itoa(len(data))+" bytes is more than the limit of "+strconv.Itoa(MaxConfigSize))
 		return nil
 	case len(bytesTrimSpace(data)) == 0:
-		p.fail(gjson.Result{}, "", "is empty")
+		p.fail(jsonv.Value{}, "", "is empty")
 		return nil
-	case !gjson.ValidBytes(data):
-		p.fail(gjson.Result{}, "", "is not valid JSON")
+	case !jsonv.Valid(data):
+		p.fail(jsonv.Value{}, "", "is not valid JSON")
 		return nil
 	case !utf8.Valid(data):
-		p.fail(gjson.Result{}, "", "is not valid UTF-8")
+		p.fail(jsonv.Value{}, "", "is not valid UTF-8")
 		return nil
 	}
-	root := gjson.ParseBytes(data)
+	root := jsonv.Parse(data)
 	if p.part == partWhole && hasScopes(root) {
 		return p.scoped(data, root)
 	}
@@ -284,7 +283,7 @@ var (
 	headerStyleNames = [...]string{HeadersBoth: "both", HeadersDraft: "draft", HeadersLegacy: "legacy", HeadersNone: "none"}
 )
 
-func (p *parser) rule(path string, v gjson.Result) *Rule {
+func (p *parser) rule(path string, v jsonv.Value) *Rule {
 	f, ok := p.object(path, v, ruleFields)
 	if !ok {
 		return nil
@@ -437,7 +436,7 @@ func leaseRefusal(r *Rule, n int64, backendOK, algOK, sizeOK bool) string {
 	return ""
 }
 
-func (p *parser) match(path string, v gjson.Result, m *Match) {
+func (p *parser) match(path string, v jsonv.Value, m *Match) {
 	f, ok := p.object(path, v, matchFields)
 	if !ok {
 		return
@@ -549,7 +548,7 @@ func (p *parser) match(path string, v gjson.Result, m *Match) {
 // error: "parts", "values"); empty says what is wrong with an empty one. A list
 // longer than max is reported and still returned, so that its items are
 // checked too.
-func (p *parser) boundedArray(path string, v gjson.Result, max int, noun, empty string) ([]gjson.Result, bool) {
+func (p *parser) boundedArray(path string, v jsonv.Value, max int, noun, empty string) ([]jsonv.Value, bool) {
 	items, ok := p.array(path, v)
 	if !ok {
 		return nil, false
@@ -564,7 +563,7 @@ func (p *parser) boundedArray(path string, v gjson.Result, max int, noun, empty 
 	return items, true
 }
 
-func (p *parser) key(path string, v gjson.Result) []KeyPart {
+func (p *parser) key(path string, v jsonv.Value) []KeyPart {
 	items, ok := p.boundedArray(path, v, MaxKeyParts, "parts", "must not be empty")
 	if !ok {
 		return nil
@@ -660,7 +659,7 @@ func (p *parser) key(path string, v gjson.Result) []KeyPart {
 	return parts
 }
 
-func (p *parser) response(path string, v gjson.Result, r *Response) {
+func (p *parser) response(path string, v jsonv.Value, r *Response) {
 	f, ok := p.object(path, v, responseFields)
 	if !ok {
 		return
@@ -691,7 +690,7 @@ func (p *parser) response(path string, v gjson.Result, r *Response) {
 	}
 }
 
-func (p *parser) clientIP(path string, v gjson.Result, c *ClientIP) {
+func (p *parser) clientIP(path string, v jsonv.Value, c *ClientIP) {
 	f, ok := p.object(path, v, clientIPFields)
 	if !ok {
 		return
@@ -713,7 +712,7 @@ func (p *parser) clientIP(path string, v gjson.Result, c *ClientIP) {
 
 // redis parses the "redis" object. ok is false when the object was given but
 // is not an object (so rules are not also blamed for its absence).
-func (p *parser) redis(path string, v gjson.Result) (*Redis, bool) {
+func (p *parser) redis(path string, v jsonv.Value) (*Redis, bool) {
 	f, ok := p.object(path, v, redisFields)
 	if !ok {
 		return nil, false
@@ -750,7 +749,7 @@ func (p *parser) redis(path string, v gjson.Result) (*Redis, bool) {
 
 // rls parses the "rls" object. ok is false when the object was given but
 // is not an object (so rules are not also blamed for its absence).
-func (p *parser) rls(path string, v gjson.Result) (*RLS, bool) {
+func (p *parser) rls(path string, v jsonv.Value) (*RLS, bool) {
 	f, ok := p.object(path, v, rlsFields)
 	if !ok {
 		return nil, false
@@ -795,13 +794,13 @@ func (p *parser) rls(path string, v gjson.Result) (*RLS, bool) {
 
 // object checks that v is a JSON object whose field names are all in known
 // and unique, and returns its fields by name.
-func (p *parser) object(path string, v gjson.Result, known []string) (map[string]gjson.Result, bool) {
+func (p *parser) object(path string, v jsonv.Value, known []string) (map[string]jsonv.Value, bool) {
 	if !v.IsObject() {
 		p.fail(v, path, show(v)+" is not an object")
 		return nil, false
 	}
-	f := make(map[string]gjson.Result, len(known))
-	v.ForEach(func(k, x gjson.Result) bool {
+	f := make(map[string]jsonv.Value, len(known))
+	v.ForEach(func(k, x jsonv.Value) bool {
 		name := k.String()
 		fp := fieldPath(path, name)
 		if !containsString(known, name) {
@@ -822,7 +821,7 @@ func (p *parser) object(path string, v gjson.Result, known []string) (map[string
 	return f, true
 }
 
-func (p *parser) array(path string, v gjson.Result) ([]gjson.Result, bool) {
+func (p *parser) array(path string, v jsonv.Value) ([]jsonv.Value, bool) {
 	if !v.IsArray() {
 		p.fail(v, path, show(v)+" is not a list")
 		return nil, false
@@ -830,26 +829,26 @@ func (p *parser) array(path string, v gjson.Result) ([]gjson.Result, bool) {
 	return v.Array(), true
 }
 
-func (p *parser) str(path string, v gjson.Result) (string, bool) {
-	if v.Type != gjson.String {
+func (p *parser) str(path string, v jsonv.Value) (string, bool) {
+	if v.Type != jsonv.KindString {
 		p.fail(v, path, show(v)+" is not a string")
 		return "", false
 	}
 	return v.Str, true
 }
 
-func (p *parser) boolean(path string, v gjson.Result) (bool, bool) {
-	if v.Type != gjson.True && v.Type != gjson.False {
+func (p *parser) boolean(path string, v jsonv.Value) (bool, bool) {
+	if v.Type != jsonv.KindTrue && v.Type != jsonv.KindFalse {
 		p.fail(v, path, show(v)+" is not a boolean")
 		return false, false
 	}
-	return v.Type == gjson.True, true
+	return v.Type == jsonv.KindTrue, true
 }
 
 // integer accepts a JSON number written as an integer literal (no fraction,
 // no exponent) in [lo, hi].
-func (p *parser) integer(path string, v gjson.Result, lo, hi int64) (int64, bool) {
-	if v.Type != gjson.Number || !isIntLiteral(v.Raw) {
+func (p *parser) integer(path string, v jsonv.Value, lo, hi int64) (int64, bool) {
+	if v.Type != jsonv.KindNumber || !isIntLiteral(v.Raw) {
 		p.fail(v, path, show(v)+" is not an integer")
 		return 0, false
 	}
@@ -861,7 +860,7 @@ func (p *parser) integer(path string, v gjson.Result, lo, hi int64) (int64, bool
 	return n, true
 }
 
-func (p *parser) duration(path string, v gjson.Result) (time.Duration, bool) {
+func (p *parser) duration(path string, v jsonv.Value) (time.Duration, bool) {
 	s, ok := p.str(path, v)
 	if !ok {
 		return 0, false
@@ -880,7 +879,7 @@ func (p *parser) duration(path string, v gjson.Result) (time.Duration, bool) {
 	return 0, false
 }
 
-func (p *parser) enum(path string, v gjson.Result, names []string) (int, bool) {
+func (p *parser) enum(path string, v jsonv.Value, names []string) (int, bool) {
 	s, ok := p.str(path, v)
 	if !ok {
 		return 0, false
@@ -896,7 +895,7 @@ func (p *parser) enum(path string, v gjson.Result, names []string) (int, bool) {
 
 // headerName accepts an HTTP header name (an RFC 9110 token, or a pseudo-header
 // such as ":authority") and returns it lower-cased.
-func (p *parser) headerName(path string, v gjson.Result) (string, bool) {
+func (p *parser) headerName(path string, v jsonv.Value) (string, bool) {
 	s, ok := p.str(path, v)
 	if !ok {
 		return "", false
@@ -963,11 +962,11 @@ func containsString(list []string, s string) bool {
 // maxShownValue bytes: a string quoted (Quote), a number, true, false or null
 // as written, an object or a list as compact JSON whose strings escape every
 // non-printing rune (\u0085, \u2028) and "..." when cut.
-func show(v gjson.Result) string {
+func show(v jsonv.Value) string {
 	switch v.Type {
-	case gjson.String:
+	case jsonv.KindString:
 		return Quote(v.Str, maxShownValue)
-	case gjson.JSON:
+	case jsonv.KindJSON:
 		return showJSON(v.Raw, maxShownValue)
 	}
 	s := strings.TrimSpace(v.Raw)

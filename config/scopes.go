@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	gjson "github.com/sluice-proxy/sluice/config/internal/jsonv" // gjson natively, our reader in the guest (jsonv)
+	"github.com/sluice-proxy/sluice/config/internal/jsonv"
 )
 
 // Scopes: Higress's per-route, per-domain and per-service configurations.
@@ -340,12 +340,12 @@ func (p *parser) topFields() []string {
 }
 
 // hasScopes reports whether root is an object with a "_rules_" member.
-func hasScopes(root gjson.Result) bool {
+func hasScopes(root jsonv.Value) bool {
 	if !root.IsObject() {
 		return false
 	}
 	found := false
-	root.ForEach(func(k, _ gjson.Result) bool {
+	root.ForEach(func(k, _ jsonv.Value) bool {
 		found = k.String() == RulesKey
 		return !found
 	})
@@ -356,11 +356,11 @@ func hasScopes(root gjson.Result) bool {
 // root its parsed top level): the top level without "_rules_" as the global
 // configuration (absent when "_rules_" is its only member), then each entry
 // as a configuration of its own, with its match keys.
-func (p *parser) scoped(data []byte, root gjson.Result) *Config {
+func (p *parser) scoped(data []byte, root jsonv.Value) *Config {
 	var c *Config
-	var list gjson.Result
+	var list jsonv.Value
 	others, lists := 0, 0
-	root.ForEach(func(k, v gjson.Result) bool {
+	root.ForEach(func(k, v jsonv.Value) bool {
 		if k.String() != RulesKey {
 			others++
 		} else if lists++; lists == 1 {
@@ -393,7 +393,7 @@ func (p *parser) scoped(data []byte, root gjson.Result) *Config {
 		if j, dup := names[s.Name]; dup {
 			at := it.Get(scopeNameKey)
 			if !at.Exists() {
-				at = gjson.Result{Index: it.Index + len(it.Raw)}
+				at = jsonv.Value{Index: it.Index + len(it.Raw)}
 			}
 			p.fail(at, path+"."+scopeNameKey, "duplicate scope name "+Quote(s.Name, maxShownValue)+" (also "+RulesKey+"["+strconv.Itoa(j)+"])")
 		} else {
@@ -420,11 +420,11 @@ func (p *parser) scoped(data []byte, root gjson.Result) *Config {
 		}
 		for _, r := range s.Config.Rules {
 			if r.Backend == BackendRLS && len(s.Name)+1+len(r.Name) > MaxRuleNameLen {
-				p.fail(gjson.Result{Index: root.Index + len(root.Raw)}, RulesKey+"["+strconv.Itoa(s.Index)+"].rules["+strconv.Itoa(r.Index)+"].name",
+				p.fail(jsonv.Value{Index: root.Index + len(root.Raw)}, RulesKey+"["+strconv.Itoa(s.Index)+"].rules["+strconv.Itoa(r.Index)+"].name",
 					"the rate-limit service names this rule "+strconv.Quote(s.Name+"."+r.Name)+", longer than "+strconv.Itoa(MaxRuleNameLen)+" bytes; shorten the scope or the rule name")
 			}
 			if global[s.Name+"."+r.Name] {
-				p.fail(gjson.Result{Index: root.Index + len(root.Raw)}, RulesKey+"["+strconv.Itoa(s.Index)+"].rules["+strconv.Itoa(r.Index)+"].name",
+				p.fail(jsonv.Value{Index: root.Index + len(root.Raw)}, RulesKey+"["+strconv.Itoa(s.Index)+"].rules["+strconv.Itoa(r.Index)+"].name",
 					"scope "+Quote(s.Name, maxShownValue)+" and rule "+Quote(r.Name, maxShownValue)+" give the same counter names as the top-level rule "+Quote(s.Name+"."+r.Name, maxShownValue)+"; rename one")
 			}
 		}
@@ -433,7 +433,7 @@ func (p *parser) scoped(data []byte, root gjson.Result) *Config {
 }
 
 // scope parses one "_rules_" entry.
-func (p *parser) scope(path string, i int, v gjson.Result) *Scope {
+func (p *parser) scope(path string, i int, v jsonv.Value) *Scope {
 	if !v.IsObject() {
 		p.fail(v, path, show(v)+" is not an object")
 		return nil
@@ -455,8 +455,8 @@ func (p *parser) scope(path string, i int, v gjson.Result) *Scope {
 	}
 	s := &Scope{Index: i, Name: defaultScopeName + strconv.Itoa(i), Config: cfg}
 	var has [4]bool
-	var given [4]gjson.Result
-	v.ForEach(func(k, x gjson.Result) bool {
+	var given [4]jsonv.Value
+	v.ForEach(func(k, x jsonv.Value) bool {
 		switch k.String() {
 		case MatchRouteKey:
 			has[0], given[0] = true, x
@@ -582,7 +582,7 @@ func (s *Scope) conditionKey() string {
 // stringList parses a non-empty list of distinct non-empty strings, each
 // checked by check (which returns "" or what is wrong). Items that fail are
 // reported and left out.
-func (p *parser) stringList(path string, v gjson.Result, what string, check func(string) string) []string {
+func (p *parser) stringList(path string, v jsonv.Value, what string, check func(string) string) []string {
 	items, ok := p.boundedArray(path, v, MaxScopeValues, "values", "must not be empty")
 	if !ok {
 		return nil
@@ -629,7 +629,7 @@ func checkRouteName(s string) string {
 	return ""
 }
 
-func (p *parser) routeList(path string, v gjson.Result, prefixes bool) []string {
+func (p *parser) routeList(path string, v jsonv.Value, prefixes bool) []string {
 	what := "route name"
 	if prefixes {
 		what = "route prefix"
@@ -688,7 +688,7 @@ func checkDomain(s string) string {
 	return ""
 }
 
-func (p *parser) domainList(path string, v gjson.Result) []DomainMatch {
+func (p *parser) domainList(path string, v jsonv.Value) []DomainMatch {
 	vals := p.stringList(path, v, "domain", checkDomain)
 	if vals == nil {
 		return nil
@@ -736,7 +736,7 @@ func checkService(s string) string {
 	return ""
 }
 
-func (p *parser) serviceList(path string, v gjson.Result) []ServiceMatch {
+func (p *parser) serviceList(path string, v jsonv.Value) []ServiceMatch {
 	vals := p.stringList(path, v, "service", checkService)
 	if vals == nil {
 		return nil
@@ -750,7 +750,7 @@ func (p *parser) serviceList(path string, v gjson.Result) []ServiceMatch {
 }
 
 // routes parses match.routes.
-func (p *parser) routes(path string, v gjson.Result, m *Match) {
+func (p *parser) routes(path string, v jsonv.Value, m *Match) {
 	m.Routes = p.stringList(path, v, "route name", checkRouteName)
 }
 

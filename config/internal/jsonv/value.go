@@ -1,16 +1,18 @@
-// Package jsonv is the JSON reader package config parses with: gjson natively, and in the
-// Wasm guest (GOOS=wasip1) a small reader of our own, Value, that gives the same results as
-// gjson for the part of gjson config uses, on documents gjson.ValidBytes accepts.
+// Package jsonv is the JSON reader config parses with, on every platform: Value, a small
+// reader of our own that answers as github.com/tidwall/gjson does for the part of gjson
+// config uses (ValidBytes, ParseBytes, ForEach, Get of a member name, Array; Type, Raw,
+// Str, Num, Index), on documents gjson.ValidBytes accepts. `sluice check` and the module
+// therefore run the same code.
 //
-// Why two: gjson registers its path modifiers in a package-level map, so every program that
-// imports it links github.com/tidwall/pretty, which links encoding/json, reflect and fmt —
-// 0.6 MB of the module's 3.1 MB of code, which wazero compiles (about 0.7 µs of CPU per
-// byte) before sluice run answers its first request, and whose machine code stays resident.
-// config needs none of it: it checks a document, then walks it member by member.
+// Why not gjson itself: gjson registers its path modifiers in a package-level map, so
+// every program that imports it links github.com/tidwall/pretty, which links
+// encoding/json, reflect and fmt — 0.6 MB of the module's 3.1 MB of code, which wazero
+// compiles (about 0.7 µs of CPU per byte) before sluice run answers its first request,
+// and whose machine code stays resident. config needs none of it: it checks a document,
+// then walks it member by member.
 //
-// Which one is in force: gjson unless GOOS is wasip1 or the build tag sluice_jsonv is set
-// (go test -tags sluice_jsonv ./config runs config's tests on Value). TestSameAsGjson and
-// FuzzSameAsGjson hold Value to gjson natively.
+// gjson stays as the oracle of the tests: TestSameAsGjson and FuzzSameAsGjson hold Value
+// to it on every value reached by ForEach, Array and Get.
 package jsonv
 
 import (

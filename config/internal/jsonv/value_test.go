@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sluice-proxy/sluice/config/configtest"
 )
 
 // same reports how v differs from gjson's r ("" if it does not).
@@ -165,9 +167,23 @@ func TestSameAsGjson(t *testing.T) {
 	}
 }
 
+// The generated corpus the config tests and `sluice check`'s tests judge: Value reads it as
+// gjson does, hostile mutations included.
+func TestSameAsGjsonOnGenerated(t *testing.T) {
+	for _, c := range append(configtest.Valid(), configtest.Boundaries()...) {
+		compare(t, c.JSON)
+	}
+	for _, c := range configtest.Mutations(3, 2000) {
+		compare(t, c.JSON)
+	}
+}
+
 func FuzzSameAsGjson(f *testing.F) {
 	for _, c := range cases {
 		f.Add([]byte(c))
+	}
+	for _, c := range configtest.Mutations(5, 100) {
+		f.Add(c.JSON)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { compare(t, data) })
 }
