@@ -15,8 +15,8 @@ import (
 // (redisrl.LeaseScript: sent to Redis by the Redis backend, run by the
 // rate-limit service for an acquire or return descriptor of the rls
 // backend) and spends them locally. The pools below are the same for both
-// backends; a backend only sends the calls and hands their replies back
-// (leaseBackend).
+// backends; the remote-call engine (remote.go) sends the calls, which the
+// backend's codec encodes, and hands their replies back (onAcquire).
 //
 // The pool. The admissions a proxy holds for a key live in one shared-data
 // entry, "sluice:<plugin>:<rule>:lease:<slot>", slot = key hash mod max_keys
@@ -108,34 +108,10 @@ const (
 	MetricRLSReturned   = "sluice.rls.returned"   // unspent admissions sent back through the service
 )
 
-// leaseBackend is what the pools need from the remote backend that owns
-// them (redis_backend.go, rls_backend.go): sending the lease script's calls
-// and recording a rule's outcome in a waiting request. The backend hands
-// an acquire's reply (or failure) back to leases.onAcquire, and counts a
-// lost return as a refund that did not land.
-type leaseBackend interface {
-	// leaseSend sends q, an acquire for f (f non-nil) or a return (fire
-	// and forget). It reports false with the reason when the host refused
-	// the call at once.
-	leaseSend(lr *leaseRule, f *leaseFetch, q *redisrl.LeaseRequest, now int64) (why string, ok bool)
-	// leaseLive reports whether waiter x's request still waits for the
-	// decision of its rule.
-	leaseLive(x *leaseWaiter) bool
-	// leaseDecide records decision d of x's rule, from a lease granted
-	// with stamp (a denial when !d.Allowed).
-	leaseDecide(x *leaseWaiter, d algorithms.Decision, stamp int64)
-	// leaseFailed records that x's rule could not be decided
-	// (failure_mode decides it).
-	leaseFailed(x *leaseWaiter, why string, timeout bool)
-	// leaseComplete resumes or answers the stream of w, whose decisions
-	// are all in (root-context callbacks only).
-	leaseComplete(w remoteWait, now int64)
-}
-
 // leases are the lease pools of a Plugin's remote backend.
 type leases struct {
 	p     *Plugin
-	be    leaseBackend
+	be    *remote // sends the calls and records the waiters' outcomes
 	rules []*leaseRule
 	scan  int64 // next time the tick looks at the pools
 }
@@ -143,13 +119,10 @@ type leases struct {
 // leasePools returns the lease pools of p's remote backend (nil: p has no
 // rule with "lease").
 func (p *Plugin) leasePools() *leases {
-	switch {
-	case p.redis != nil:
-		return p.redis.leases
-	case p.rls != nil:
-		return p.rls.leases
+	if p.remote == nil {
+		return nil
 	}
-	return nil
+	return p.remote.leases
 }
 
 // leaseRule is the lease side of a remote rule with "lease".
@@ -233,17 +206,15 @@ type leaseFetch struct {
 // leaseWaiter is a request waiting for an acquire: rule i of wait w, which
 // belonged to stream id when it started waiting.
 type leaseWaiter struct {
-	w  remoteWait
+	w  *remoteWait
 	id uint32
 	i  int
 }
 
-func (x *leaseWaiter) base() *waitBase { return x.w.base() }
-
 // newLeases returns the pools of the rules with "lease" among rules (nil
 // when none has one), with the metric names of the backend. keyMax is the
 // longest key a pool holds.
-func newLeases(p *Plugin, be leaseBackend, rules []*rule, instances, keyMax int, leasedName, returnedName string) (*leases, error) {
+func newLeases(p *Plugin, be *remote, rules []*rule, instances, keyMax int, leasedName, returnedName string) (*leases, error) {
 	var ls *leases
 	for i, r := range rules {
 		if r.cfg.Lease <= 0 || !r.remote {
@@ -458,14 +429,14 @@ func (ls *leases) giveBack(lr *leaseRule, key []byte, n, stamp, now int64) {
 // dispatch decides rule lr (index i) of the request of w from its pool, or
 // makes it wait for an acquire (counted in w's missing). key is what the
 // acquire names (the Redis lease key; the rule's key for rls).
-func (ls *leases) dispatch(lr *leaseRule, hash uint64, key []byte, w remoteWait, i int, now int64) {
-	x := leaseWaiter{w: w, id: w.base().id, i: i}
+func (ls *leases) dispatch(lr *leaseRule, hash uint64, key []byte, w *remoteWait, i int, now int64) {
+	x := leaseWaiter{w: w, id: w.id, i: i}
 	d, stamp, taken, pooled, want := ls.take(lr, hash, now)
 	if taken {
 		ls.be.leaseDecide(&x, d, stamp)
 		return
 	}
-	w.base().missing++
+	w.missing++
 	if f := lr.fetch[hash]; f != nil {
 		f.waiters = append(f.waiters, x)
 		return
@@ -513,7 +484,7 @@ func (ls *leases) failFetch(lr *leaseRule, f *leaseFetch, why string, timeout bo
 // countDown counts x's decision in and completes its wait when it was the
 // last (and inRoot: root-context callbacks only).
 func (ls *leases) countDown(x *leaseWaiter, now int64, inRoot bool) {
-	b := x.base()
+	b := x.w
 	b.missing--
 	if inRoot && b.missing == 0 {
 		ls.be.leaseComplete(x.w, now)

@@ -51,9 +51,9 @@ type Plugin struct {
 	errors  uint32           // metric id of sluice.errors
 	logNext int64            // store errors: when the next may be logged (Unix ns)
 	logHeld int              // store errors not logged since the last line
-	redis   *redisState      // nil without Redis rules
-	rls     *rlsState        // nil without RLS rules
-	remote  remoteBackend    // redis or rls (a configuration has at most one); nil without remote rules
+	redis   *redisState      // the Redis codec; nil without Redis rules
+	rls     *rlsState        // the rls codec; nil without RLS rules
+	remote  *remote          // the remote-call engine of redis or rls (a configuration has at most one); nil without remote rules
 	adder   abi.HeadersAdder // host, when it adds several headers in one call (Imports); else nil
 
 	// Scopes (scope.go): a root context's Plugin has one Plugin per entry
@@ -199,15 +199,13 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	var err error
 	switch {
 	case cfg.HasRedisRules():
-		if p.redis, err = newRedisState(p, cfg, rules); err != nil {
+		if p.redis, p.remote, err = newRedisState(p, cfg, rules); err != nil {
 			return err
 		}
-		p.remote = p.redis
 	case cfg.HasRLSRules():
-		if p.rls, err = newRLSState(p, cfg, rules); err != nil {
+		if p.rls, p.remote, err = newRLSState(p, cfg, rules); err != nil {
 			return err
 		}
-		p.remote = p.rls
 	}
 	return nil
 }
@@ -317,8 +315,8 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 		return p.charge(s, nil, now)
 	}
 	w := p.remote.dispatch(s, now)
-	if w.base().missing > 0 {
-		return abi.ActionPause // the backend's complete resumes it
+	if w.missing > 0 {
+		return abi.ActionPause // the engine's complete resumes it
 	}
 	act := p.resume(s, w, now) // every call failed at once: decide now
 	p.remote.release(w)
@@ -329,14 +327,13 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 // w's stream as the effective context. Other requests used the rules'
 // scratch state meanwhile: it is restored from w and the local rules are
 // decided again; each remote rule takes its reply, or what failure_mode says.
-func (p *Plugin) resume(s *stream, w remoteWait, now int64) abi.Action {
-	wb := w.base()
+func (p *Plugin) resume(s *stream, w *remoteWait, now int64) abi.Action {
 	for i, r := range p.rules {
-		r.applies, r.failed, r.by = wb.applies[i], false, nil
+		r.applies, r.failed, r.by = w.applies[i], false, nil
 		if !r.applies {
 			continue
 		}
-		r.hash = wb.hashes[i]
+		r.hash = w.hashes[i]
 		r.by = r.store
 		if r.remote {
 			var err error
@@ -362,7 +359,7 @@ func (p *Plugin) resume(s *stream, w remoteWait, now int64) abi.Action {
 // charge charges every admitting rule decided on shared data (a rule the
 // remote side decided was charged there) and gives the verdict. A denial
 // refunds the remote admissions of w (nil: no remote rule applies).
-func (p *Plugin) charge(s *stream, w remoteWait, now int64) abi.Action {
+func (p *Plugin) charge(s *stream, w *remoteWait, now int64) abi.Action {
 	recheck := false // a commit failed or decided again to deny: the verdict may change
 	for _, r := range p.rules {
 		if !r.applies || r.failed || !r.d.Allowed || r.by == nil {
@@ -704,100 +701,3 @@ func (p *Plugin) onResponse(s *stream) abi.Action {
 	s.hasHeaders = false
 	return abi.ActionContinue
 }
-
-// remoteBackend is a backend whose decisions arrive in later callbacks
-// (redis_backend.go, rls_backend.go). The orchestration calls it at four
-// points: dispatch (send the calls of a request's applying remote rules),
-// take (a rule's outcome once every reply is in), refundAdmitted (a denied
-// request) and release. Replies and its guard arrive on root-context
-// callbacks, from which the backend resumes or answers the waiting stream.
-type remoteBackend interface {
-	// dispatch sends the calls for s's applying remote rules and returns
-	// the wait collecting the replies; with base().missing == 0 every call
-	// failed at once and the caller decides now.
-	dispatch(s *stream, now int64) remoteWait
-	// take gives remote rule r (index i) its outcome from w: the remote
-	// decision in r.d, or the failure (counted by failure_mode) and the
-	// store that decides r on this proxy instead (nil: none).
-	take(r *rule, w remoteWait, i int) (*slotStore, error)
-	// refundAdmitted undoes every remote admission of w (fire and forget).
-	refundAdmitted(w remoteWait, now int64)
-	// release returns w to the backend's pool.
-	release(w remoteWait)
-	// tickPeriod is the period the backend's guard needs (ms).
-	tickPeriod() uint32
-	// tick runs the guard (proxy_on_tick).
-	tick()
-}
-
-// failMetrics are a remote backend's counters of the rule decisions it
-// could not make (failures; of which timeouts) and of failure_mode's
-// outcomes.
-type failMetrics struct{ failures, timeouts, failOpen, failClosed, failLocal uint32 }
-
-// countFailure counts a remote rule decision that could not be made
-// (timeout: the call timed out, at the host or by the guard).
-func (p *Plugin) countFailure(m *failMetrics, timeout bool) {
-	p.host.IncrementMetric(m.failures, 1)
-	if timeout {
-		p.host.IncrementMetric(m.timeouts, 1)
-	}
-}
-
-// failover counts a remote rule's failed decision under failure_mode and
-// returns the store that decides the rule on this proxy instead: fallback
-// under failure_mode local, else nil.
-func (p *Plugin) failover(m *failMetrics, fallback *slotStore) *slotStore {
-	switch p.cfg.FailureMode {
-	case config.FailOpen:
-		p.host.IncrementMetric(m.failOpen, 1)
-	case config.FailClosed:
-		p.host.IncrementMetric(m.failClosed, 1)
-	case config.FailLocal:
-		p.host.IncrementMetric(m.failLocal, 1)
-		return fallback
-	}
-	return nil
-}
-
-// resumer is what completeWait needs from the host: the calls that make a
-// paused stream the effective context and resume it.
-type resumer interface {
-	SetEffectiveContext(id uint32) abi.Status
-	ContinueStream() abi.Status
-}
-
-// completeWait resumes or answers the stream of w, whose remote calls are
-// all in, and returns w to b's pool. A stream that ended while waiting (it
-// is no longer waiting on w, or it cannot be made the effective context) is
-// not answered; the admissions made for it are refunded. Root-context
-// callbacks only (see the top of redis_backend.go).
-func (p *Plugin) completeWait(b remoteBackend, h resumer, w remoteWait, now int64) {
-	s := w.base().s
-	if s.rwait != w || h.SetEffectiveContext(w.base().id) != abi.StatusOK {
-		b.refundAdmitted(w, now)
-		b.release(w)
-		return
-	}
-	s.rwait = nil
-	if p.resume(s, w, now) == abi.ActionContinue {
-		h.ContinueStream()
-	}
-	b.release(w)
-}
-
-// remoteWait is one paused request of a remote backend.
-type remoteWait interface{ base() *waitBase }
-
-// waitBase is what every remote wait holds: the stream and the rules'
-// per-request state that resume restores.
-type waitBase struct {
-	id       uint32
-	s        *stream
-	deadline int64
-	missing  int
-	applies  []bool
-	hashes   []uint64
-}
-
-func (w *waitBase) base() *waitBase { return w }

@@ -20,11 +20,11 @@
 // that waits for Redis keeps a copy of it in its stream.
 //
 // The remote backends — Redis (redis_backend.go) and the rate-limit
-// service (rls_backend.go) — plug in at four points (remoteBackend):
-// dispatch the calls and pause; take each reply (or the failure_mode
-// outcome); refund; release. Replies and the guard arrive on root-context
-// callbacks, which answer or resume the waiting stream
-// (proxy_continue_stream). Streams are
+// service (rls_backend.go) — are codecs of one remote-call engine
+// (remote.go), which plugs in at four points: dispatch the calls and pause;
+// take each reply (or the failure_mode outcome); refund; release. Replies
+// and the guard arrive on root-context callbacks, which answer or resume
+// the waiting stream (proxy_continue_stream). Streams are
 // released on proxy_on_log or proxy_on_delete, so a paused stream that is
 // abandoned is freed too.
 package filter
@@ -192,9 +192,9 @@ func (t *streamTable) len() int { return t.n + len(t.more) }
 type stream struct {
 	id         uint32 // context id (set by streamTable.put)
 	plugin     *Plugin
-	rwait      remoteWait // the remote decisions this request waits for (nil: none)
-	denied     bool       // a local response was sent
-	hasHeaders bool       // rate-limit headers to add to the response
+	rwait      *remoteWait // the remote decisions this request waits for (nil: none)
+	denied     bool        // a local response was sent
+	hasHeaders bool        // rate-limit headers to add to the response
 	rule       *rule
 	d          algorithms.Decision
 }
@@ -327,7 +327,7 @@ func (vm *VM) returnLeases(root *Plugin) {
 // configurations has calls in flight.
 func rlsInFlight(root *Plugin) bool {
 	for i := 0; i < root.configs(); i++ {
-		if rs := root.configAt(i).rls; rs != nil && len(rs.calls) > 0 {
+		if q := root.configAt(i); q.rls != nil && q.remote.inFlight() {
 			return true
 		}
 	}
