@@ -14,7 +14,7 @@ rounds=${ROUNDS:-5}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/algorithms.test" ./algorithms
-if [ "${WASM:-0}" = 1 ]; then go test -c -o "$tmp/filter.test" ./filter; fi
+if [ "${WASM:-0}" = 1 ]; then go test -c -o "$tmp/integration.test" ./e2e/integration; fi
 
 # run BINARY DIR BENCH FIELD ROUND: "round case value" lines (FIELD: the
 # column holding the figure, 3 = ns/op, 5 = cpu-ns/op)
@@ -25,7 +25,7 @@ run() {
 for r in $(seq "$rounds"); do
 	run "$tmp/algorithms.test" algorithms 'FullLog$' 3 "$r" ""
 	if [ "${WASM:-0}" = 1 ]; then
-		run "$tmp/filter.test" filter 'FullCycleSlidingLog$' 5 "$r" "-test.benchtime 3000x" | sed 's/ \([a-z_]*\)\// wasm-\1\//'
+		run "$tmp/integration.test" e2e/integration 'FullCycleSlidingLog$' 5 "$r" "-test.benchtime 3000x" | sed 's/ \([a-z_]*\)\// wasm-\1\//'
 	fi
 done >"$tmp/raw"
 
