@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -542,4 +543,282 @@ func testFuncs(dir string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// docPages returns README.md and the docs/*.md pages (in name order) as names relative
+// to root with their text: the documents every TestDocs* test holds to the same rules.
+func docPages(t *testing.T) (root string, names []string, texts map[string]string) {
+	t.Helper()
+	root, err := moduleRoot("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(pages)
+	texts = map[string]string{}
+	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
+		name, _ := filepath.Rel(root, p)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+		texts[name] = string(data)
+	}
+	return root, names, texts
+}
+
+// codeLine is a line of code in a Markdown text: a line of a fenced block (up to a " #"
+// comment), or the text of an inline code span.
+type codeLine struct {
+	line int
+	text string
+}
+
+var inlineCode = regexp.MustCompile("`([^`]+)`")
+
+func codeLines(text string) []codeLine {
+	var out []codeLine
+	fence := false
+	for i, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			fence = !fence
+			continue
+		}
+		if fence {
+			if strings.HasPrefix(strings.TrimSpace(l), "#") {
+				continue
+			}
+			if k := strings.Index(l, " #"); k >= 0 {
+				l = l[:k]
+			}
+			out = append(out, codeLine{i + 1, l})
+			continue
+		}
+		for _, m := range inlineCode.FindAllStringSubmatch(l, -1) {
+			out = append(out, codeLine{i + 1, m[1]})
+		}
+	}
+	return out
+}
+
+// headingAnchors returns the anchors GitHub gives a Markdown text's headings (lower case;
+// spaces to hyphens; anything but letters, digits, '-' and '_' dropped; "-1", "-2", … for
+// repeats), plus the ids of explicit <a id="…"> tags.
+func headingAnchors(text string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	fence := false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			fence = !fence
+			continue
+		}
+		if fence {
+			continue
+		}
+		for _, m := range regexp.MustCompile(`<a id="([^"]+)">`).FindAllStringSubmatch(l, -1) {
+			anchors[m[1]] = true
+		}
+		if !strings.HasPrefix(l, "#") {
+			continue
+		}
+		h := strings.TrimSpace(strings.TrimLeft(l, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(h) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+				b.WriteRune(r)
+			}
+		}
+		slug := b.String()
+		if n := seen[slug]; n > 0 {
+			anchors[slug+"-"+strconv.Itoa(n)] = true
+		} else {
+			anchors[slug] = true
+		}
+		seen[slug]++
+	}
+	return anchors
+}
+
+// TestDocsLinks checks that every relative link of README.md and the docs/*.md pages names
+// a file of the repository and, with a #fragment into a Markdown file, one of its headings.
+func TestDocsLinks(t *testing.T) {
+	root, names, texts := docPages(t)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, name := range names {
+		for i, l := range strings.Split(texts[name], "\n") {
+			for _, m := range link.FindAllStringSubmatch(l, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				file, frag, _ := strings.Cut(target, "#")
+				path := filepath.Join(root, filepath.Dir(name), file)
+				if file == "" {
+					path = filepath.Join(root, name)
+				}
+				rel, _ := filepath.Rel(root, path)
+				if strings.HasPrefix(rel, "..") {
+					t.Errorf("%s:%d: %s leaves the repository", name, i+1, target)
+					continue
+				}
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s:%d: %s: no such file (%s)", name, i+1, target, rel)
+					continue
+				}
+				checked++
+				if frag == "" || !strings.HasSuffix(path, ".md") {
+					continue
+				}
+				text, ok := texts[rel]
+				if !ok {
+					data, err := os.ReadFile(path)
+					if err != nil {
+						t.Errorf("%s:%d: %s: %v", name, i+1, target, err)
+						continue
+					}
+					text = string(data)
+				}
+				if !headingAnchors(text)[frag] {
+					t.Errorf("%s:%d: %s: %s has no heading with the anchor #%s", name, i+1, target, rel, frag)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d links: the link parser found too few", checked)
+	}
+}
+
+// TestDocsMakeTargets checks that every `make TARGET` in the code of README.md and the
+// docs/*.md pages names a target of the Makefile.
+func TestDocsMakeTargets(t *testing.T) {
+	root, names, texts := docPages(t)
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-z][a-z0-9 $()-]*?)\s*:([^=]|$)`).FindAllStringSubmatch(string(mk), -1) {
+		for _, w := range strings.Fields(m[1]) {
+			targets[w] = true
+		}
+	}
+	use := regexp.MustCompile(`(?:^|[\s;&(])make ([a-z][a-z0-9-]*)`)
+	checked := 0
+	for _, name := range names {
+		for _, c := range codeLines(texts[name]) {
+			for _, m := range use.FindAllStringSubmatch(c.text, -1) {
+				if !targets[m[1]] {
+					t.Errorf("%s:%d: `make %s`: the Makefile has no target %q", name, c.line, m[1], m[1])
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d make commands: the parser found too few", checked)
+	}
+}
+
+// TestDocsSluiceFlags builds cmd/sluice and checks that every `dist/sluice COMMAND` in the
+// code of README.md and the docs/*.md pages names a subcommand its --help lists, and that
+// every flag given to `sluice COMMAND` (with or without dist/) is one that command's --help
+// names.
+func TestDocsSluiceFlags(t *testing.T) {
+	root, names, texts := docPages(t)
+	bin := filepath.Join(t.TempDir(), "sluice")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/sluice: %v\n%s", err, out)
+	}
+	help := func(args ...string) string {
+		out, _ := exec.Command(bin, args...).CombinedOutput() // --help may exit 0 or 2
+		return string(out)
+	}
+	subs := map[string]map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z]+)\s{2,}`).FindAllStringSubmatch(help("--help"), -1) {
+		flags := map[string]bool{"help": true}
+		for _, f := range regexp.MustCompile(`(?:^|[\s\[(])--?([a-z][a-z0-9-]*)`).FindAllStringSubmatch(help(m[1], "--help"), -1) {
+			flags[f[1]] = true
+		}
+		subs[m[1]] = flags
+	}
+	if len(subs) < 4 {
+		t.Fatalf("sluice --help lists %d commands: %v", len(subs), subs)
+	}
+	cmd := regexp.MustCompile(`(?:^|[\s(])((?:dist/)?sluice) ([a-z-]+)([^|;&]*)`)
+	checked := 0
+	for _, name := range names {
+		for _, c := range codeLines(texts[name]) {
+			for _, m := range cmd.FindAllStringSubmatch(c.text, -1) {
+				flags, ok := subs[m[2]]
+				if strings.HasPrefix(m[3], ":") {
+					continue // a message that names the command ("sluice run: unknown flag --x")
+				}
+				if !ok {
+					if m[1] == "dist/sluice" && m[2] != "-" {
+						t.Errorf("%s:%d: `%s`: sluice has no command %q", name, c.line, strings.TrimSpace(m[0]), m[2])
+					}
+					continue
+				}
+				for _, w := range shellWords(m[3]) {
+					f, ok := strings.CutPrefix(w, "-")
+					if !ok || f == "" {
+						continue
+					}
+					f = strings.TrimPrefix(f, "-")
+					f, _, _ = strings.Cut(f, "=")
+					if !regexp.MustCompile(`^[a-z][a-z0-9-]*$`).MatchString(f) {
+						continue
+					}
+					if !flags[f] {
+						t.Errorf("%s:%d: `%s`: sluice %s has no flag --%s", name, c.line, strings.TrimSpace(m[0]), m[2], f)
+					}
+					checked++
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d flags: the command parser found too few", checked)
+	}
+}
+
+// TestDocsPlain checks that README.md and the docs/*.md pages read as reference: no dated
+// runs (those belong in the results file next to the benchmark that printed them), no
+// references to the project's issues or to documents outside the repository, and a README
+// short enough to read in five minutes.
+func TestDocsPlain(t *testing.T) {
+	_, names, texts := docPages(t)
+	banned := []struct{ re, why string }{
+		{`\b20\d\d-\d\d-\d\d\b`, "a date: dated runs go to a results file"},
+		{`(?i)\bat load (average )?\d`, "a run's load: dated runs go to a results file"},
+		{`(?i)\bwhile other\b`, "a run's circumstances: dated runs go to a results file"},
+		{`(?i)\bmeasured here\b`, "a run's circumstances: say which command prints the figure"},
+		{`(?i)\bissues? #?\d+`, "a reference to the project's issues"},
+		{`DESIGN\.md`, "a document outside the repository"},
+		{`(?i)not available here`, "a remark about one machine"},
+	}
+	for _, name := range names {
+		for i, l := range strings.Split(texts[name], "\n") {
+			for _, b := range banned {
+				if m := regexp.MustCompile(b.re).FindString(l); m != "" {
+					t.Errorf("%s:%d: %q: %s", name, i+1, m, b.why)
+				}
+			}
+		}
+	}
+	if n := strings.Count(texts["README.md"], "\n"); n > 320 {
+		t.Errorf("README.md has %d lines; the front door should be at most about 300 (move reference to docs/)", n)
+	}
 }
