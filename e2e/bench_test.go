@@ -104,6 +104,7 @@ var noop struct {
 
 // noopModule builds host/testdata/guests/minimal, a Proxy-Wasm module that does nothing.
 func noopModule(tb testing.TB) []byte {
+	skipShort(tb, "builds the no-op module (go build)")
 	noop.once.Do(func() {
 		goTool, err := exec.LookPath("go")
 		if err != nil {

@@ -103,6 +103,7 @@ func diffRequests() []diffRequest {
 // newestEnvoy is the newest of the Envoy targets (by version number).
 func newestEnvoy(t *testing.T) envoyproc.Target {
 	t.Helper()
+	skipShort(t, "runs real Envoy")
 	ts, err := envoyTargets()
 	if err != nil {
 		t.Fatal(err)

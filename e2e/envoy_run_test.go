@@ -137,6 +137,7 @@ var envoyTargets = sync.OnceValues(func() ([]envoyproc.Target, error) {
 // forEachEnvoy runs f once per Envoy target, as subtests named by version.
 func forEachEnvoy(t *testing.T, f func(t *testing.T, tg envoyproc.Target)) {
 	t.Helper()
+	skipShort(t, "runs real Envoy")
 	ts, err := envoyTargets()
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 // wasmpatch.PatchFile: the Go runtime's poll_oneoff calls go to the host.
 func buildUnpatchedWasm(t *testing.T) string {
 	t.Helper()
+	skipShort(t, "builds the wasm module (go build)")
 	out, err := buildGuest("sluice-unpatched.wasm", "./cmd/sluice-wasm", "", false)
 	if err != nil {
 		t.Fatal(err)

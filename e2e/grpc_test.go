@@ -247,10 +247,7 @@ func TestGRPCStreamingThroughSluiceRun(t *testing.T) {
 // Redis rule (sluice-redis.wasm) whose cluster refuses connections.
 func TestGRPCFailureClosedThroughSluiceRun(t *testing.T) {
 	up := startGRPCUpstream(t)
-	wasm, err := filtertest.BuildWasm("redis")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "redis")
 	wasmPath := filepath.Join(t.TempDir(), "sluice-redis.wasm")
 	if err := os.WriteFile(wasmPath, wasm, 0o644); err != nil {
 		t.Fatal(err)

@@ -141,6 +141,7 @@ func TestReadmeBlocksParse(t *testing.T) {
 // a new user would copy them: every command runs in the repository's root, and a page's
 // blocks may build on README's (dist/ is built by then).
 func TestREADME(t *testing.T) {
+	skipShort(t, "runs the documents' commands (bash, make)")
 	root, err := moduleRoot("go")
 	if err != nil {
 		t.Fatal(err)
@@ -734,6 +735,7 @@ func TestDocsMakeTargets(t *testing.T) {
 // every flag given to `sluice COMMAND` (with or without dist/) is one that command's --help
 // names.
 func TestDocsSluiceFlags(t *testing.T) {
+	skipShort(t, "builds cmd/sluice to read its --help")
 	root, names, texts := docPages(t)
 	bin := filepath.Join(t.TempDir(), "sluice")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")

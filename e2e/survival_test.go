@@ -143,6 +143,7 @@ func redisExtension(t *testing.T) []host.Extension {
 // stages, the rate-limit service's tests) and closed by TestMain.
 func suiteCluster(t *testing.T) *redistest.Cluster {
 	t.Helper()
+	redistest.SkipShort(t)
 	survivalClusterOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sluice-survival-redis-")
 		if err != nil {
@@ -174,10 +175,7 @@ func builds() []build {
 	return []build{
 		{"sluice.wasm", sluiceModule, false},
 		{"sluice-redis.wasm", func(t *testing.T) []byte {
-			b, err := filtertest.BuildWasm("redis")
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := filtertest.Wasm(t, "redis")
 			return b
 		}, true},
 	}

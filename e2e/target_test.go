@@ -53,6 +53,7 @@ var artifacts struct {
 // buildArtifacts builds dist-like artifacts once per test binary, unless given by env.
 func buildArtifacts(t testing.TB) (wasm, bin string) {
 	t.Helper()
+	skipShort(t, "builds sluice.wasm and the sluice binary (go build) and runs them")
 	artifacts.once.Do(func() {
 		artifacts.wasm, artifacts.bin = os.Getenv(envWasm), os.Getenv(envBin)
 		goTool, err := exec.LookPath("go")
@@ -110,6 +111,15 @@ func buildArtifacts(t testing.TB) (wasm, bin string) {
 		t.Fatal(artifacts.err)
 	}
 	return artifacts.wasm, artifacts.bin
+}
+
+// skipShort skips t under go test -short (make test-unit), the tier that runs no subprocess:
+// no go build, no sluice binary, no Envoy, no Redis. what says what t would have run.
+func skipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(what + ": not under -short")
+	}
 }
 
 func moduleRoot(goTool string) (string, error) {

@@ -16,10 +16,7 @@ import (
 
 func instantiateBare(t *testing.T) (api.Module, context.Context) {
 	t.Helper()
-	wasm, err := filtertest.BuildWasm("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "")
 	ctx := context.Background()
 	rt := wazero.NewRuntime(ctx)
 	t.Cleanup(func() { rt.Close(ctx) })

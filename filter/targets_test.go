@@ -81,6 +81,7 @@ type proxytestTarget struct {
 
 func newProxytestHost(t *testing.T, cfg string) (proxytest.HostEmulator, types.OnPluginStartStatus) {
 	t.Helper()
+	filtertest.SkipShort(t, "builds the wasm module for the proxytest emulator")
 	wasm, err := wasmForProxytest()
 	if err != nil {
 		t.Fatal(err)

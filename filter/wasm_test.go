@@ -95,10 +95,7 @@ var wantExports = []string{
 
 func moduleImportsExports(t *testing.T, tags string) (imports map[string][]string, exports []string) {
 	t.Helper()
-	wasm, err := filtertest.BuildWasm(tags)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, tags)
 	ctx := context.Background()
 	rt := wazero.NewRuntime(ctx)
 	defer rt.Close(ctx)
@@ -211,10 +208,7 @@ func TestNoGrpcModule(t *testing.T) {
 }
 
 func TestStartAlias(t *testing.T) {
-	wasm, err := filtertest.BuildWasm("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "")
 	orig := append([]byte(nil), wasm...)
 	aliased, err := filtertest.AddStartAlias(wasm)
 	if err != nil {

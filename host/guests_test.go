@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 // guest returns the compiled test guest testdata/guests/<name>.
 func guest(tb testing.TB, name string) []byte {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("builds test guest " + name + " (go build, GOOS=wasip1): not under -short")
+	}
 	guestMu.Lock()
 	defer guestMu.Unlock()
 	if b, ok := guestWasm[name]; ok {

@@ -122,6 +122,9 @@ func BenchmarkSluicePhases(b *testing.B) {
 // a module: they import nothing of the filter.
 func sluiceModule(tb testing.TB) []byte {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("builds the sluice module (go build, GOOS=wasip1): not under -short")
+	}
 	out := filepath.Join(tb.TempDir(), "sluice.wasm")
 	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./cmd/sluice-wasm")
 	cmd.Dir = ".."

@@ -268,10 +268,7 @@ func TestCheckHostileConfigurations(t *testing.T) {
 // saying why not.
 func moduleVerdicts(t *testing.T, tags string, cases []configtest.Case) []string {
 	t.Helper()
-	wasm, err := filtertest.BuildWasm(tags)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, tags)
 	logs := &logRecorder{}
 	opts := host.Options{
 		Wasm:         wasm,
@@ -417,10 +414,7 @@ func (l *logRecorder) text() string {
 // escapes all of it: no control character, no line that starts where the
 // forged one would.
 func TestRunLogsEscapedConfigErrors(t *testing.T) {
-	wasm, err := filtertest.BuildWasm("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "")
 	dir := t.TempDir()
 	wasmPath := filepath.Join(dir, "sluice.wasm")
 	if err := os.WriteFile(wasmPath, wasm, 0o644); err != nil {

@@ -43,6 +43,7 @@ var (
 // directory once per test binary, and returns their paths.
 func buildSluice(t *testing.T) (wasm, bin string) {
 	t.Helper()
+	skipShort(t, "builds sluice.wasm and the sluice binary (go build)")
 	dashBuildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sluice-dashboard-test-")
 		if err != nil {

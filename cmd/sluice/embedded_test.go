@@ -66,6 +66,7 @@ func TestEmbedDefaultWasm(t *testing.T) {
 // written into the source tree.
 func buildEmbedSluice(t *testing.T, dir string, modules map[string]string) string {
 	t.Helper()
+	skipShort(t, "builds the sluice binary (go build)")
 	exe := filepath.Join(dir, "sluice")
 	args := []string{"build", "-trimpath", "-o", exe}
 	if modules != nil {

@@ -37,6 +37,7 @@ type runProcess struct {
 // cfgPath and --drain-timeout drain, and waits until it listens.
 func startRunProcess(t *testing.T, cfgPath string, drain time.Duration) *runProcess {
 	t.Helper()
+	skipShort(t, "runs sluice run as a child process")
 	c := testCluster(t)
 	args := []string{"--wasm", buildRedisWasm(t), "--config", cfgPath, "--listen", "127.0.0.1:0",
 		"--admin", "127.0.0.1:0", "--workers", "2", "--redis-cluster", "redis=" + strings.Join(c.Addrs, ","),

@@ -21,6 +21,7 @@ var (
 // buildRedisWasm builds sluice-redis.wasm (cmd/sluice-wasm with -tags redis) once.
 func buildRedisWasm(t *testing.T) string {
 	t.Helper()
+	skipShort(t, "builds sluice-redis.wasm (go build, GOOS=wasip1)")
 	redisWasmOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sluice-redis-wasm-")
 		if err != nil {

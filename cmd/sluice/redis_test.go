@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 
 func testCluster(t *testing.T) *redistest.Cluster {
 	t.Helper()
+	redistest.SkipShort(t)
 	clusterOnce.Do(func() {
 		if clusterDir, clusterErr = os.MkdirTemp("", "sluice-run-redis-"); clusterErr != nil {
 			return

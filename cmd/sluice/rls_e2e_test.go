@@ -21,6 +21,7 @@ import (
 // the cluster and returns its gRPC address.
 func startServeReplica(t *testing.T, addrs []string, inline string) string {
 	t.Helper()
+	skipShort(t, "runs sluice serve as a child process")
 	// A Redis timeout of 5 s, like the Redis backend's e2e test: a loaded machine must not
 	// turn a slow Redis reply into UNAVAILABLE (and failure_mode closed into 503s).
 	args := []string{"--listen", "127.0.0.1:0", "--redis-cluster", strings.Join(addrs, ","), "--inline-domains", inline, "--redis-timeout", "5s"}

@@ -162,6 +162,7 @@ type commandProcess struct {
 
 func startCommandProcess(t *testing.T, args ...string) *commandProcess {
 	t.Helper()
+	skipShort(t, "runs sluice as a child process")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRunCommandHelperProcess$")
 	cmd.Env = append(os.Environ(), "SLUICE_RUN_COMMAND_HELPER=1", "SLUICE_RUN_ARGS="+strings.Join(args, "\n"))
 	stdout, err := cmd.StdoutPipe()

@@ -32,10 +32,20 @@ type wasmBuild struct {
 	err  error
 }
 
+// skipShort skips t under go test -short (make test-unit), the tier that runs no subprocess
+// (go build, a child sluice, Chromium): what says what t would have run.
+func skipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(what + ": not under -short")
+	}
+}
+
 // buildWasm compiles the Go package in dir (relative to this package) for wasip1 as a
 // c-shared module and returns the file's path.
 func buildWasm(t *testing.T, dir string) string {
 	t.Helper()
+	skipShort(t, "builds "+dir+" (go build, GOOS=wasip1)")
 	wasmDirMu.Lock()
 	if wasmDir == "" {
 		d, err := os.MkdirTemp("", "sluice-run-test-")

@@ -140,6 +140,7 @@ func (l *lineLog) wait(t *testing.T, re *regexp.Regexp, timeout time.Duration) [
 // /metrics, SIGHUP reloads (a bad file keeps the previous configuration),
 // SIGTERM stops gracefully with exit status 0.
 func TestServeProcess(t *testing.T) {
+	skipShort(t, "runs sluice serve as a child process")
 	c := testCluster(t)
 	dir := t.TempDir()
 	write := func(name, data string) {

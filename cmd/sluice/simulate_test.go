@@ -257,6 +257,7 @@ func findChromium(t *testing.T) string {
 // background network activity.
 func newBrowser(t *testing.T, opts ...chromedp.ContextOption) context.Context {
 	t.Helper()
+	skipShort(t, "runs headless Chromium")
 	ctx, cancel := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(findChromium(t)),
 		chromedp.Headless,

@@ -29,10 +29,7 @@ type hostTarget struct {
 
 func newHost(t testing.TB, cfg string, workers int, logs *bytes.Buffer) (*host.Host, error) {
 	t.Helper()
-	wasm, err := filtertest.BuildWasm("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "")
 	if logs == nil {
 		logs = new(bytes.Buffer)
 	}
@@ -271,10 +268,7 @@ func TestHostSoakMemoryFlat(t *testing.T) {
 // /gc/heap/allocs:objects as a counter) over full request cycles in the
 // embedded host, on the allow and the deny path with both header styles.
 func TestGuestAllocationsPerRequest(t *testing.T) {
-	wasm, err := filtertest.BuildWasm("sluice_debug")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "sluice_debug")
 	// The -xff cases also normalize a path (//api/./x/../items) for a
 	// path_prefix rule and the path key, and take the client from two
 	// X-Forwarded-For headers through proxy_get_header_map_pairs.

@@ -32,6 +32,7 @@ var cluster *redistest.Cluster
 
 func testCluster(t testing.TB) *redistest.Cluster {
 	t.Helper()
+	redistest.SkipShort(t)
 	if cluster != nil {
 		return cluster
 	}
@@ -59,10 +60,7 @@ type redisProxy struct {
 func startRedisProxy(t testing.TB, cfg string, workers int) *redisProxy {
 	t.Helper()
 	c := testCluster(t)
-	wasm, err := filtertest.BuildWasm("redis")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "redis")
 	clusters := redisclient.New(map[string][]string{redisService: c.Addrs}, redisclient.Options{})
 	t.Cleanup(func() { clusters.Close() })
 	p := &redisProxy{st: new(redis.Stats), logs: new(bytes.Buffer), mu: new(sync.Mutex)}

@@ -63,10 +63,7 @@ type exchangeResult struct {
 // T+2P, and the next tick that can fail it comes at T+2P. A (no rule applies) is sent just
 // after D, well before T+2P.
 func TestRedisGuardDoesNotStopAnotherRequest(t *testing.T) {
-	wasm, err := filtertest.BuildWasm("redis")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "redis")
 	for _, c := range []struct {
 		name, failure string
 		status        int // B's answer: 503 (closed), or 429 (local: the fallback's one admission went to B0)

@@ -44,10 +44,7 @@ func exchange(t *testing.T, h *host.Host, r *host.Request) *host.Response {
 }
 
 func TestScopesThroughModule(t *testing.T) {
-	wasm, err := filtertest.BuildWasm("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "")
 	// Higress's gateway serves route_name and cluster_name (and xds.*); upstream Envoy ≥ 1.33
 	// only xds.*: the module must select the same scopes on both.
 	for _, profile := range []string{"higress", "envoy-1.33"} {
@@ -125,10 +122,7 @@ func TestScopesThroughModule(t *testing.T) {
 
 // A configuration of "_rules_" alone: requests no entry selects are not limited at all.
 func TestScopesOnlyThroughModule(t *testing.T) {
-	wasm, err := filtertest.BuildWasm("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "")
 	cfg := `{"_rules_":[{"_match_route_prefix_":["api-"],"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1,"window":"1h"}]}]}`
 	h := newScopeHost(t, wasm, cfg, "higress")
 	for i, want := range []int{200, 429, 429} {
@@ -147,10 +141,7 @@ func TestScopesOnlyThroughModule(t *testing.T) {
 // match.routes: the route name Envoy reports (xds.route_name on Envoy ≥ 1.33), with
 // sluice run's routes: longest path prefix.
 func TestMatchRoutesThroughModule(t *testing.T) {
-	wasm, err := filtertest.BuildWasm("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "")
 	cfg := `{"rules":[{"name":"shop","match":{"routes":["checkout","cart"]},"key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`
 	var logs bytes.Buffer
 	h, err := host.New(context.Background(), host.Options{
@@ -175,10 +166,7 @@ func TestMatchRoutesThroughModule(t *testing.T) {
 // Heap allocations per request with scopes and match.routes (sluice_debug build): selecting
 // a scope and matching routes allocate nothing in the guest.
 func TestGuestAllocationsPerRequestScoped(t *testing.T) {
-	wasm, err := filtertest.BuildWasm("sluice_debug")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := filtertest.Wasm(t, "sluice_debug")
 	cfg := `{"rules":[{"name":"g","match":{"routes":["a","b"]},"key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1000000000,"window":"1h"}],
 	  "_rules_":[{"_match_route_":["x"],"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1000000000,"window":"1h"}]},
 	    {"_match_domain_":["*.example.com"],"rules":[{"name":"d","match":{"routes":["b"]},"key":[{"remote_ip":true}],"algorithm":"token_bucket","limit":1000000000,"window":"1h"}]}]}`

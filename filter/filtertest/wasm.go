@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
@@ -17,9 +18,31 @@ var (
 	built   = map[string][]byte{}
 )
 
+// Wasm returns BuildWasm(tags) for a test: under go test -short (the unit
+// tier, which runs no subprocess) it skips tb; a failed build fails it.
+func Wasm(tb testing.TB, tags string) []byte {
+	tb.Helper()
+	SkipShort(tb, "builds the wasm module")
+	b, err := BuildWasm(tags)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// SkipShort skips tb under go test -short, saying what the test would run
+// that the unit tier does not: a subprocess (go build, the sluice binary).
+func SkipShort(tb testing.TB, what string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip(what + " (a subprocess): not under -short")
+	}
+}
+
 // BuildWasm compiles ./cmd/sluice-wasm with GOOS=wasip1 GOARCH=wasm
 // -buildmode=c-shared and the given build tags (comma-separated, "" for
-// none) and returns the module bytes. It builds once per tag set per test
+// none) and returns the module bytes. Tests call Wasm, which skips under
+// -short; BuildWasm is for code without a testing.TB. It builds once per tag set per test
 // binary, in a temporary directory it removes.
 func BuildWasm(tags string) ([]byte, error) {
 	buildMu.Lock()

@@ -33,6 +33,9 @@ var (
 // testGuest builds testdata/guest (standard Go, wasip1, c-shared) once per test binary.
 func testGuest(t testing.TB) []byte {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the test guest (go build, GOOS=wasip1): not under -short")
+	}
 	guestOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "redisext-guest-")
 		if err != nil {
@@ -59,6 +62,7 @@ func testGuest(t testing.TB) []byte {
 // newHost starts a host running the test guest with the redis extension on the test
 // cluster, known as "rc" (and a second name "other" that the guest never initialises).
 func newHost(t *testing.T, config string, workers int) (*host.Host, *Stats) {
+	redistest.SkipShort(t)
 	t.Helper()
 	c := redisclient.New(map[string][]string{"rc": cluster.Addrs, "other": cluster.Addrs}, redisclient.Options{})
 	t.Cleanup(func() { c.Close() })
@@ -150,6 +154,7 @@ func TestCallsReachEveryNode(t *testing.T) {
 // With two plugins in one VM, a call's reply goes to the root context of the stream that
 // made it: plugin 1's root (2), not the first root.
 func TestCallbackGoesToTheCallersRoot(t *testing.T) {
+	redistest.SkipShort(t)
 	c := redisclient.New(map[string][]string{"rc": cluster.Addrs}, redisclient.Options{})
 	t.Cleanup(func() { c.Close() })
 	st := new(Stats)
@@ -252,6 +257,7 @@ func TestInitUnknownService(t *testing.T) {
 }
 
 func TestTimeoutIsReported(t *testing.T) {
+	redistest.SkipShort(t)
 	const timeout = 100 * time.Millisecond
 	h, st := newHost(t, "rc - - 100", 1)
 	k := "redisext:timeout"

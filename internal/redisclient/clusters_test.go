@@ -24,6 +24,7 @@ func cmd(args ...string) []byte {
 }
 
 func newClusters(t *testing.T, timeout time.Duration) *Clusters {
+	redistest.SkipShort(t)
 	t.Helper()
 	c := New(map[string][]string{"rc": cluster.Addrs}, Options{})
 	if err := c.Init("rc", "", "", timeout); err != nil {
@@ -43,6 +44,7 @@ func do(t *testing.T, c *Clusters, args ...string) (Status, string) {
 }
 
 func TestSyncErrors(t *testing.T) {
+	redistest.SkipShort(t)
 	c := New(map[string][]string{"rc": cluster.Addrs}, Options{})
 	defer c.Close()
 	if err := c.Init("nope", "", "", time.Second); !errors.Is(err, ErrUnknownCluster) {
@@ -79,6 +81,7 @@ func TestParseFlag(t *testing.T) {
 // Keys spread over every node are routed to their slot's owner, and the
 // replies come back as RESP2 bytes of every type.
 func TestRoutingAndReplyTypes(t *testing.T) {
+	redistest.SkipShort(t)
 	c := newClusters(t, time.Second)
 	perNode := make([]int, len(cluster.Addrs))
 	for i := 0; i < 60; i++ {
@@ -136,6 +139,7 @@ func TestRoutingAndReplyTypes(t *testing.T) {
 // the first after numkeys), goes straight to its slot's owner: no node
 // answers MOVED.
 func TestNoRedirectsWhenRoutedByKey(t *testing.T) {
+	redistest.SkipShort(t)
 	c := newClusters(t, time.Second)
 	ctx := context.Background()
 	do(t, c, "PING") // loads the slot map
@@ -171,6 +175,7 @@ func TestNoRedirectsWhenRoutedByKey(t *testing.T) {
 // A slot moved behind the client's back answers MOVED; the client follows
 // it and refreshes its slot map.
 func TestMovedIsFollowed(t *testing.T) {
+	redistest.SkipShort(t)
 	c := newClusters(t, time.Second)
 	ctx := context.Background()
 	const key = "moved-test-key"
@@ -256,6 +261,7 @@ func TestAsyncCallsConcurrently(t *testing.T) {
 // A node that stops answering yields StatusTimeout within the Init timeout;
 // a dead node yields an error status quickly; both recover.
 func TestTimeoutAndNodeFailure(t *testing.T) {
+	redistest.SkipShort(t)
 	const timeout = 150 * time.Millisecond
 	c := newClusters(t, timeout)
 	const key = "failing-node-key"
@@ -330,6 +336,7 @@ func waitOK(t *testing.T, c *Clusters, key string) {
 
 // Init's username and password authenticate every connection (ACL user).
 func TestAuth(t *testing.T) {
+	redistest.SkipShort(t)
 	ctx := context.Background()
 	for i := range cluster.Addrs {
 		pc := cluster.Client(i)

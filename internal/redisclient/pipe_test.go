@@ -85,6 +85,7 @@ func TestKeySlotTable(t *testing.T) {
 // Script calls go over the pipelined connections and come back as Redis's
 // own bytes, on every node.
 func TestScriptPathReplies(t *testing.T) {
+	redistest.SkipShort(t)
 	c := newClusters(t, 5*time.Second)
 	r := waitScriptPath(t, c)
 	before := r.sent.Load()
@@ -136,6 +137,7 @@ func reply2s(b []byte) string { return string(b) }
 
 // A wrong slot table is corrected by MOVED, which is followed.
 func TestScriptPathFollowsMoved(t *testing.T) {
+	redistest.SkipShort(t)
 	c := newClusters(t, 5*time.Second)
 	r := waitScriptPath(t, c)
 	key := "moved-key"
@@ -179,6 +181,7 @@ func TestScriptPathFollowsMoved(t *testing.T) {
 // A paused node: StatusTimeout within the timeout (plus the janitor's tick);
 // a killed node: a failure at once; both recover.
 func TestScriptPathTimeoutAndNodeFailure(t *testing.T) {
+	redistest.SkipShort(t)
 	const timeout = 150 * time.Millisecond
 	c := newClusters(t, timeout)
 	waitScriptPath(t, c)
@@ -236,6 +239,7 @@ func waitScriptOK(t *testing.T, c *Clusters, key string) {
 // The script path's connections authenticate with Init's credentials; a
 // refused AUTH fails the call.
 func TestScriptPathAuth(t *testing.T) {
+	redistest.SkipShort(t)
 	ctx := context.Background()
 	for i := range cluster.Addrs {
 		pc := cluster.Client(i)
@@ -286,6 +290,7 @@ func TestScriptPathAuth(t *testing.T) {
 // Script calls made at once after Init wait for the first slot table and
 // then take the script path.
 func TestScriptPathBeforeTheSlotTable(t *testing.T) {
+	redistest.SkipShort(t)
 	c := New(map[string][]string{"rc": cluster.Addrs}, Options{})
 	defer c.Close()
 	if err := c.Init("rc", "", "", 5*time.Second); err != nil {
@@ -336,6 +341,7 @@ func askingCalls(t *testing.T, i int) int {
 // the call goes to the importing node after ASKING, and the slot table is
 // left as it was (ASK is one call's redirect, not a new owner).
 func TestScriptPathFollowsAsk(t *testing.T) {
+	redistest.SkipShort(t)
 	c := newClusters(t, 5*time.Second)
 	r := waitScriptPath(t, c)
 	key := "ask-key"
@@ -368,6 +374,7 @@ func TestScriptPathFollowsAsk(t *testing.T) {
 // 10 ms, 20 ms, …) while its deadline allows, and succeeds once the slot is
 // served again; with retries off (MaxRedirects < 0) the error is the reply.
 func TestScriptPathRetriesClusterDown(t *testing.T) {
+	redistest.SkipShort(t)
 	c := newClusters(t, 2*time.Second)
 	waitScriptPath(t, c)
 	key := "down-key"

@@ -35,6 +35,7 @@ type host struct {
 }
 
 func newHost(t testing.TB) *host {
+	redistest.SkipShort(t)
 	t.Helper()
 	c := redisclient.New(map[string][]string{"rc": cluster.Addrs}, redisclient.Options{})
 	if err := c.Init("rc", "", "", 5*time.Second); err != nil {
@@ -90,6 +91,7 @@ func ceilUS(d time.Duration) time.Duration {
 // pinned instants (including the clock going backwards and requests costing
 // more than the capacity).
 func TestConformanceWithAlgorithms(t *testing.T) {
+	redistest.SkipShort(t)
 	h := newHost(t)
 	sets := []algorithms.Params{
 		{Limit: 5, Window: time.Hour, Burst: 8},
@@ -191,6 +193,7 @@ func TestConformanceWithAlgorithms(t *testing.T) {
 // Then a spent key is denied with an honest Retry-After, and its TTL is
 // sized to the time it takes to become idle.
 func TestExactAdmissionUnderConcurrency(t *testing.T) {
+	redistest.SkipShort(t)
 	hosts := []*host{newHost(t), newHost(t), newHost(t)}
 	for _, kind := range algorithms.Kinds {
 		t.Run(kind.String(), func(t *testing.T) {
@@ -255,6 +258,7 @@ func TestExactAdmissionUnderConcurrency(t *testing.T) {
 // After SCRIPT FLUSH every EVALSHA answers NOSCRIPT; the EVAL fallback
 // decides and re-caches the script.
 func TestNoScriptFallback(t *testing.T) {
+	redistest.SkipShort(t)
 	h := newHost(t)
 	ctx := context.Background()
 	for _, kind := range algorithms.Kinds {
@@ -369,6 +373,7 @@ func TestRefundLargeCost(t *testing.T) {
 // entries (at most 2 × limit), and the skipped pruning changes no decision
 // (TestConformanceWithAlgorithms).
 func TestSlidingLogPruning(t *testing.T) {
+	redistest.SkipShort(t)
 	h := newHost(t)
 	p := params(algorithms.SlidingLog, 5, time.Millisecond, 0)
 	key := testKey(t, algorithms.SlidingLog, "k")
@@ -405,6 +410,7 @@ func TestSlidingLogPruning(t *testing.T) {
 // set; a v1 hash left under the old name (…:fw, …:tb) is neither read nor
 // written.
 func TestStateLayout(t *testing.T) {
+	redistest.SkipShort(t)
 	h := newHost(t)
 	ctx := context.Background()
 	fields := map[algorithms.Kind]int{algorithms.TokenBucket: 2, algorithms.LeakyBucket: 3, algorithms.FixedWindow: 2, algorithms.SlidingWindow: 3}
@@ -574,6 +580,7 @@ func BenchmarkDecideRoundTrip(b *testing.B) {
 // the filter turns into its failure mode; nothing panics and nothing is
 // written.
 func TestScriptErrorReplies(t *testing.T) {
+	redistest.SkipShort(t)
 	h := newHost(t)
 	ctx := context.Background()
 	for _, kind := range algorithms.Kinds {

@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -53,8 +54,17 @@ var StartupTimeout = 30 * time.Second
 // Main starts a cluster of the given number of masters in a temporary
 // directory, stores it in *c, runs the tests and stops the cluster. It
 // returns the exit code for os.Exit. A cluster that cannot start fails the
-// test binary: these tests are never skipped.
+// test binary: without -short these tests are never skipped.
+//
+// Under go test -short (the unit tier, make test-unit) Main starts no
+// cluster and leaves *c nil: the tests that use it call SkipShort first.
 func Main(m *testing.M, masters int, c **Cluster) int {
+	if !flag.Parsed() {
+		flag.Parse() // testing's flags, -short among them, before m.Run
+	}
+	if testing.Short() {
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "sluice-redis-cluster-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redistest:", err)
@@ -69,6 +79,16 @@ func Main(m *testing.M, masters int, c **Cluster) int {
 	*c = cl
 	defer cl.Close()
 	return m.Run()
+}
+
+// SkipShort skips tb under go test -short: the unit tier starts no Redis
+// Cluster (neither Main nor Start). Every test that uses a cluster, or the
+// helper that hands it one, calls it first.
+func SkipShort(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs a Redis Cluster (redis-server processes): not started under -short")
+	}
 }
 
 // Start launches masters redis-server processes under dir, joins them into

@@ -14,6 +14,7 @@ var cluster *Cluster
 func TestMain(m *testing.M) { os.Exit(Main(m, 3, &cluster)) }
 
 func TestSlotMatchesRedis(t *testing.T) {
+	SkipShort(t)
 	cl := cluster.Client(0)
 	defer cl.Close()
 	ctx := context.Background()
@@ -29,6 +30,7 @@ func TestSlotMatchesRedis(t *testing.T) {
 }
 
 func TestKillRestartPause(t *testing.T) {
+	SkipShort(t)
 	ctx := context.Background()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, Protocol: 2,
 		ReadTimeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond, DisableIdentity: true})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 var allAlgorithms = []string{"token_bucket", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window"}
@@ -97,6 +98,7 @@ func TestReplicasExactUnderConcurrency(t *testing.T) {
 // failure mode decides); when it is back the service decides again,
 // without a restart.
 func TestMasterKilledUnavailableThenRecovers(t *testing.T) {
+	redistest.SkipShort(t)
 	s, c := serve(t, Options{InlineDomains: []string{"ha"}})
 	key := uniq("k")
 	d := inlineDesc("r", "fixed_window", 1000, time.Hour, 0, key)

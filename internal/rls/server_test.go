@@ -49,6 +49,7 @@ func uniq(prefix string) string {
 }
 
 func backend(t testing.TB) *ClusterBackend {
+	redistest.SkipShort(t)
 	t.Helper()
 	// A generous timeout: these tests check exactness, and a call that
 	// times out on a loaded machine (thousands of concurrent calls, -race)

@@ -149,6 +149,9 @@ func TestJoinDataSegmentsGoModule(t *testing.T) {
 // module; the external tests use it too.
 func BuildModule(t *testing.T, dir string) []byte {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds " + dir + " (go build, GOOS=wasip1): not under -short")
+	}
 	out := filepath.Join(t.TempDir(), "m.wasm")
 	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, ".")
 	cmd.Dir = dir
