@@ -19,7 +19,7 @@ var (
 )
 
 // buildRedisWasm builds sluice-redis.wasm (cmd/sluice-wasm with -tags redis) once.
-func buildRedisWasm(t *testing.T) string {
+func buildRedisWasm(t testing.TB) string {
 	t.Helper()
 	skipShort(t, "builds sluice-redis.wasm (go build, GOOS=wasip1)")
 	redisWasmOnce.Do(func() {

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func testCluster(t *testing.T) *redistest.Cluster {
+func testCluster(t testing.TB) *redistest.Cluster {
 	t.Helper()
 	redistest.SkipShort(t)
 	clusterOnce.Do(func() {
@@ -47,12 +47,12 @@ func testCluster(t *testing.T) *redistest.Cluster {
 }
 
 // withRedisClusters sets what --redis-cluster would have set, for startRun.
-func withRedisClusters(t *testing.T, c redisClusterFlag) {
+func withRedisClusters(t testing.TB, c redisClusterFlag) {
 	redisClusters = c
 	t.Cleanup(func() { redisClusters = redisClusterFlag{} })
 }
 
-func writeFile(t *testing.T, name, data string) string {
+func writeFile(t testing.TB, name, data string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {

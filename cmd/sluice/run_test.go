@@ -101,7 +101,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func startTestRun(t *testing.T, cfg runConfig) (*runServer, *syncBuffer, context.CancelFunc) {
+func startTestRun(t testing.TB, cfg runConfig) (*runServer, *syncBuffer, context.CancelFunc) {
 	t.Helper()
 	if cfg.listen == "" {
 		cfg.listen = "127.0.0.1:0"

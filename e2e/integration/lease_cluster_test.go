@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/host"
+	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
 // Leases end to end: sluice-redis.wasm in three embedded hosts (proxies,
@@ -206,7 +207,7 @@ func TestLeaseRedisNodeDown(t *testing.T) {
 			r := p.get(t, "erin")
 			el := time.Since(start)
 			t.Logf("%s: pool spent, node down: %d in %v", mode, r.Status, el.Round(time.Millisecond))
-			if r.Status != want || el > 2*time.Second {
+			if r.Status != want || el > redistest.TimeoutBound(100*time.Millisecond) { // timeout_ms 100
 				t.Fatalf("%s: status %d after %v, want %d", mode, r.Status, el, want)
 			}
 			if p.metric(filter.MetricRedisFailures) < 1 {

@@ -165,8 +165,10 @@ func TestRedisGuardDoesNotStopAnotherRequest(t *testing.T) {
 				if rb.err != nil || rb.resp.Status != c.status {
 					t.Fatalf("B: %+v, error %v; want %d from the guard", rb.resp, rb.err, c.status)
 				}
-				if waited := rb.at.Sub(sentB); waited > guard+time.Second+500*time.Millisecond {
-					t.Errorf("B waited %v: more than the guard (%v) and one tick period", waited, guard)
+				// The status and the timeouts metric say the guard answered B; the bound only
+				// that it did so at the next tick, with bound's 2 s of slack for a loaded machine.
+				if waited := rb.at.Sub(sentB); waited > bound {
+					t.Errorf("B waited %v: more than the guard (%v), one tick period and 2 s", waited, guard)
 				}
 				if m, _ := h.Metric(filter.MetricRedisTimeouts); m.Value != int64(2*attempt) {
 					t.Errorf("%s = %v, want %d", filter.MetricRedisTimeouts, m.Value, 2*attempt)

@@ -281,7 +281,7 @@ func TestTimeoutIsReported(t *testing.T) {
 	if r.Status != 200 || string(r.Body) != `2:""` {
 		t.Errorf("paused node: %d %q, want the timeout status 2 and no reply", r.Status, r.Body)
 	}
-	if took < timeout || took > timeout+400*time.Millisecond {
+	if took < timeout || took > redistest.TimeoutBound(timeout) {
 		t.Errorf("took %v with a %v timeout", took, timeout)
 	}
 	if st.Failures.Load() != 1 {

@@ -285,7 +285,7 @@ func TestTimeoutAndNodeFailure(t *testing.T) {
 		}
 		<-done
 		el := time.Since(start)
-		if got != StatusTimeout || reply != nil || el < timeout || el > timeout+200*time.Millisecond {
+		if got != StatusTimeout || reply != nil || el < timeout || el > redistest.TimeoutBound(timeout) {
 			t.Fatalf("paused node: %v %q after %v", got, reply, el)
 		}
 	}
@@ -310,7 +310,7 @@ func TestTimeoutAndNodeFailure(t *testing.T) {
 	}
 	start := time.Now()
 	st, r := do(t, c, "GET", key)
-	if st == StatusOK || r != "" || time.Since(start) > timeout+200*time.Millisecond {
+	if st == StatusOK || r != "" || time.Since(start) > redistest.TimeoutBound(timeout) {
 		t.Fatalf("dead node: %v %q after %v", st, r, time.Since(start))
 	}
 	if err := cluster.Restart(n); err != nil {

@@ -200,7 +200,7 @@ func TestScriptPathTimeoutAndNodeFailure(t *testing.T) {
 		start := time.Now()
 		st, reply := evalEcho(t, c, key, 1)
 		el := time.Since(start)
-		if st != StatusTimeout || reply != "" || el < timeout || el > timeout+200*time.Millisecond {
+		if st != StatusTimeout || reply != "" || el < timeout || el > redistest.TimeoutBound(timeout) {
 			t.Fatalf("paused node: %v %q after %v", st, reply, el)
 		}
 	}
@@ -212,7 +212,7 @@ func TestScriptPathTimeoutAndNodeFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if st, reply := evalEcho(t, c, key, 1); st == StatusOK || reply != "" || time.Since(start) > timeout+200*time.Millisecond {
+	if st, reply := evalEcho(t, c, key, 1); st == StatusOK || reply != "" || time.Since(start) > redistest.TimeoutBound(timeout) {
 		t.Fatalf("dead node: %v %q after %v", st, reply, time.Since(start))
 	}
 	if err := cluster.Restart(n); err != nil {

@@ -91,6 +91,17 @@ func SkipShort(tb testing.TB) {
 	}
 }
 
+// TimeoutBound is the upper bound a test puts on a wait that a timeout of d
+// must end, such as a call to a paused node (which never answers: the test
+// resumes it only after the call returned). What such a test pins is that d
+// ends the wait at all, and not, say, the minute a hung call would take; the
+// test's lower bound (at least d) and its status (a timeout) say that d is the
+// timer that fired. The bound is generous, 10 d and at least 2 s, because
+// other test binaries share the machine's cores and can delay any goroutine
+// by hundreds of milliseconds: a wall-time bound near d would fail for the
+// load, not for the code.
+func TimeoutBound(d time.Duration) time.Duration { return max(10*d, 2*time.Second) }
+
 // Start launches masters redis-server processes under dir, joins them into
 // one cluster with redis-cli --cluster create and waits until every node
 // reports cluster_state:ok with all 16384 slots assigned.

@@ -472,7 +472,7 @@ func Startup(e *env) error {
 
 // redisCommands are the Redis figures' own commands (they need a Redis Cluster).
 var redisCommands = []string{
-	"go test ./cmd/sluice -run '^TestRunRedisVsLocalThroughput$' -v   # Redis vs local backend through sluice run",
+	"go test ./cmd/sluice -run '^$' -bench '^BenchmarkRunRedisVsLocalThroughput$' -benchtime 3x   # Redis vs local backend through sluice run",
 	"make bench-rls                                                  # Redis CPU per decision vs envoyproxy/ratelimit, many keys",
 	"make bench-rls RLSBENCH_FLAGS='-ok-keys 2 -denied-keys 1'       # the same on a hot key (coalesced calls)",
 }
@@ -486,7 +486,7 @@ func printRedisCommands(w io.Writer) {
 // Redis runs the Redis figures' commands.
 func Redis(e *env) error {
 	for _, cmd := range [][]string{
-		{"go", "test", "-count=1", "./cmd/sluice", "-run", "^TestRunRedisVsLocalThroughput$", "-v"},
+		{"go", "test", "-count=1", "./cmd/sluice", "-run", "^$", "-bench", "^BenchmarkRunRedisVsLocalThroughput$", "-benchtime", "3x"},
 		{"make", "bench-rls"},
 		{"make", "bench-rls", "RLSBENCH_FLAGS=-ok-keys 2 -denied-keys 1"},
 	} {

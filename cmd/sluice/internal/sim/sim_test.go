@@ -388,7 +388,9 @@ func TestWriteReportErrors(t *testing.T) {
 }
 
 // A day of steady traffic at 10 requests per second (864,000 requests)
-// through one rule.
+// through one rule, per algorithm; and generating a day of Poisson traffic.
+// These are the figures behind "a day of traffic takes well under a second"
+// (docs/simulate.md): go test -run '^$' -bench Day ./cmd/sluice/internal/sim
 func BenchmarkDay(b *testing.B) {
 	p := DefaultPattern(Steady, 100, time.Minute)
 	p.Duration = 24 * time.Hour
@@ -405,29 +407,32 @@ func BenchmarkDay(b *testing.B) {
 			b.ReportMetric(float64(len(tr.Requests)), "requests/op")
 		})
 	}
+	b.Run("generate-poisson", func(b *testing.B) {
+		p := DefaultPattern(Poisson, 100, time.Minute)
+		p.Duration = 24 * time.Hour
+		p.Rate = 10
+		var n int
+		for b.Loop() {
+			n = len(mustGenerate(b, p).Requests)
+		}
+		b.ReportMetric(float64(n), "requests/op")
+	})
 }
 
-// TestDayIsFast guards the "a day of traffic in well under a second"
-// promise for the engine, with a bound generous enough for a busy CI
-// machine (BenchmarkDay gives the real numbers per algorithm).
-func TestDayIsFast(t *testing.T) {
+// A day of Poisson traffic at 10 per second goes through token_bucket whole:
+// every request offered, at least the limit of every minute admitted. How
+// long it takes is BenchmarkDay's figure, not a test's bound.
+func TestDayOfPoissonTraffic(t *testing.T) {
 	p := DefaultPattern(Poisson, 100, time.Minute)
 	p.Duration = 24 * time.Hour
 	p.Rate = 10
-	start := time.Now()
 	tr := mustGenerate(t, p)
-	gen := time.Since(start)
 	res, err := Run(tr, "x", mustLimiter(t, algorithms.TokenBucket, 100, time.Minute), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	el := time.Since(start)
-	t.Logf("a day of Poisson traffic (%d requests) generated in %v, through token_bucket in %v", len(tr.Requests), gen, el-gen)
 	if res.Offered != int64(len(tr.Requests)) || res.Admitted < 100*24*60 {
 		t.Errorf("offered %d admitted %d", res.Offered, res.Admitted)
-	}
-	if el > 20*time.Second {
-		t.Errorf("took %v", el)
 	}
 }
 
