@@ -126,9 +126,23 @@ fuzz:
 	  done; \
 	done
 
+# gofmt, go vet and staticcheck over both modules (the product's and bench/rls), then go.mod
+# tidy. staticcheck is pinned here and run with go run pkg@version: go.mod does not depend
+# on it. It checks the default build and, merged with it, the filter's sluice_debug build (so
+# that what only that build uses is not reported unused).
+STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+check: SHELL := /bin/bash
+check: .SHELLFLAGS := -o pipefail -ec
 check:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	cd bench/rls && $(GO) vet ./...
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	echo "$(STATICCHECK) ./... (default build, and -tags sluice_debug ./filter/...)"; \
+	$(STATICCHECK) -f binary ./... > "$$tmp/default"; \
+	$(STATICCHECK) -f binary -tags sluice_debug ./filter/... > "$$tmp/debug"; \
+	$(STATICCHECK) -merge "$$tmp/default" "$$tmp/debug"
+	cd bench/rls && $(STATICCHECK) ./...
 	$(GO) mod tidy
 	git diff --exit-code go.mod go.sum
 

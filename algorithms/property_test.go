@@ -15,7 +15,7 @@ func admitAll(t *testing.T, l Limiter, reqs []request) []admission {
 	for _, r := range reqs {
 		out, d := decide(t, l, state, r.at, r.cost)
 		if d.Allowed {
-			got = append(got, admission{r.at, r.cost})
+			got = append(got, admission(r))
 		}
 		state = out
 	}

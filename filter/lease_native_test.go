@@ -30,16 +30,6 @@ func leaseReply(granted, remaining, retryUS, validUS int64) string {
 
 const hourUS = 3_600_000_000
 
-func (r *redisRig) leaseCalls() []string {
-	var q []string
-	for _, t := range r.f.order {
-		if s := r.f.sent[t]; strings.Contains(s, "-- sluice lease") || strings.Contains(s, "EVALSHA") {
-			q = append(q, s)
-		}
-	}
-	return q
-}
-
 // returnOf reports whether query q is a lease return of n admissions.
 func returnOf(q string, n int) bool {
 	return strings.Contains(q, "$"+strconv.Itoa(len(strconv.Itoa(n)))+"\r\n"+strconv.Itoa(n)+"\r\n$1\r\n0\r\n$1\r\n1\r\n")

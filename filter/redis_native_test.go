@@ -221,9 +221,9 @@ func TestRedisAdmitAndDeny(t *testing.T) {
 
 func TestRedisNoScriptResendsEval(t *testing.T) {
 	r := startRedisRig(t, redisRuleConfig("closed", ""))
-	id, _ := r.request("warm-up")
+	r.request("warm-up")
 	r.answer(r.lastToken(), 0, replyAdmit)
-	id, _ = r.request("alice")
+	id, _ := r.request("alice")
 	first := r.lastToken()
 	r.answer(first, 0, "-NOSCRIPT No matching script. Please use EVAL.\r\n")
 	second := r.lastToken()

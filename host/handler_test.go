@@ -77,7 +77,7 @@ func TestHandler(t *testing.T) {
 		t.Errorf("local: %d %q %v", resp.StatusCode, body, resp.Header)
 	}
 
-	resp, body = get(t, c, "GET", srv.URL+"/props", nil)
+	_, body = get(t, c, "GET", srv.URL+"/props", nil)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	for _, want := range []string{"source.address=127.0.0.1:", "destination.address=" + addr + ";0", "request.host=" + addr + ";0", "request.scheme=http;0"} {
 		if !strings.Contains(body, want) {
@@ -85,7 +85,7 @@ func TestHandler(t *testing.T) {
 		}
 	}
 
-	resp, body = get(t, c, "GET", srv.URL+"/resp-status", nil)
+	resp, _ = get(t, c, "GET", srv.URL+"/resp-status", nil)
 	if resp.StatusCode != 201 {
 		t.Errorf("resp-status: %d", resp.StatusCode)
 	}
@@ -185,7 +185,7 @@ func TestAdminHandler(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(body, "kitchen_requests_total 1\n") || !strings.Contains(body, "sluice_host_requests_total 1\n") {
 		t.Errorf("/metrics %d:\n%s", resp.StatusCode, body)
 	}
-	resp, body = get(t, srv.Client(), "GET", srv.URL+"/status", nil)
+	_, body = get(t, srv.Client(), "GET", srv.URL+"/status", nil)
 	for _, want := range []string{`"plugin_config": "{\"rules\":[]}"`, `"requests": 1`, `"vm_restarts": 0`, `"memory_bytes": `, `"abi_version": "0.2.1"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/status lacks %q:\n%s", want, body)

@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,14 +62,13 @@ type options struct {
 
 // env is what the run shares: the built artifacts and the Envoy binary.
 type env struct {
-	o       options
-	root    string
-	dir     string
-	wasm    string
-	noop    string
-	load    string
-	target  envoyproc.Target
-	results io.Writer
+	o      options
+	root   string
+	dir    string
+	wasm   string
+	noop   string
+	load   string
+	target envoyproc.Target
 }
 
 func main() {
@@ -497,5 +495,3 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
-
-var adminClient = &http.Client{Timeout: 30 * time.Second}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/cmd/sluice/internal/dashboard"
+	"github.com/sluice-proxy/sluice/host"
 )
 
 // The live dashboard of `sluice run --admin ADDR`, at /dashboard/ on the admin server. It

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/sluice-proxy/sluice/host"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-proxy/sluice/host"
 	"github.com/sluice-proxy/sluice/internal/wasmpatch"
 )
 
@@ -167,7 +167,7 @@ func TestRunServesThroughTheFilter(t *testing.T) {
 	if resp.Header.Get("X-Kitchen-Response") == "" {
 		t.Errorf("response phase did not run: %v", resp.Header)
 	}
-	resp, body = httpGet(t, base+"/echo-headers", "Accept", "application/json")
+	_, body = httpGet(t, base+"/echo-headers", "Accept", "application/json")
 	if !strings.Contains(body, `"method":"GET"`) || !strings.Contains(body, `"X-Added":["1"]`) {
 		t.Errorf("JSON echo: %s", body)
 	}
@@ -175,7 +175,7 @@ func TestRunServesThroughTheFilter(t *testing.T) {
 	if resp.StatusCode != 403 || body != "nope\n" {
 		t.Errorf("local reply: %d %q", resp.StatusCode, body)
 	}
-	resp, body = httpGet(t, base+"/props")
+	_, body = httpGet(t, base+"/props")
 	if !strings.Contains(body, "source.address=127.0.0.1:") || !strings.Contains(body, "plugin_vm_id=sluice;0") {
 		t.Errorf("props:\n%s", body)
 	}

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/cmd/sluice/internal/sim"
 	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
+	"github.com/sluice-proxy/sluice/config"
 )
 
 func init() {

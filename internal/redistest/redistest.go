@@ -371,6 +371,7 @@ func (c *Cluster) NodeOf(key string) (int, error) {
 		}
 		cl := c.Client(i)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		//lint:ignore SA1019 the same CLUSTER SLOTS the client under test routes by (internal/redisclient)
 		slots, err := cl.ClusterSlots(ctx).Result()
 		cancel()
 		cl.Close()

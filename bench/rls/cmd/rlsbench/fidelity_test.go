@@ -147,7 +147,7 @@ func TestFidelityChargeDenied(t *testing.T) {
 			nextSecond() // a new window of the "sec" limits
 			for i := 0; i < perWindow; i++ {
 				req := newCall()
-				if frac := time.Now().Sub(time.Now().Truncate(time.Second)); frac > 700*time.Millisecond {
+				if now := time.Now(); now.Sub(now.Truncate(time.Second)) > 700*time.Millisecond {
 					nextSecond()
 				}
 				sec := time.Now().Unix()

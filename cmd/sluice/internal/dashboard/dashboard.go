@@ -35,9 +35,9 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/host"
-	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
 )
 
 // Source gives the host's state; *host.Host is one.

@@ -261,7 +261,6 @@ type replay struct {
 	table  *filter.KeyTable // the filter's key table (Options.MaxKeys > 0), else nil
 	shared *memShared       // its shared data
 	class  []int8           // each key's index in res.Classes, -1: none
-	keyMax []int64          // each key's most admitted in a window
 }
 
 // newReplay sets up a run of tr through lim over at most nb buckets of a
