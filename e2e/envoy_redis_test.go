@@ -24,6 +24,7 @@ var redisWasm = sync.OnceValues(func() (string, error) {
 // with one of the scenarios' plain configurations (no redis backend): the module, not the
 // configuration, is refused.
 func TestEnvoyRedisModuleRefused(t *testing.T) {
+	skipShort(t, "builds sluice-redis.wasm (go build) and runs real Envoy")
 	wasm, err := redisWasm()
 	if err != nil {
 		t.Fatal(err)

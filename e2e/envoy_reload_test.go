@@ -374,6 +374,7 @@ func countEvents(evs []probeEvent, event, config string) int {
 //     canaries' roots never get either: a canary is dropped once configured. No v2 root
 //     ends.
 func TestEnvoyReloadRoots(t *testing.T) {
+	skipShort(t, "builds the root probe (go build) and runs real Envoy")
 	wasm, err := rootProbeWasm()
 	if err != nil {
 		t.Fatal(err)
