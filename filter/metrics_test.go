@@ -98,9 +98,6 @@ func TestEveryMetricHasHelp(t *testing.T) {
 			t.Errorf("MetricHelp(%q) = %q", m.name, got)
 		}
 	}
-	if len(ruleMetricHelp) != len(MetricNames("")) {
-		t.Fatalf("%d rule metric help texts for %d rule metrics", len(ruleMetricHelp), len(MetricNames("")))
-	}
 	for _, name := range MetricNames("per-client") {
 		if !strings.HasPrefix(MetricHelp(name), "sluice rule per-client: ") {
 			t.Errorf("MetricHelp(%q) = %q", name, MetricHelp(name))
@@ -129,3 +126,6 @@ func TestMetricHelp(t *testing.T) {
 		}
 	}
 }
+
+// One help text per rule metric: the test does not compile when the two arrays differ in length.
+var _ [len(ruleMetricHelp)]string = MetricNames("")

@@ -161,11 +161,3 @@ type Handler interface {
 	OnDelete(id uint32)
 	OnTick(rootID uint32)
 }
-
-// handler receives the exported callbacks (see SetHandler).
-var handler Handler
-
-// SetHandler installs the Handler the exported proxy_on_* callbacks dispatch
-// to. The wasm main package calls it from init (a c-shared module runs
-// package initialisers from _initialize and never runs main).
-func SetHandler(h Handler) { handler = h }

@@ -7,6 +7,14 @@ import (
 	"unsafe"
 )
 
+// handler receives the exported callbacks (see SetHandler).
+var handler Handler
+
+// SetHandler installs the Handler the exported proxy_on_* callbacks dispatch
+// to. The wasm main package calls it from init (a c-shared module runs
+// package initialisers from _initialize and never runs main).
+func SetHandler(h Handler) { handler = h }
+
 // The callbacks the host makes into the module. Each one is a thin wrapper:
 // enter (arena bookkeeping), dispatch to the Handler, and recover from any
 // panic (logged at critical level; the callback then returns its safe value:
