@@ -101,14 +101,14 @@ STARTUP_FLAGS ?=
 bench-startup: build
 	$(GO) run ./bench/cmd/sluice-startup -sluice $(BIN) -wasm $(WASM) -rounds $(STARTUP_ROUNDS) $(STARTUP_FLAGS)
 
-# Issue 12's figures as ratios measured in one run, configurations interleaved, medians of
+# The embedded host's figures as ratios measured in one run, configurations interleaved, medians of
 # rounds with their range (bench/cmd/sluice-compare: guest, cycle, sliding, startup by default;
 # e.g. BENCH_COMPARE_FLAGS="-rounds 5 -sections guest").
 BENCH_COMPARE_FLAGS ?=
 bench-compare:
 	$(GO) run ./bench/cmd/sluice-compare $(BENCH_COMPARE_FLAGS)
 
-# sluice.wasm where users run it (issue 25): one real Envoy (ENVOY=path, else 1.40.0, fetched),
+# sluice.wasm where users run it: one real Envoy (ENVOY=path, else 1.40.0, fetched),
 # --concurrency 2, against Envoy's native local_ratelimit, a no-op module and no filter;
 # ratios per round, medians and ranges of 5 interleaved rounds, written to
 # bench/envoy/results.txt (bench/envoy; e.g. BENCH_ENVOY_FLAGS="-rounds 7 -d 5s").

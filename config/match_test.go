@@ -68,7 +68,7 @@ func TestMatchesPathOnly(t *testing.T) {
 
 // A rule on /h applies to every spelling of /h that Envoy's normalize_path
 // and merge_slashes (and so the upstream) resolve to /h — the bypasses of
-// issue 10 — and not to paths that only look similar.
+// the path-normalisation bypasses — and not to paths that only look similar.
 func TestMatchesNormalizedPath(t *testing.T) {
 	m := Match{PathPrefix: "/h"}
 	for _, path := range []string{"/h", "/%68", "//h", "/./h", "/x/../h", "/h/../h", "/%2568/../h", "/%2e/h", "\\h", "/..;x/h", "h", "/h?x=/y", "/H/../h"} {

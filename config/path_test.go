@@ -64,7 +64,7 @@ var envoyPathCases = []struct{ in, want string }{
 // Our own cases: the issue's bypasses, and what the Chromium canonicalizer
 // Envoy links (googleurl dd4080fec) does with escapes.
 var ownPathCases = []struct{ in, want string }{
-	// The bypasses of issue 10: every one is /h.
+	// The path-normalisation bypasses: every one is /h.
 	{"/%68", "/h"},
 	{"//h", "/h"},
 	{"/./h", "/h"},

@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
-// gRPC through real Envoy (issue 22): grpc-go client → Envoy (sluice) → grpc-go server over
+// gRPC through real Envoy: grpc-go client → Envoy (sluice) → grpc-go server over
 // an HTTP/2 cluster.
 
 //go:embed envoy/grpc.yaml.tmpl

@@ -25,7 +25,7 @@ import (
 	"github.com/sluice-proxy/sluice/internal/redistest"
 )
 
-// Issue 22, the rate-limit service in real Envoy: `sluice serve` (the binary, as a child
+// The rate-limit service in real Envoy: `sluice serve` (the binary, as a child
 // process) on a 3-master Redis Cluster, called by every Envoy of forEachEnvoy either through
 // sluice.wasm's backend "rls" (proxy_grpc_call) or through Envoy's own
 // envoy.filters.http.ratelimit (the drop-in for envoyproxy/ratelimit). Limits are fixed

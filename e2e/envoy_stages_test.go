@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
-// Stages of the Envoy suite that only a real Envoy can run (issue 22): exactness when the
+// Stages of the Envoy suite that only a real Envoy can run: exactness when the
 // burst races on every worker, the hostile-header survival stage, and (envoy_grpc_test.go)
 // grpc-go through Envoy.
 

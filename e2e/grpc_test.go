@@ -28,7 +28,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
 
-// gRPC through `sluice run --upstream h2c://…` (issue 16), with grpc-go on both sides: the
+// gRPC through `sluice run --upstream h2c://…`, with grpc-go on both sides: the
 // standard health service and the interop TestService (bidirectional streaming).
 
 // countingListener counts the connections it accepts.

@@ -79,7 +79,7 @@ type Step struct {
 	Flood *Flood
 }
 
-// Flood is a key flood (issue 15) sent over Conns connections in one seeded random order:
+// Flood is a key flood sent over Conns connections in one seeded random order:
 // Attackers keys sending AttackerRequests each, Innocents clients sending InnocentRequests
 // and Heavy keys sending HeavyRequests, the key in header KeyHeader. Every response must be
 // Want.Status or DeniedStatus; at most MaxInnocentDenied innocent requests may be denied,

@@ -22,7 +22,7 @@ const (
 
 var allRateLimitHeaders = []string{hRateLimit, hRateLimitPolicy, hLimit, hRemaining, hReset}
 
-// Exact-admission bursts (issue 4 item 6): 2,000 concurrent requests on one key limited to
+// Exact-admission bursts: 2,000 concurrent requests on one key limited to
 // 100 per hour, through 8 workers.
 const (
 	BurstRequests = 2000
@@ -390,7 +390,7 @@ func everyRuleApplies() Scenario {
 	}
 }
 
-// exactUnderConcurrency (issue 4 item 6): 8 workers, a rule per algorithm (100 per hour per
+// exactUnderConcurrency: 8 workers, a rule per algorithm (100 per hour per
 // x-key, selected by path), 2,000 concurrent requests on one key: exactly the limit is
 // admitted, for a new key (the first requests race on every worker to create it) and for a
 // key that already exists (one request first, so 99 remain).
@@ -489,7 +489,7 @@ func higressScopes() Scenario {
 // CI size.
 const envFlood = "SLUICE_E2E_FLOOD"
 
-// keyFlood (issue 15): a flood of fresh keys must not deny innocent clients nor free heavy
+// keyFlood: a flood of fresh keys must not deny innocent clients nor free heavy
 // hitters. One rule per algorithm (its own path), 10 per hour per x-user: attacker keys
 // sending one request each, innocent clients sending 5 (half their limit), heavy hitters
 // sending 10× their limit, in one random order over 16 connections. No innocent request

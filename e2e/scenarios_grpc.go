@@ -2,7 +2,7 @@ package e2e
 
 import "net/http"
 
-// gRPC (issue 16). A rejected gRPC request must reach the client as the trailers-only gRPC
+// gRPC. A rejected gRPC request must reach the client as the trailers-only gRPC
 // response the proxy makes of sluice's local reply: HTTP 200, content-type
 // application/grpc, grpc-status RESOURCE_EXHAUSTED (8, passed as proxy_send_local_response's
 // grpc_status: without it Envoy would derive UNAVAILABLE from 429), grpc-message,

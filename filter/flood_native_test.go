@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
 
-// The flood of issue 15 through the plugin on 8 workers at once, sharing
+// The key flood through the plugin on 8 workers at once, sharing
 // shared data (max_keys 200, 4,000 one-request keys, 40 innocents × 5,
 // 4 heavy hitters × 100, each worker taking every 8th request of one random
 // order): evictions race on compare-and-swap, yet no innocent request is

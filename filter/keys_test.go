@@ -91,7 +91,7 @@ func TestXFFEntryFromRight(t *testing.T) {
 
 // clientIP takes the configured entry, whatever the addresses say: a client
 // at the trusted proxy's own address (same host, SNAT) that writes its own
-// X-Forwarded-For entry does not get it used (the bypass of issue 10: the
+// X-Forwarded-For entry does not get it used (the forged-entry bypass: the
 // old filter skipped a right-most entry equal to the peer, guessing it was
 // Envoy's append).
 func TestClientIPNeverGuesses(t *testing.T) {

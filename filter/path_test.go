@@ -8,7 +8,7 @@ import (
 
 // A path_prefix rule applies to every spelling of the path that Envoy's
 // normalize_path + merge_slashes (and so the upstream) resolve into it — the
-// bypasses of issue 10 — and the path key part counts them as one path; in
+// path-normalisation bypasses — and the path key part counts them as one path; in
 // the three hosts (native fake, proxytest emulator, embedded host).
 func TestPathNormalizedForMatchAndKey(t *testing.T) {
 	variants := []string{"/h", "/%68", "//h", "/./h", "/x/../h", "/h/../h", "/%2568/../h", "/%2e/h", "/..;x/h?q=1"}

@@ -207,7 +207,7 @@ func TestEvictionGainIsTheVictimsUsed(t *testing.T) {
 	r.checkBound("tight")
 }
 
-// The flood of issue 15 on the store alone, for every algorithm: max_keys
+// The key flood on the store alone, for every algorithm: max_keys
 // 1000, 20,000 one-request keys, 100 clients sending 5 of their 10 per
 // minute, 5 heavy hitters sending 100 each, in random order within 5 s (so
 // the buckets refill less than one request meanwhile). No innocent request

@@ -23,7 +23,7 @@ type worker struct {
 	// replies carries the outcomes of extension calls (Guest.Start's deliver: Redis
 	// replies), which the loop takes before jobs: a reply completes requests already
 	// admitted to the VM, so it does not wait behind the new requests queued meanwhile
-	// (issue 12's burst: a reply waited up to 0.3 s there under load).
+	// (a burst of three proxies on one key: a reply waited up to 0.3 s there under load).
 	replies chan job
 	quit    chan struct{}
 	exited  chan struct{}

@@ -1,6 +1,6 @@
 // Command bench-envoy measures sluice.wasm where users run it: inside one real Envoy (V8),
 // against Envoy's own local_ratelimit filter, a no-op standard-Go module and no filter at
-// all (issue 25, first part). Every figure is a ratio taken per round, configurations
+// all. Every figure is a ratio taken per round, configurations
 // interleaved within each round, median and range over the rounds printed: absolute figures
 // on a shared machine swing, ratios measured side by side hold.
 //

@@ -310,7 +310,7 @@ func startSluice(t *testing.T, bin, wasm, configPath string) (proxy, admin strin
 	return proxy, admin
 }
 
-// The check of issue 6 for the dashboard: a real `sluice run` (built binary and module, as
+// The dashboard end to end: a real `sluice run` (built binary and module, as
 // a subprocess), its dashboard open in chromium; traffic beyond the limit makes the
 // per-client rule's denied rate non-zero on the page. With SLUICE_SCREENSHOT_DIR set, a
 // screenshot is saved there as dashboard.png.
@@ -434,7 +434,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("config shown %q", got.Config)
 	}
 
-	// The charts fill the width the page has (issue 24: they used half of it), drawn at
+	// The charts fill the width the page has, drawn at
 	// their own size rather than scaled; the two workers' memory lines are told apart by
 	// colour and dash, each named in the legend (one used to hide the other).
 	type layout struct {

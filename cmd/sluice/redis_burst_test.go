@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Issue 12's burst: three `sluice run` proxies (2 workers each) on one
+// A burst: three `sluice run` proxies (2 workers each) on one
 // 3-master cluster, 3,000 requests at 150 in flight on one key, limit 100
 // per hour, timeout_ms 200 and failure_mode closed, for every algorithm.
 // Asserted: never more than 100 admitted, every other request a 429 with

@@ -27,12 +27,12 @@ import (
 // go together in the next). One iteration is one round: 1 s on each backend,
 // the two alternating. It fails if a request is not admitted, and reports
 // each backend's median req/s and the median of the per-round ratios
-// redis/local (issue 12's goal: at least 0.6; a figure, not a test's bound,
+// redis/local (a figure, not a test's bound,
 // because a shared machine makes such a bound flaky). Because req/s follow
 // whatever else the machine runs, it also reports the CPU per request of this
 // process (the proxies and the load generator: getrusage) and of the Redis
 // masters (INFO cpu), and the ratio they imply when CPU-bound: local CPU /
-// (Redis backend's CPU + Redis's CPU). Three rounds, as issue 12 measured:
+// (Redis backend's CPU + Redis's CPU). Three rounds:
 //
 //	go test ./cmd/sluice -run '^$' -bench '^BenchmarkRunRedisVsLocalThroughput$' -benchtime 3x -v
 func BenchmarkRunRedisVsLocalThroughput(b *testing.B) {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Issue 14's checks for leases through the rate-limit service: three
+// The checks for leases through the rate-limit service: three
 // `sluice run` proxies with the standard sluice.wasm and backend "rls",
 // one `sluice serve` (a child process) on the 3-master Redis Cluster.
 // Admissions are counted from the responses, calls from each proxy's

@@ -83,7 +83,7 @@ func parseReport(t *testing.T, page []byte) map[string]section {
 	return out
 }
 
-// The check of issue 6, end to end through the command.
+// The simulator end to end through the command.
 func TestSimulateCompareBoundaryBurst(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "r.html")
 	stdout, stderr, code := runSim(t, "--compare", "--limit", "100", "--window", "1m", "--traffic", "boundary-burst", "--out", out)
@@ -425,7 +425,7 @@ func TestSimulateReportInBrowser(t *testing.T) {
 	}
 }
 
-// The flood of issue 15, smaller (max_keys 100, 2,000 attacker keys, 20
+// The key flood, smaller (max_keys 100, 2,000 attacker keys, 20
 // innocents, 3 heavy hitters) through every algorithm: the key-table
 // summary says no innocent was denied, each heavy hitter got its limit, the
 // table holds at most max_keys entries; the report carries the same

@@ -1,4 +1,4 @@
-// Command sluice-compare prints issue 12's figures as ratios measured in one run: the
+// Command sluice-compare prints the embedded host's figures as ratios measured in one run: the
 // configurations of each comparison are interleaved within every round, the ratio is taken
 // per round, and the median and range over the rounds are printed (absolute times on a
 // shared machine swing; ratios measured side by side hold).
@@ -15,7 +15,7 @@
 //	         1,000 keys and denying every request; ratios to the no-op module
 //	cycle    one request cycle in process (BenchmarkCycle, host.Exchange, no HTTP): CPU per
 //	         request as a ratio to the no-op module
-//	sliding  sliding_log with a full log against token_bucket (algorithms/bench-sliding-log.sh)
+//	sliding  sliding_log with a full log against token_bucket (bench/sliding-log.sh)
 //	startup  sluice run's first answer without a compilation cache and its idle RSS
 //	         (bench/cmd/sluice-startup), beside the minimal wazero host's (bench/cmd/sluice-floor)
 //	redis    Redis against the local backend through sluice run, and Redis CPU per decision
@@ -450,10 +450,10 @@ func Cycle(e *env) error {
 	return nil
 }
 
-// SlidingLog runs algorithms/bench-sliding-log.sh (natively) with -rounds rounds.
+// SlidingLog runs bench/sliding-log.sh (natively) with -rounds rounds.
 func SlidingLog(e *env) error {
-	fmt.Fprintf(e.out, "ROUNDS=%d algorithms/bench-sliding-log.sh (WASM=1 adds full cycles through the module):\n\n", e.rounds)
-	c := exec.Command("sh", "algorithms/bench-sliding-log.sh")
+	fmt.Fprintf(e.out, "ROUNDS=%d bench/sliding-log.sh (WASM=1 adds full cycles through the module):\n\n", e.rounds)
+	c := exec.Command("sh", "bench/sliding-log.sh")
 	c.Dir = e.root
 	c.Env = append(os.Environ(), "ROUNDS="+strconv.Itoa(e.rounds))
 	c.Stdout, c.Stderr = e.out, os.Stderr

@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 )
 
-// The flood of issue 15 through the filter's own key table, every
+// The key flood through the filter's own key table, every
 // algorithm at 10 per minute: max_keys 1000, 20,000 one-request attacker
 // keys, 100 innocents × 5, 5 heavy hitters × 100. No innocent is denied,
 // no heavy hitter gets more than limit × 1.2, the table stays within

@@ -46,7 +46,7 @@ func compare(t testing.TB, tr *Traffic, limit int64, window time.Duration) map[a
 	return out
 }
 
-// The check of issue 6: the boundary burst lets fixed_window admit twice
+// The simulator's boundary check: the boundary burst lets fixed_window admit twice
 // its limit within one window length; sliding_log never more than limit.
 func TestBoundaryBurstCompare(t *testing.T) {
 	tr := mustGenerate(t, DefaultPattern(BoundaryBurst, 100, time.Minute))

@@ -82,7 +82,7 @@ var PatternNames = []string{Steady, BoundaryBurst, Poisson, IdleBurst, Flood}
 //     generator seeded with Seed (the same Seed gives the same traffic).
 //   - idle-burst: silence for Idle, then Burst requests evenly spaced over
 //     Spread, repeated until Duration.
-//   - flood: a key flood (issue 15): Attackers keys sending AttackerRequests
+//   - flood: a key flood: Attackers keys sending AttackerRequests
 //     each, Innocents clients sending InnocentRequests each and Heavy keys
 //     sending HeavyRequests each, all in one random order (seeded with Seed)
 //     spread evenly over Duration. Keys are named "attacker-N",
