@@ -44,8 +44,9 @@ import (
 //     out; a reply that arrives later is dropped (an admission it made
 //     stays charged until the window passes: errs towards limiting).
 //   - Failures. A rule whose decision failed (the host refused the call, a
-//     failure status, a reply that does not decode, the guard) is decided
-//     by failure_mode: "open" lets it pass, "closed" rejects the request
+//     failure status, a reply that does not decode or that the codec
+//     settles without that decision, the guard) is decided by
+//     failure_mode: "open" lets it pass, "closed" rejects the request
 //     with 503 and a plain-text body, "local" decides it on this proxy's
 //     shared data with its limit (and burst) divided by the backend's
 //     instances (at least 1). Each outcome has a counter.
@@ -585,15 +586,18 @@ func (e *remote) finish(c *remoteCall, out outcome, now int64) {
 // settle hands out the outcome of call c, no longer in flight, and
 // recycles it: a failure fails its live decisions (the next call of its
 // queue goes out), an acquire's goes to the lease pools, a lost refund or
-// return is counted.
+// return is counted. A live decision the codec left out of a reply fails
+// too: the request must not wait for the guard on a call recycled here.
 func (e *remote) settle(c *remoteCall, out outcome, now int64) {
 	switch c.kind {
 	case callDecide:
-		if out.why != "" {
-			for _, sl := range c.slots {
-				if sl.w != nil && !sl.w.res[sl.i].done {
-					e.failRule(sl.w, sl.i, out.why, out.timeout)
-				}
+		why := out.why
+		if why == "" {
+			why = noDecision
+		}
+		for _, sl := range c.slots {
+			if sl.w != nil && !sl.w.res[sl.i].done {
+				e.failRule(sl.w, sl.i, why, out.timeout)
 			}
 		}
 		if q := c.q; q != nil {
@@ -613,6 +617,10 @@ func (e *remote) settle(c *remoteCall, out outcome, now int64) {
 	}
 	e.freeCall(c)
 }
+
+// noDecision is why a decision fails whose call's reply the codec settled
+// without handing it out (a codec's bug; Redis and RLS hand out each).
+const noDecision = "the reply has no decision for this rule"
 
 // completeDone completes the waits whose last outcome came in.
 func (e *remote) completeDone(now int64) {
