@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,23 +15,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// TestRunHelperProcess is `sluice run` in a child process of the lease stop tests (it does
-// nothing in a normal run): a proxy that can be stopped with SIGTERM or killed with SIGKILL.
-func TestRunHelperProcess(t *testing.T) {
-	if os.Getenv("SLUICE_RUN_HELPER") != "1" {
-		return
-	}
-	os.Exit(runRun(strings.Split(os.Getenv("SLUICE_RUN_ARGS"), "\n"), os.Stdout, os.Stderr))
-}
-
-// runProcess is a `sluice run` child process.
-type runProcess struct {
-	cmd            *exec.Cmd
-	addr, admin    string
-	stdout, stderr *lineLog
-	exited         chan error
-}
-
 // startRunProcess starts `sluice run` with sluice-redis.wasm on the test cluster, config
 // cfgPath and --drain-timeout drain, and waits until it listens.
 func startRunProcess(t *testing.T, cfgPath string, drain time.Duration) *runProcess {
@@ -42,30 +24,7 @@ func startRunProcess(t *testing.T, cfgPath string, drain time.Duration) *runProc
 	args := []string{"--wasm", buildRedisWasm(t), "--config", cfgPath, "--listen", "127.0.0.1:0",
 		"--admin", "127.0.0.1:0", "--workers", "2", "--redis-cluster", "redis=" + strings.Join(c.Addrs, ","),
 		"--cache-dir", leaseCacheDir(t), "--drain-timeout", drain.String()}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRunHelperProcess$")
-	cmd.Env = append(os.Environ(), "SLUICE_RUN_HELPER=1", "SLUICE_RUN_ARGS="+strings.Join(args, "\n"))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &runProcess{cmd: cmd, stdout: newLineLog(stdout), stderr: newLineLog(stderr), exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	p.addr = p.stdout.wait(t, regexp.MustCompile(`listening on http://(\S+)`), 60*time.Second)[1]
-	p.admin = p.stdout.wait(t, regexp.MustCompile(`admin on http://(\S+)`), 5*time.Second)[1]
-	return p
+	return startSluiceRun(t, args...)
 }
 
 var leaseCache struct {
@@ -82,21 +41,6 @@ func leaseCacheDir(t *testing.T) string {
 		leaseCache.dir = d
 	}
 	return leaseCache.dir
-}
-
-// stop sends sig and waits for the process to exit.
-func (p *runProcess) stop(t *testing.T, sig syscall.Signal) error {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.exited:
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatalf("sluice run did not exit within 30 s of %v", sig)
-		return nil
-	}
 }
 
 // spend sends n requests for key to addr one after another and fails unless all are

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -141,69 +139,6 @@ func h2cDo(t *testing.T, method, url string, hdr ...string) (*http.Response, str
 	return resp, string(b)
 }
 
-// TestRunCommandHelperProcess is the `sluice run` command (as main runs it) in a child
-// process of the tests below (it does nothing in a normal run).
-func TestRunCommandHelperProcess(t *testing.T) {
-	if os.Getenv("SLUICE_RUN_COMMAND_HELPER") != "1" {
-		return
-	}
-	processLoggers = true
-	os.Exit(dispatch(append([]string{"run"}, strings.Split(os.Getenv("SLUICE_RUN_ARGS"), "\n")...), os.Stdout, os.Stderr))
-}
-
-// commandProcess is a `sluice run` command in a child process: its listening address and
-// its stderr lines.
-type commandProcess struct {
-	cmd    *exec.Cmd
-	addr   string
-	stderr *lineLog
-	exited chan error
-}
-
-func startCommandProcess(t *testing.T, args ...string) *commandProcess {
-	t.Helper()
-	skipShort(t, "runs sluice as a child process")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRunCommandHelperProcess$")
-	cmd.Env = append(os.Environ(), "SLUICE_RUN_COMMAND_HELPER=1", "SLUICE_RUN_ARGS="+strings.Join(args, "\n"))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &commandProcess{cmd: cmd, stderr: newLineLog(stderr), exited: make(chan error, 1)}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "sluice: listening on http://"); ok {
-				addrc <- strings.Fields(a)[0]
-			}
-		}
-		io.Copy(io.Discard, stdout)
-	}()
-	go func() { p.exited <- cmd.Wait() }()
-	select {
-	case p.addr = <-addrc:
-	case err := <-p.exited:
-		t.Fatalf("sluice run exited: %v\n%s", err, strings.Join(p.stderr.snapshot(), "\n"))
-	case <-time.After(90 * time.Second):
-		t.Fatalf("sluice run did not start:\n%s", strings.Join(p.stderr.snapshot(), "\n"))
-	}
-	return p
-}
-
 // snapshot returns the lines collected so far.
 func (l *lineLog) snapshot() []string {
 	l.mu.Lock()
@@ -248,7 +183,7 @@ func admittedThen429(got []int, admitted int) bool {
 // Every stderr line is one log record in one format.
 func TestRunReloadsOnSIGHUP(t *testing.T) {
 	cfg := writeFile(t, "sluice.json", `{"rules":[{"name":"per-key","key":[{"header":"x-api-key"}],"algorithm":"fixed_window","limit":2,"window":"1h"}]}`)
-	p := startCommandProcess(t, "--wasm", buildWasm(t, "../sluice-wasm"), "--config", cfg, "--listen", "127.0.0.1:0", "--workers", "2", "--cache-dir", t.TempDir())
+	p := startSluiceRun(t, "--wasm", buildWasm(t, "../sluice-wasm"), "--config", cfg, "--listen", "127.0.0.1:0", "--workers", "2", "--cache-dir", t.TempDir())
 	if got := statuses(t, p.addr, "a", 3); !admittedThen429(got, 2) {
 		t.Fatalf("limit 2: %v", got)
 	}
