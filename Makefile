@@ -37,7 +37,7 @@ $(BIN): FORCE wasm
 	CGO_ENABLED=0 $(GO) build -v -trimpath -tags embedwasm -o $(BIN) ./cmd/sluice 2>&1 | awk -f .ci/build-progress.awk
 FORCE:
 
-# The OCI images envoy/'s manifests name, without Docker (cmd/sluice-images; README, "Images"):
+# The OCI images envoy/'s manifests name, without Docker (cmd/sluice-images; docs/deploy.md, "Images"):
 # dist/images/{sluice,sluice-redis,sluice-serve}/ (OCI image layouts, for crane push or skopeo
 # copy) and docker-loadable tarballs beside them. The serve image holds a static sluice (no
 # modules built in) per IMAGE_PLATFORMS; IMAGE_TAG overrides the version tag.

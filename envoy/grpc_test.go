@@ -8,19 +8,19 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 )
 
-// grpc.json is the README's gRPC example, as the README shows it, and a valid
+// grpc.json is docs/grpc.md's example, as the page shows it, and a valid
 // configuration: one rule on a method, one on a service.
 func TestGRPCExample(t *testing.T) {
 	data, err := os.ReadFile("grpc.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/grpc.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "```json\n"+string(data)+"```\n") {
-		t.Error("README.md does not show envoy/grpc.json as it is")
+	if !strings.Contains(string(page), "```json\n"+string(data)+"```\n") {
+		t.Error("docs/grpc.md does not show envoy/grpc.json as it is")
 	}
 	c, err := config.Parse(data)
 	if err != nil {
