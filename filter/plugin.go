@@ -103,9 +103,18 @@ type ruleMetrics struct {
 // store.go). Proxy-Wasm metrics have no labels, so the rule name is part of
 // the metric name.
 func MetricNames(rule string) [6]string {
-	p := "sluice." + rule + "."
-	return [6]string{p + "allowed", p + "denied", p + "shadow_denied", p + "store_errors", p + "evicted", p + "evicted_used"}
+	var names [6]string
+	for i, c := range RuleCounters {
+		names[i] = RuleMetric(rule, c)
+	}
+	return names
 }
+
+// RuleCounters are the counters every rule has, in MetricNames's order.
+var RuleCounters = [6]string{"allowed", "denied", "shadow_denied", "store_errors", "evicted", "evicted_used"}
+
+// RuleMetric is the name of the rule's counter: sluice.RULE.COUNTER.
+func RuleMetric(rule, counter string) string { return "sluice." + rule + "." + counter }
 
 // ErrorsMetric counts recovered panics and other internal errors.
 const ErrorsMetric = "sluice.errors"

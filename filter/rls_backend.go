@@ -8,6 +8,8 @@ import (
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/filter/abi"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
+
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 // The rate-limit service backend (backend "rls"; both artifacts).
@@ -321,7 +323,7 @@ func (rs *rlsState) leaseResult(lr *leaseRule, n int64) (redisrl.LeaseResult, er
 		}
 		li := &rs.res.leases[0]
 		if !li.ok {
-			return res, errors.New("a grant without " + LeaseHeader)
+			return res, errors.New("a grant without " + rlswire.LeaseHeader)
 		}
 		res.Granted, res.Allowed, res.ResetAfter, res.Stamp, res.Valid = g, true, st.dur, li.stamp, li.valid
 	case rlsCodeOverLimit:

@@ -37,18 +37,6 @@ const (
 	rlsCodeOverLimit = 2
 )
 
-// The response headers of an answer to inline descriptors (these and the
-// entry keys are rlswire's: the contract with `sluice serve`).
-const (
-	// RefundHeader carries a refund token: "<descriptor index>:<stamp>:<ref>".
-	RefundHeader = rlswire.RefundHeader
-	// LeaseHeader carries what a granted acquire's pool needs:
-	// "<descriptor index>:<stamp>:<valid_us>" (the grant's stamp, to name in
-	// its return; how long its admissions may be spent, 0 = no bound from
-	// the algorithm).
-	LeaseHeader = rlswire.LeaseHeader
-)
-
 // Protobuf wire types.
 const (
 	wireVarint = 0
@@ -492,16 +480,16 @@ func (r *rlsResponse) header(b []byte, n int) error {
 		}
 	}
 	switch string(key) {
-	case RefundHeader:
+	case rlswire.RefundHeader:
 		idx, stamp, ref, ok := rlswire.ParseToken(val)
 		if !ok || idx >= n {
-			return errors.New(RefundHeader + ": malformed token")
+			return errors.New(rlswire.RefundHeader + ": malformed token")
 		}
 		r.refunds[idx] = rlsRefund{ok: true, stamp: stamp, ref: ref}
-	case LeaseHeader:
+	case rlswire.LeaseHeader:
 		idx, stamp, valid, ok := rlswire.ParseToken(val)
 		if !ok || idx >= n || stamp < 0 || valid < 0 || valid > int64(maxRLSDuration/time.Microsecond) {
-			return errors.New(LeaseHeader + ": malformed value")
+			return errors.New(rlswire.LeaseHeader + ": malformed value")
 		}
 		r.leases[idx] = rlsLease{ok: true, stamp: stamp, valid: time.Duration(valid) * time.Microsecond}
 	}

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 // The hand-written decoder reads what go-control-plane encodes: codes, remaining,
@@ -25,8 +27,8 @@ func TestRLSDecodeRoundTrip(t *testing.T) {
 		},
 		ResponseHeadersToAdd: []*corev3.HeaderValue{
 			{Key: "x-other", Value: "1"},
-			{Key: RefundHeader, Value: "1:1700000000000001:-3"},
-			{Key: RefundHeader, RawValue: []byte("0:17:42")},
+			{Key: rlswire.RefundHeader, Value: "1:1700000000000001:-3"},
+			{Key: rlswire.RefundHeader, RawValue: []byte("0:17:42")},
 		},
 		RequestHeadersToAdd: []*corev3.HeaderValue{{Key: "a", Value: "b"}},
 		RawBody:             []byte("body"),
@@ -65,7 +67,7 @@ func TestRLSDecodeLease(t *testing.T) {
 					ExpirationSpecifier: &rlsv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(time.Unix(1, 0))}}},
 			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, DurationUntilReset: durationpb.New(time.Second)},
 		},
-		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: LeaseHeader, Value: "0:1700000000000000:2500000"}},
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: rlswire.LeaseHeader, Value: "0:1700000000000000:2500000"}},
 	}
 	b, err := proto.Marshal(resp)
 	if err != nil {
@@ -86,7 +88,7 @@ func TestRLSDecodeLease(t *testing.T) {
 		resp.ResponseHeadersToAdd[0].Value = v
 		b, _ := proto.Marshal(resp)
 		if err := r.decode(b, 2); err == nil {
-			t.Errorf("%s %q accepted", LeaseHeader, v)
+			t.Errorf("%s %q accepted", rlswire.LeaseHeader, v)
 		}
 	}
 }
@@ -120,12 +122,12 @@ func FuzzRLSEscapeKey(f *testing.F) {
 func FuzzRLSResponse(f *testing.F) {
 	ok, _ := proto.Marshal(&rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:             []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: 1, LimitRemaining: 3, DurationUntilReset: durationpb.New(time.Second)}},
-		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: RefundHeader, Value: "0:1:2"}}})
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: rlswire.RefundHeader, Value: "0:1:2"}}})
 	f.Add(ok, uint8(1))
 	lease, _ := proto.Marshal(&rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: 1, LimitRemaining: 3, DurationUntilReset: durationpb.New(time.Second),
 			Quota: &rlsv3.RateLimitResponse_Quota{Requests: 5}}},
-		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: LeaseHeader, Value: "0:1:2"}}})
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: rlswire.LeaseHeader, Value: "0:1:2"}}})
 	f.Add(lease, uint8(1))
 	f.Add([]byte{0x12, 0x7f}, uint8(1))
 	f.Add([]byte{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, uint8(0))

@@ -24,6 +24,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-proxy/sluice/internal/rls"
+
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 func TestServeFlags(t *testing.T) {
@@ -199,8 +201,8 @@ func TestServeProcess(t *testing.T) {
 		t.Fatal("configured limit of 1 per hour not applied")
 	}
 	inline := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-		entry(rls.EntryRule, "r"), entry(rls.EntryAlgorithm, "token_bucket"), entry(rls.EntryLimit, "1"),
-		entry(rls.EntryWindowUS, "3600000000"), entry(rls.EntryBurst, "0"), entry(rls.EntryKey, key)}}
+		entry(rlswire.Rule, "r"), entry(rlswire.Algorithm, "token_bucket"), entry(rlswire.Limit, "1"),
+		entry(rlswire.WindowUS, "3600000000"), entry(rlswire.Burst, "0"), entry(rlswire.Key, key)}}
 	if decide("mesh", inline) != pb.RateLimitResponse_OK || decide("mesh", inline) != pb.RateLimitResponse_OVER_LIMIT {
 		t.Fatal("inline limit of 1 per hour not applied")
 	}
@@ -308,8 +310,8 @@ func TestServeGracefulStop(t *testing.T) {
 		return &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v}
 	}
 	d := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-		e(rls.EntryRule, "r"), e(rls.EntryAlgorithm, "fixed_window"), e(rls.EntryLimit, "10"),
-		e(rls.EntryWindowUS, "1000000"), e(rls.EntryBurst, "0"), e(rls.EntryKey, "k")}}
+		e(rlswire.Rule, "r"), e(rlswire.Algorithm, "fixed_window"), e(rlswire.Limit, "10"),
+		e(rlswire.WindowUS, "1000000"), e(rlswire.Burst, "0"), e(rlswire.Key, "k")}}
 	answer := make(chan error, 1)
 	go func() {
 		r, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(),

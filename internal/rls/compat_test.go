@@ -10,6 +10,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 // compatConfig exercises envoyproxy/ratelimit's semantics through the
@@ -79,7 +81,7 @@ func TestCompatFixedWindow(t *testing.T) {
 		t.Fatalf("4th: %v", r)
 	}
 	// No refund tokens for configured descriptors.
-	if h := header(call(t, c, "web", desc("user", uniq("u"))), RefundHeader); len(h) != 0 {
+	if h := header(call(t, c, "web", desc("user", uniq("u"))), rlswire.RefundHeader); len(h) != 0 {
 		t.Fatalf("refund header for a configured descriptor: %q", h)
 	}
 }
@@ -270,7 +272,7 @@ func TestMixedCallRefundsBoth(t *testing.T) {
 	c := compatServer(t, Options{InlineDomains: []string{"web"}})
 	u := desc("user", uniq("m"))
 	in := inlineDesc("r", "leaky_bucket", 1, time.Minute, 0, uniq("m"))
-	if r := call(t, c, "web", u, in); r.OverallCode != pb.RateLimitResponse_OK || len(header(r, RefundHeader)) != 1 || header(r, RefundHeader)[0][:2] != "1:" {
+	if r := call(t, c, "web", u, in); r.OverallCode != pb.RateLimitResponse_OK || len(header(r, rlswire.RefundHeader)) != 1 || header(r, rlswire.RefundHeader)[0][:2] != "1:" {
 		t.Fatal(r)
 	}
 	for i := 0; i < 3; i++ {

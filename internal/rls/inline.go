@@ -14,24 +14,6 @@ import (
 	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
-// The entry keys of an inline descriptor and the headers that answer them:
-// the contract with the filter, written once in package rlswire (which says
-// what each holds). They are named here too for this package's callers.
-const (
-	EntryRule      = rlswire.Rule
-	EntryAlgorithm = rlswire.Algorithm
-	EntryLimit     = rlswire.Limit
-	EntryWindowUS  = rlswire.WindowUS
-	EntryBurst     = rlswire.Burst
-	EntryKey       = rlswire.Key
-	EntryRefund    = rlswire.Refund
-	EntryLease     = rlswire.Lease
-	EntryReturn    = rlswire.Return
-
-	RefundHeader = rlswire.RefundHeader
-	LeaseHeader  = rlswire.LeaseHeader
-)
-
 // IsInline reports whether d is an inline (sluice) descriptor: its first
 // entry's key is sluice.rule.
 func IsInline(d *ratelimitv3.RateLimitDescriptor) bool {

@@ -16,20 +16,22 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-proxy/sluice/internal/redisrl"
+
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 // leaseDesc is the acquire descriptor sluice.wasm sends for a rule with
 // "lease": the rule's entries and sluice.lease = "<n>:<instances>".
 func leaseDesc(alg string, limit int64, window time.Duration, key string, n, inst int) *ratelimitv3.RateLimitDescriptor {
 	d := inlineDesc("api", alg, limit, window, 0, key)
-	d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: EntryLease, Value: strconv.Itoa(n) + ":" + strconv.Itoa(inst)})
+	d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: rlswire.Lease, Value: strconv.Itoa(n) + ":" + strconv.Itoa(inst)})
 	return d
 }
 
 // returnDesc gives back n admissions of the grant of stamp.
 func returnDesc(alg string, limit int64, window time.Duration, key string, n int, stamp string) *ratelimitv3.RateLimitDescriptor {
 	d := inlineDesc("api", alg, limit, window, 0, key)
-	d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: EntryReturn, Value: strconv.Itoa(n) + ":" + stamp})
+	d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: rlswire.Return, Value: strconv.Itoa(n) + ":" + stamp})
 	return d
 }
 
@@ -52,20 +54,20 @@ func grant(t *testing.T, r *pb.RateLimitResponse, i int) (g int64, stamp string,
 	default:
 		t.Fatalf("status %d: code %v", i, st.Code)
 	}
-	for _, h := range header(r, LeaseHeader) {
+	for _, h := range header(r, rlswire.LeaseHeader) {
 		parts := strings.Split(h, ":")
 		if len(parts) != 3 {
-			t.Fatalf("%s %q", LeaseHeader, h)
+			t.Fatalf("%s %q", rlswire.LeaseHeader, h)
 		}
 		if parts[0] == strconv.Itoa(i) {
 			us, err := strconv.ParseInt(parts[2], 10, 64)
 			if err != nil || us < 0 {
-				t.Fatalf("%s %q", LeaseHeader, h)
+				t.Fatalf("%s %q", rlswire.LeaseHeader, h)
 			}
 			return g, parts[1], time.Duration(us) * time.Microsecond
 		}
 	}
-	t.Fatalf("a grant without %s for descriptor %d: %v", LeaseHeader, i, r)
+	t.Fatalf("a grant without %s for descriptor %d: %v", rlswire.LeaseHeader, i, r)
 	return
 }
 
@@ -82,7 +84,7 @@ func TestLeaseAcquireAndReturn(t *testing.T) {
 		if r.OverallCode != pb.RateLimitResponse_OK {
 			t.Fatalf("a lease call's overall_code %v, want OK (leases take no part in it)", r.OverallCode)
 		}
-		if len(header(r, RefundHeader)) != 0 {
+		if len(header(r, rlswire.RefundHeader)) != 0 {
 			t.Fatalf("a refund token for a lease: %v", r)
 		}
 		g, stamp, valid := grant(t, r, 0)
@@ -224,7 +226,7 @@ func TestLeaseInMixedCall(t *testing.T) {
 	if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[1].Code != pb.RateLimitResponse_OK {
 		t.Fatalf("exhausted acquire beside an admission: %v", r)
 	}
-	if tok := header(r, RefundHeader); len(tok) != 1 || !strings.HasPrefix(tok[0], "1:") {
+	if tok := header(r, rlswire.RefundHeader); len(tok) != 1 || !strings.HasPrefix(tok[0], "1:") {
 		t.Fatalf("refund tokens %v, want one for descriptor 1", tok)
 	}
 	if r := call(t, c, "mesh", fresh); r.Statuses[0].LimitRemaining != 0 {
@@ -257,15 +259,15 @@ func TestLeaseErrors(t *testing.T) {
 		d   *ratelimitv3.RateLimitDescriptor
 		msg string
 	}{
-		{with("fixed_window", EntryLease, "5"), "entry 6 (sluice.lease): must be <n>:<instances>"},
-		{with("fixed_window", EntryLease, "0:1"), "entry 6 (sluice.lease): must be <n>:<instances>"},
-		{with("fixed_window", EntryLease, "5:0"), "entry 6 (sluice.lease): must be <n>:<instances>"},
-		{with("fixed_window", EntryLease, "5:10001"), "entry 6 (sluice.lease): must be <n>:<instances>"},
-		{with("fixed_window", EntryLease, "11:1"), "entry 6 (sluice.lease): n (11) must not exceed the capacity (10)"},
-		{with("sliding_window", EntryLease, "5:1"), "entry 6 (sluice.lease): leases apply only to token_bucket and fixed_window, not sliding_window"},
-		{with("leaky_bucket", EntryReturn, "5:1"), "entry 6 (sluice.return): leases apply only to token_bucket and fixed_window"},
-		{with("token_bucket", EntryReturn, "x"), "entry 6 (sluice.return): must be <n>:<stamp>"},
-		{with("token_bucket", EntryReturn, "3:-1"), "entry 6 (sluice.return): must be <n>:<stamp>"},
+		{with("fixed_window", rlswire.Lease, "5"), "entry 6 (sluice.lease): must be <n>:<instances>"},
+		{with("fixed_window", rlswire.Lease, "0:1"), "entry 6 (sluice.lease): must be <n>:<instances>"},
+		{with("fixed_window", rlswire.Lease, "5:0"), "entry 6 (sluice.lease): must be <n>:<instances>"},
+		{with("fixed_window", rlswire.Lease, "5:10001"), "entry 6 (sluice.lease): must be <n>:<instances>"},
+		{with("fixed_window", rlswire.Lease, "11:1"), "entry 6 (sluice.lease): n (11) must not exceed the capacity (10)"},
+		{with("sliding_window", rlswire.Lease, "5:1"), "entry 6 (sluice.lease): leases apply only to token_bucket and fixed_window, not sliding_window"},
+		{with("leaky_bucket", rlswire.Return, "5:1"), "entry 6 (sluice.return): leases apply only to token_bucket and fixed_window"},
+		{with("token_bucket", rlswire.Return, "x"), "entry 6 (sluice.return): must be <n>:<stamp>"},
+		{with("token_bucket", rlswire.Return, "3:-1"), "entry 6 (sluice.return): must be <n>:<stamp>"},
 		{with("token_bucket", "sluice.other", "1"), "entry 6 (\"sluice.other\"): expected sluice.refund, sluice.lease or sluice.return here"},
 	}
 	for _, tc := range cases {

@@ -20,6 +20,8 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/redistest"
+
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 var cluster *redistest.Cluster
@@ -106,8 +108,8 @@ func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
 
 // inlineDesc is the descriptor sluice.wasm sends for one rule.
 func inlineDesc(rule, alg string, limit int64, window time.Duration, burst int64, key string) *ratelimitv3.RateLimitDescriptor {
-	return desc(EntryRule, rule, EntryAlgorithm, alg, EntryLimit, strconv.FormatInt(limit, 10),
-		EntryWindowUS, strconv.FormatInt(int64(window/time.Microsecond), 10), EntryBurst, strconv.FormatInt(burst, 10), EntryKey, key)
+	return desc(rlswire.Rule, rule, rlswire.Algorithm, alg, rlswire.Limit, strconv.FormatInt(limit, 10),
+		rlswire.WindowUS, strconv.FormatInt(int64(window/time.Microsecond), 10), rlswire.Burst, strconv.FormatInt(burst, 10), rlswire.Key, key)
 }
 
 func call(t testing.TB, c pb.RateLimitServiceClient, domain string, ds ...*ratelimitv3.RateLimitDescriptor) *pb.RateLimitResponse {
@@ -150,7 +152,7 @@ func TestInlineDecideDenyRefund(t *testing.T) {
 		if got := st.DurationUntilReset.AsDuration(); got != 30*time.Second {
 			t.Fatalf("duration_until_reset %v, want 30s", got)
 		}
-		h := header(r, RefundHeader)
+		h := header(r, rlswire.RefundHeader)
 		if len(h) != 1 || !strings.HasPrefix(h[0], "0:"+strconv.FormatInt(testNow, 10)+":") {
 			t.Fatalf("refund header %q", h)
 		}
@@ -161,15 +163,15 @@ func TestInlineDecideDenyRefund(t *testing.T) {
 		r.Statuses[0].LimitRemaining != 0 || r.Statuses[0].DurationUntilReset.AsDuration() != 30*time.Second {
 		t.Fatalf("4th call: %v", r)
 	}
-	if h := header(r, RefundHeader); len(h) != 0 {
+	if h := header(r, rlswire.RefundHeader); len(h) != 0 {
 		t.Fatalf("refund token on a denial: %q", h)
 	}
 	// Refund the second admission: one unit comes back, once.
 	_, stampRef, _ := strings.Cut(tokens[1], ":")
 	refund := inlineDesc("api", "fixed_window", 3, time.Minute, 0, key)
-	refund.Entries = append(refund.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: EntryRefund, Value: stampRef})
+	refund.Entries = append(refund.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: rlswire.Refund, Value: stampRef})
 	r = call(t, c, "mesh", refund)
-	if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].Code != pb.RateLimitResponse_OK || len(header(r, RefundHeader)) != 0 {
+	if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].Code != pb.RateLimitResponse_OK || len(header(r, rlswire.RefundHeader)) != 0 {
 		t.Fatalf("refund: %v", r)
 	}
 	if r = call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 0 {
@@ -198,7 +200,7 @@ func TestDeniedCallChargesNoDescriptor(t *testing.T) {
 	_, c := serve(t, Options{InlineDomains: []string{"*"}})
 	wide := inlineDesc("wide", "token_bucket", 5, time.Minute, 0, uniq("k"))
 	narrow := inlineDesc("narrow", "sliding_window", 1, time.Minute, 0, uniq("k"))
-	if r := call(t, c, "any", wide, narrow); r.OverallCode != pb.RateLimitResponse_OK || len(header(r, RefundHeader)) != 2 {
+	if r := call(t, c, "any", wide, narrow); r.OverallCode != pb.RateLimitResponse_OK || len(header(r, rlswire.RefundHeader)) != 2 {
 		t.Fatalf("first: %v", r)
 	}
 	for i := 0; i < 3; i++ {
@@ -209,7 +211,7 @@ func TestDeniedCallChargesNoDescriptor(t *testing.T) {
 			r.Statuses[0].LimitRemaining != 4 {
 			t.Fatalf("denied call %d: %v", i, r)
 		}
-		if len(header(r, RefundHeader)) != 0 {
+		if len(header(r, rlswire.RefundHeader)) != 0 {
 			t.Fatalf("refund tokens on a denied call: %v", r)
 		}
 	}
@@ -266,7 +268,7 @@ func TestInlineErrors(t *testing.T) {
 		}, codes.InvalidArgument, "entry 0 (sluice.rule): rule name is longer than 129 bytes"},
 		{"bad refund", "mesh", func() *ratelimitv3.RateLimitDescriptor {
 			d := good()
-			d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: EntryRefund, Value: "12"})
+			d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: rlswire.Refund, Value: "12"})
 			return d
 		}, codes.InvalidArgument, "entry 6 (sluice.refund): must be <stamp>:<ref>"},
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/cmd/sluice/internal/svgchart"
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/host"
 )
 
@@ -87,7 +88,7 @@ func (o Options) withDefaults() Options {
 }
 
 // Decisions are the per-rule counters the dashboard reads, in display order; the metric of
-// decision D for rule R is the guest metric RuleMetric(R, D).
+// decision D for rule R is the guest metric filter.RuleMetric(R, D).
 var Decisions = []string{"allowed", "denied", "shadow_denied", "store_errors"}
 
 // chartDecisions are drawn, with their colours.
@@ -95,14 +96,6 @@ var chartDecisions = []struct{ name, color string }{
 	{"allowed", "#54a24b"},
 	{"denied", "#e45756"},
 	{"shadow_denied", "#f58518"},
-}
-
-// ErrorsMetric is the filter's counter of internal errors.
-const ErrorsMetric = "sluice.errors"
-
-// RuleMetric returns the name the filter gives a rule's counter for decision.
-func RuleMetric(rule, decision string) string {
-	return "sluice." + rule + "." + decision
 }
 
 // Series keys of a sample: guest metrics by name, and the host's own values.
@@ -566,7 +559,7 @@ func (d *Dashboard) StateWithCharts(now time.Time, widths ChartWidths) State {
 	for _, m := range s.Metrics {
 		families[m.Name] = m.Family
 	}
-	v, ok := last.values[guestKey+ErrorsMetric]
+	v, ok := last.values[guestKey+filter.ErrorsMetric]
 	st.FilterErrors = optional(v, ok)
 	span := d.chartSpan()
 	st.ChartSpanSeconds = span.Seconds()
@@ -596,7 +589,7 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 	r.Totals = map[string]*float64{}
 	r.Rates = map[string]*float64{}
 	for _, dec := range Decisions {
-		name := RuleMetric(r.Name, dec)
+		name := filter.RuleMetric(r.Name, dec)
 		r.Metrics[dec] = families[name]
 		v, ok := last.values[guestKey+name]
 		r.Totals[dec] = optional(v, ok)
@@ -610,7 +603,7 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 	for _, cd := range chartDecisions {
 		c.Series = append(c.Series, svgchart.Series{
 			Name: strings.ReplaceAll(cd.name, "_", "-"), Class: cd.name, Color: cd.color,
-			Points: d.series(guestKey+RuleMetric(r.Name, cd.name), span, 1, true),
+			Points: d.series(guestKey+filter.RuleMetric(r.Name, cd.name), span, 1, true),
 		})
 	}
 	r.Chart = chart(c)
