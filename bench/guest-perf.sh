@@ -10,7 +10,7 @@
 #
 #   ./bench/guest-perf.sh                      # sluice/allow/headers-both/1000-keys
 #   BENCH='^sluice$/^allow$/^headers-none$' TOP=40 SECONDS_=10 ./bench/guest-perf.sh
-#   SLUICE_E2E_WASM=/tmp/x.wasm ./bench/guest-perf.sh   # a module built elsewhere
+#   SLUICE_BENCH_WASM=/tmp/x.wasm ./bench/guest-perf.sh   # a module built elsewhere
 #
 # GOMAXPROCS is 1 by default (PROCS to change), so the request runs on one thread and the
 # figures are not mixed with the scheduler's hand-offs between two. Needs perf; Linux only.
@@ -25,9 +25,9 @@ command -v perf >/dev/null || { echo "guest-perf.sh: perf is not installed" >&2;
 
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"; [ -n "${pid:-}" ] && { kill "$pid" 2>/dev/null; rm -f "/tmp/perf-$pid.map"; }; true' EXIT
-go test -tags perfmap -c -o "$dir/e2e.test" ./e2e
+go test -tags perfmap -c -o "$dir/cycle.test" ./bench/cycle
 # Enough iterations to outlast warm-up and the sampling; killed once sampled.
-(cd e2e && GOMAXPROCS="$PROCS" exec "$dir/e2e.test" -test.run '^$' -test.bench "^BenchmarkCycle\$/$BENCH" \
+(cd bench/cycle && GOMAXPROCS="$PROCS" exec "$dir/cycle.test" -test.run '^$' -test.bench "^BenchmarkCycle\$/$BENCH" \
 	-test.benchtime 100000000x >"$dir/bench.txt" 2>&1) &
 pid=$!
 # The map is written when the module has been compiled; then let the first run pass.

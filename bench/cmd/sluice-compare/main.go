@@ -393,18 +393,18 @@ func waitReady(ctx context.Context, url string) error {
 // Cycle runs BenchmarkCycle once per round (its configurations in turn within the round) and
 // prints each one's CPU per request as a ratio to the no-op module's in that round.
 func Cycle(e *env) error {
-	bin := filepath.Join(e.dir, "e2e.test")
-	c := exec.Command("go", "test", "-c", "-o", bin, "./e2e")
+	bin := filepath.Join(e.dir, "cycle.test")
+	c := exec.Command("go", "test", "-c", "-o", bin, "./bench/cycle")
 	c.Dir = e.root
 	if msg, err := c.CombinedOutput(); err != nil {
-		return fmt.Errorf("go test -c ./e2e: %v\n%s", err, msg)
+		return fmt.Errorf("go test -c ./bench/cycle: %v\n%s", err, msg)
 	}
 	ratios := map[string][]float64{}
 	var names []string
 	for r := 0; r < e.rounds; r++ {
 		c := exec.Command(bin, "-test.run", "^$", "-test.bench", "^BenchmarkCycle$", "-test.benchtime", "3000x", "-test.count", "1")
-		c.Dir = filepath.Join(e.root, "e2e")
-		c.Env = append(os.Environ(), "SLUICE_E2E_WASM="+e.wasm, "SLUICE_E2E_BIN="+e.sluice)
+		c.Dir = filepath.Join(e.root, "bench", "cycle")
+		c.Env = append(os.Environ(), "SLUICE_BENCH_WASM="+e.wasm)
 		out, err := c.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("BenchmarkCycle: %v\n%s", err, out)

@@ -1,4 +1,4 @@
-package e2e
+package cycle
 
 import (
 	"context"
@@ -22,9 +22,9 @@ import (
 // add their own overhead: read the times as proportions. One worker; the listener is not
 // safe for more.
 //
-//	go test ./e2e -run '^$' -bench CycleCalls -benchtime 5000x -v
+//	go test ./bench/cycle -run '^$' -bench CycleCalls -benchtime 5000x -v
 func BenchmarkCycleCalls(b *testing.B) {
-	wasm, _ := buildArtifacts(b)
+	wasm := sluiceModule(b)
 	sluice, err := os.ReadFile(wasm)
 	if err != nil {
 		b.Fatal(err)

@@ -1,13 +1,9 @@
-package e2e
+package cycle
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,9 +17,9 @@ import (
 // admitted) with the response-header styles, each algorithm, a hot key vs 1,000 keys, and
 // denial. cpu-ns/op is the process CPU time per request (host, guest and GC).
 //
-//	go test ./e2e -run '^$' -bench Cycle
+//	go test ./bench/cycle -run '^$' -bench Cycle
 func BenchmarkCycle(b *testing.B) {
-	wasm, _ := buildArtifacts(b)
+	wasm := sluiceModule(b)
 	sluice, err := os.ReadFile(wasm)
 	if err != nil {
 		b.Fatal(err)
@@ -55,7 +51,7 @@ func BenchmarkCycle(b *testing.B) {
 		{"sluice/allow/headers-both/1000-keys", sluice, rule("token_bucket", hdr, "", huge, "both"), 1000, 200},
 		{"sluice/deny/headers-both", sluice, rule("token_bucket", ip, "", "1", "both"), 0, 429},
 	}
-	for _, alg := range Algorithms {
+	for _, alg := range algorithms {
 		benches = append(benches, bench{"sluice/allow/headers-none/" + alg, sluice, rule(alg, ip, "", huge, "none"), 0, 200})
 	}
 	for _, bc := range benches {
@@ -94,42 +90,6 @@ func BenchmarkCycle(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-var noop struct {
-	once sync.Once
-	wasm []byte
-	err  error
-}
-
-// noopModule builds host/testdata/guests/minimal, a Proxy-Wasm module that does nothing.
-func noopModule(tb testing.TB) []byte {
-	skipShort(tb, "builds the no-op module (go build)")
-	noop.once.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			noop.err = err
-			return
-		}
-		root, err := moduleRoot(goTool)
-		if err != nil {
-			noop.err = err
-			return
-		}
-		out := filepath.Join(tb.TempDir(), "noop.wasm")
-		cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-o", out, ".")
-		cmd.Dir = filepath.Join(root, "host", "testdata", "guests", "minimal")
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			noop.err = fmt.Errorf("building the no-op module: %v\n%s", err, msg)
-			return
-		}
-		noop.wasm, noop.err = os.ReadFile(out)
-	})
-	if noop.err != nil {
-		tb.Fatal(noop.err)
-	}
-	return noop.wasm
 }
 
 // processCPU returns the user+system CPU time of this process.

@@ -1,4 +1,4 @@
-package e2e
+package cycle
 
 import (
 	"context"
@@ -30,9 +30,9 @@ import (
 // calls only (their times then carry little listener overhead: where a request's time goes
 // between the guest's callbacks and the host's calls).
 //
-//	SLUICE_PROFILE=allow go test ./e2e -run '^$' -bench '^BenchmarkGuestProfile$' -benchtime 2000x
+//	SLUICE_PROFILE=allow go test ./bench/cycle -run '^$' -bench '^BenchmarkGuestProfile$' -benchtime 2000x
 func BenchmarkGuestProfile(b *testing.B) {
-	wasm, _ := buildArtifacts(b)
+	wasm := sluiceModule(b)
 	mod, err := os.ReadFile(wasm)
 	if err != nil {
 		b.Fatal(err)
@@ -235,7 +235,7 @@ func (p *guestProfile) report(n, top int) string {
 // in that round (SLUICE_AB_ROUNDS rounds, default 5, of SLUICE_AB_N requests, default 3,000).
 // For measuring a change to the guest: build the module before and after.
 //
-//	SLUICE_AB=old.wasm,new.wasm go test ./e2e -run '^$' -bench '^BenchmarkCycleAB$' -benchtime 1x
+//	SLUICE_AB=old.wasm,new.wasm go test ./bench/cycle -run '^$' -bench '^BenchmarkCycleAB$' -benchtime 1x
 func BenchmarkCycleAB(b *testing.B) {
 	ab := os.Getenv("SLUICE_AB")
 	if ab == "" {
