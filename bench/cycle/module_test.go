@@ -33,12 +33,7 @@ func built(tb testing.TB) {
 		tb.Skip("builds the modules (go build); not under -short")
 	}
 	modules.once.Do(func() {
-		root, err := build.Root()
-		if err != nil {
-			modules.err = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "sluice-cycle-")
+		root, dir, err := build.Workspace("sluice-cycle")
 		if err != nil {
 			modules.err = err
 			return

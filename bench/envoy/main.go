@@ -105,10 +105,7 @@ func fail(err error) {
 // checks the Envoy binary.
 func (e *env) setup() error {
 	var err error
-	if e.root, err = build.Root(); err != nil {
-		return err
-	}
-	if e.dir, err = os.MkdirTemp("", "bench-envoy-"); err != nil {
+	if e.root, e.dir, err = build.Workspace("bench-envoy"); err != nil {
 		return err
 	}
 	e.noop, e.load = filepath.Join(e.dir, "noop.wasm"), filepath.Join(e.dir, "sluice-load")

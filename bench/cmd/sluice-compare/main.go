@@ -146,10 +146,7 @@ func fail(err error) {
 // build builds the artifacts into a new temporary directory.
 func (e *env) build() error {
 	var err error
-	if e.root, err = build.Root(); err != nil {
-		return err
-	}
-	if e.dir, err = os.MkdirTemp("", "sluice-compare-"); err != nil {
+	if e.root, e.dir, err = build.Workspace("sluice-compare"); err != nil {
 		return err
 	}
 	e.sluice, e.wasm = filepath.Join(e.dir, "sluice"), filepath.Join(e.dir, "sluice.wasm")

@@ -25,6 +25,16 @@ func Root() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
+// Workspace is the repository root and a new temporary directory named after the command,
+// to build into (the caller removes it).
+func Workspace(name string) (root, dir string, err error) {
+	if root, err = Root(); err != nil {
+		return "", "", err
+	}
+	dir, err = os.MkdirTemp("", name+"-")
+	return root, dir, err
+}
+
 // A Step is one command of a build, run in a directory of the repository.
 type Step struct {
 	Dir string   // relative to the root
