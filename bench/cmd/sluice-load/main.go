@@ -1,10 +1,10 @@
-// Command sluice-load is a small closed-loop HTTP load generator for sluice's load test, and
-// a trivial echo server to compare against. It only talks to loopback addresses and every run
+// Command sluice-load is a small HTTP load generator (closed loop, or open loop at a fixed
+// rate) for sluice's load tests, and a trivial echo server to compare against. It only talks to loopback addresses and every run
 // is bounded in time and in requests.
 //
 //	sluice-load -url http://127.0.0.1:8080/ -c 64 -d 10s [-warmup 2s] [-n 5000000]
 //	            [-H 'Name: value'] [-keys N -key-header X-Key [-key-bytes B]] [-json]
-//	            [-want-status CODE]
+//	            [-want-status CODE] [-rate R]
 //	sluice-load -serve 127.0.0.1:8081      # echo server without any Proxy-Wasm host
 //
 // -c connections each send requests back to back (keep-alive) for -d after -warmup; the
@@ -12,6 +12,16 @@
 // With -keys N, request i carries -key-header with one of N values (round-robin), to spread
 // the load over N rate-limit keys; -key-bytes pads each value to B bytes (hostile keys).
 // With -want-status, any error or any other status makes the exit status 1.
+//
+// With -rate R the load is an open loop instead: request k (k = 0, 1, 2, … over the whole
+// run, warm-up included) is due at k/R seconds after the start, connection w sending the
+// requests k ≡ w (mod -c) in turn. A connection still waiting for its previous response
+// sends the next one late, and a request's latency is measured from the time it was due,
+// not from when it went out: the queueing a slow server causes is counted (no coordinated
+// omission). The requests due during the warm-up are not measured; those due in the
+// measured interval all are, in flight at its end or not (the run waits for them). The
+// report adds the offered rate, how many requests went out more than 1 ms late, and the
+// largest such delay: many late sends mean -c is too small for the rate.
 package main
 
 import (
@@ -21,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -46,7 +57,11 @@ const (
 	maxConcurrency = 1024
 	maxRequests    = 50_000_000
 	maxKeyBytes    = 1 << 20
+	maxRate        = 1_000_000 // requests/s of an open loop
 )
+
+// lateAfter is how late a send of the open loop may go out before it counts as late.
+const lateAfter = time.Millisecond
 
 type options struct {
 	url         string
@@ -60,6 +75,7 @@ type options struct {
 	keyBytes    int
 	wantStatus  int
 	jsonOut     bool
+	rate        float64 // requests/s of the open loop; 0: closed loop
 }
 
 func main() {
@@ -77,6 +93,7 @@ func main() {
 	flag.IntVar(&o.keyBytes, "key-bytes", 0, "pad each -keys value to this many bytes (0: no padding)")
 	flag.IntVar(&o.wantStatus, "want-status", 0, "exit 1 unless every measured request got this status (0: any)")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
+	flag.Float64Var(&o.rate, "rate", 0, "open loop: offer this many requests/s in total, on a fixed timeline (0: closed loop)")
 	flag.Parse()
 	if *serve != "" {
 		if err := serveEcho(*serve); err != nil {
@@ -139,6 +156,10 @@ func (o *options) validate() error {
 		return errors.New("-key-bytes needs -keys")
 	case o.wantStatus != 0 && (o.wantStatus < 100 || o.wantStatus > 599):
 		return errors.New("-want-status must be an HTTP status")
+	case o.rate < 0 || o.rate > maxRate:
+		return fmt.Errorf("-rate must be in 0..%d", maxRate)
+	case o.rate > 0 && newTimeline(*o).end > maxRequests:
+		return fmt.Errorf("-rate × (-warmup + -d) must not exceed %d requests", maxRequests)
 	}
 	return nil
 }
@@ -168,6 +189,10 @@ type report struct {
 	Max         float64        `json:"max_ms"`
 	Statuses    map[string]int `json:"statuses"`
 	FirstError  string         `json:"first_error,omitempty"`
+	// Open loop only.
+	Rate      float64 `json:"rate,omitempty"`        // offered requests/s
+	Late      int     `json:"late,omitempty"`        // measured requests sent more than lateAfter after due
+	MaxLateMS float64 `json:"max_late_ms,omitempty"` // the latest send, ms after due
 }
 
 func (r *report) print(w io.Writer) {
@@ -182,6 +207,9 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%s  c=%d  %.1fs\n", r.URL, r.Concurrency, r.Seconds)
 	fmt.Fprintf(w, "  requests %d (%s), errors %d\n", r.Requests, strings.Join(st, " "), r.Errors)
+	if r.Rate > 0 {
+		fmt.Fprintf(w, "  offered %.0f req/s (open loop), %d sent more than %v late (latest %.3f ms)\n", r.Rate, r.Late, lateAfter, r.MaxLateMS)
+	}
 	fmt.Fprintf(w, "  throughput %.0f req/s\n", r.RPS)
 	fmt.Fprintf(w, "  latency p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms\n", r.P50, r.P90, r.P99, r.Max)
 	if r.FirstError != "" {
@@ -208,9 +236,13 @@ func (r *report) check(want int) error {
 type sample struct {
 	d      time.Duration
 	status int16
+	late   time.Duration // open loop: how long after due it went out
 }
 
 func run(o options) (*report, error) {
+	if o.rate > 0 {
+		return runOpen(o)
+	}
 	tr := &http.Transport{
 		Proxy:               nil,
 		MaxIdleConns:        o.concurrency,
@@ -239,6 +271,124 @@ func run(o options) (*report, error) {
 	elapsed := l.measure(ctx)
 	wg.Wait()
 	return l.report(per, elapsed)
+}
+
+// timeline is an open loop's schedule: request k is due at k/rate after the start; the
+// requests first ≤ k < end are measured, and no request k ≥ end is sent.
+type timeline struct {
+	rate       float64
+	conc       int
+	first, end int64
+}
+
+func newTimeline(o options) timeline {
+	return timeline{rate: o.rate, conc: o.concurrency,
+		first: dueCount(o.warmup, o.rate), end: dueCount(o.warmup+o.duration, o.rate)}
+}
+
+// dueCount is how many requests are due before t: the k with k/rate < t.
+func dueCount(t time.Duration, rate float64) int64 {
+	return int64(math.Ceil(t.Seconds()*rate - 1e-9))
+}
+
+// due is when request k is due, as an offset from the start.
+func (tl timeline) due(k int64) time.Duration {
+	return time.Duration(math.Round(float64(k) * float64(time.Second) / tl.rate))
+}
+
+// request is the index of connection w's i-th request (both from 0).
+func (tl timeline) request(w, i int) int64 { return int64(i)*int64(tl.conc) + int64(w) }
+
+// runOpen runs the open loop: every connection sends its share of the timeline, then the
+// run waits for every request sent (each bounded by the client's timeout).
+func runOpen(o options) (*report, error) {
+	tr := &http.Transport{
+		Proxy:               nil,
+		MaxIdleConns:        o.concurrency,
+		MaxIdleConnsPerHost: o.concurrency,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	defer tr.CloseIdleConnections()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	tl := newTimeline(o)
+	l := &loadRun{o: o, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, keys: keyValues(o)}
+	per := make([][]sample, o.concurrency)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range o.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := (tl.end - tl.first) / int64(o.concurrency)
+			per[w] = l.openConnection(ctx, tl, w, start, make([]sample, 0, min(n+1, 1<<20)))
+		}()
+	}
+	wg.Wait()
+	rep, err := l.report(per, o.duration)
+	if err != nil {
+		return nil, err
+	}
+	rep.Rate = o.rate
+	for _, s := range per {
+		for _, x := range s {
+			if x.late > lateAfter {
+				rep.Late++
+			}
+			rep.MaxLateMS = max(rep.MaxLateMS, float64(x.late)/float64(time.Millisecond))
+		}
+	}
+	return rep, nil
+}
+
+// openConnection sends connection w's requests of the timeline, each at its due time or,
+// when the previous one is still out, as soon as it is back; latencies run from due.
+func (l *loadRun) openConnection(ctx context.Context, tl timeline, w int, start time.Time, samples []sample) []sample {
+	o := l.o
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for i := 0; ; i++ {
+		k := tl.request(w, i)
+		if k >= tl.end {
+			return samples
+		}
+		due := start.Add(tl.due(k))
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return samples
+			}
+		}
+		if ctx.Err() != nil {
+			return samples
+		}
+		req, _ := http.NewRequest(http.MethodGet, o.url, nil)
+		for h, vs := range o.headers {
+			req.Header[h] = vs
+		}
+		if o.keys > 0 {
+			req.Header.Set(o.keyHeader, l.keys[k%int64(o.keys)])
+		}
+		late := time.Since(due)
+		resp, err := l.client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		d := time.Since(due)
+		if k < tl.first {
+			continue
+		}
+		if err != nil {
+			l.errs.Add(1)
+			l.firstErr.CompareAndSwap(nil, err.Error())
+			continue
+		}
+		samples = append(samples, sample{d, int16(resp.StatusCode), max(late, 0)})
+	}
 }
 
 // keyValues are the -keys values of -key-header, each padded to -key-bytes.
@@ -297,7 +447,7 @@ func (l *loadRun) connection(ctx context.Context, samples []sample) []sample {
 			l.firstErr.CompareAndSwap(nil, err.Error())
 			continue
 		}
-		samples = append(samples, sample{d, int16(resp.StatusCode)})
+		samples = append(samples, sample{d: d, status: int16(resp.StatusCode)})
 		if l.measured.Add(1) >= o.requests {
 			l.cancel()
 		}

@@ -125,3 +125,78 @@ func TestKeyBytesAndWantStatus(t *testing.T) {
 		}
 	}
 }
+
+// The open loop's timeline: request k due at k/rate; the requests due during the warm-up
+// are not measured, those due in the measured interval are; the connections take the
+// requests in turn, every one exactly once.
+func TestTimeline(t *testing.T) {
+	o := options{rate: 1000, concurrency: 4, warmup: 500 * time.Millisecond, duration: 2 * time.Second}
+	tl := newTimeline(o)
+	if tl.first != 500 || tl.end != 2500 {
+		t.Errorf("first %d end %d, want 500 and 2500", tl.first, tl.end)
+	}
+	for k, want := range map[int64]time.Duration{0: 0, 1: time.Millisecond, 1500: 1500 * time.Millisecond, 2499: 2499 * time.Millisecond} {
+		if got := tl.due(k); got != want {
+			t.Errorf("due(%d) = %v, want %v", k, got, want)
+		}
+	}
+	// A rate that does not divide a second: due rounds to the nanosecond, never drifts.
+	odd := newTimeline(options{rate: 3, concurrency: 1, duration: time.Second})
+	if odd.end != 3 || odd.due(1) != 333333333 || odd.due(2) != 666666667 || odd.due(3) != time.Second {
+		t.Errorf("rate 3: end %d, due 1..3 = %v %v %v", odd.end, odd.due(1), odd.due(2), odd.due(3))
+	}
+	// Exactly on a boundary: due at the warm-up's end is measured, due at the end is not sent.
+	if dueCount(time.Second, 1000) != 1000 || dueCount(time.Second+time.Nanosecond, 1000) != 1001 || dueCount(0, 1000) != 0 {
+		t.Error("dueCount boundaries")
+	}
+	seen := map[int64]int{}
+	for w := range o.concurrency {
+		last := time.Duration(-1)
+		for i := 0; ; i++ {
+			k := tl.request(w, i)
+			if k >= tl.end {
+				break
+			}
+			if k%int64(o.concurrency) != int64(w) || tl.due(k) <= last {
+				t.Fatalf("connection %d request %d: k %d due %v after %v", w, i, k, tl.due(k), last)
+			}
+			last = tl.due(k)
+			seen[k]++
+		}
+	}
+	if len(seen) != int(tl.end) {
+		t.Errorf("%d requests scheduled, want %d", len(seen), tl.end)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("request %d scheduled %d times", k, n)
+		}
+	}
+	bad := options{url: "http://127.0.0.1:1/", concurrency: 1, duration: time.Minute, requests: 1, rate: maxRate}
+	if err := bad.validate(); err == nil || !strings.Contains(err.Error(), "-rate") {
+		t.Errorf("%v requests: %v, want an error about -rate", maxRate*60, err)
+	}
+}
+
+// An open-loop run sends exactly the requests its timeline holds: the measured ones all
+// reported (none cut off at the end), the warm-up's not; latency runs from the due time.
+func TestOpenLoopCounts(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) }))
+	defer srv.Close()
+	o := options{url: srv.URL + "/", concurrency: 3, duration: 300 * time.Millisecond, warmup: 100 * time.Millisecond,
+		requests: 1, headers: http.Header{}, rate: 200, keys: 2, keyHeader: "X-Key"}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 80 || rep.Requests != 60 || rep.Statuses["200"] != 60 || rep.Rate != 200 {
+		t.Errorf("served %d, report %+v: want 80 sent, the 60 due after the warm-up measured", n.Load(), rep)
+	}
+	if !(rep.P50 > 0 && rep.P50 <= rep.P99 && rep.P99 <= rep.Max) {
+		t.Errorf("percentiles out of order: %+v", rep)
+	}
+}
