@@ -191,6 +191,7 @@ type report struct {
 	FirstError  string         `json:"first_error,omitempty"`
 	// Open loop only.
 	Rate      float64 `json:"rate,omitempty"`        // offered requests/s
+	Sent      int64   `json:"sent,omitempty"`        // requests sent, warm-up included
 	Late      int     `json:"late,omitempty"`        // measured requests sent more than lateAfter after due
 	MaxLateMS float64 `json:"max_late_ms,omitempty"` // the latest send, ms after due
 }
@@ -330,7 +331,7 @@ func runOpen(o options) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.Rate = o.rate
+	rep.Rate, rep.Sent = o.rate, tl.end
 	for _, s := range per {
 		for _, x := range s {
 			if x.late > lateAfter {

@@ -193,7 +193,7 @@ func TestOpenLoopCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Load() != 80 || rep.Requests != 60 || rep.Statuses["200"] != 60 || rep.Rate != 200 {
+	if n.Load() != 80 || rep.Requests != 60 || rep.Statuses["200"] != 60 || rep.Rate != 200 || rep.Sent != 80 {
 		t.Errorf("served %d, report %+v: want 80 sent, the 60 due after the warm-up measured", n.Load(), rep)
 	}
 	if !(rep.P50 > 0 && rep.P50 <= rep.P99 && rep.P99 <= rep.Max) {
