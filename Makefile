@@ -109,9 +109,11 @@ bench-compare:
 	$(GO) run ./bench/cmd/sluice-compare $(BENCH_COMPARE_FLAGS)
 
 # sluice.wasm where users run it: one real Envoy (ENVOY=path, else 1.40.0, fetched),
-# --concurrency 2, against Envoy's native local_ratelimit, a no-op module and no filter;
-# ratios per round, medians and ranges of 5 interleaved rounds, written to
-# bench/envoy/results.txt (bench/envoy; e.g. BENCH_ENVOY_FLAGS="-rounds 7 -d 5s").
+# --concurrency 2, against Envoy's native local_ratelimit, a no-op module and no filter:
+# throughput and CPU (every configuration in one process per round, runs interleaved),
+# latency at half native's saturation, memory and start-up per family; ratios per round,
+# medians and ranges of 5 rounds, written to bench/envoy/results.txt (bench/envoy; e.g.
+# BENCH_ENVOY_FLAGS="-rounds 7 -d 5s" or "-phases startup -families tb-none").
 .PHONY: bench-envoy
 BENCH_ENVOY_FLAGS ?=
 bench-envoy: wasm

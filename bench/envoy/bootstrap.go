@@ -18,8 +18,7 @@ const (
 	denyLimit  = 1             // per hour
 )
 
-// family is one filter setup; one Envoy process per family and round serves all its variants,
-// one listener each.
+// family is one filter setup, measured on the variants (all, or the baseline's one).
 type family struct {
 	name string
 	what string
@@ -65,48 +64,108 @@ func (v variant) wantStatus() int {
 	return 200
 }
 
-// pluginConfig is sluice's configuration for a variant of a sluice family. The rule name
-// differs per variant: the listeners of one process share the VMs and their shared data.
+// setup is one measured configuration: a family on a variant.
+type setup struct {
+	f family
+	v variant
+}
+
+func (c setup) name() string { return c.f.name + " " + c.v.name }
+
+// ruleName is sluice's rule of a configuration: distinct per configuration, as the wasmcustom
+// metrics of the VMs of one process share their names.
+func (c setup) ruleName() string { return c.f.name + "-" + c.v.name }
+
+// pluginConfig is sluice's configuration for a variant of a sluice family.
 func pluginConfig(f family, v variant) string {
 	limit, window := admitLimit, "1s"
 	if v.deny {
 		limit, window = denyLimit, "1h"
 	}
 	return fmt.Sprintf(`{"rules":[{"name":%q,"key":[{"header":%q}],"algorithm":%q,"limit":%d,"window":%q}],"response":{"headers":%q}}`,
-		v.name, keyHeader, f.algorithm, limit, window, f.headers)
+		setup{f, v}.ruleName(), keyHeader, f.algorithm, limit, window, f.headers)
 }
 
-// listenerName is the listener serving a variant.
-func listenerName(v variant) string { return "v-" + v.name }
+// listenerName is the listener serving a configuration.
+func listenerName(c setup) string { return "c-" + c.f.name + "-" + c.v.name }
+
+// vmID is the Wasm VM of a family: one per family, so that the families loaded in one
+// process keep apart (their own heaps and shared data), as in a process of their own.
+func vmID(f family) string { return f.name }
+
+// listenerSpec is one measured listener of a bootstrap.
+type listenerSpec struct {
+	c     setup
+	port  int  // 0: a free port, read back from the admin endpoint
+	exact bool // exact connection balance across the workers
+}
+
+// bootstrapSpec is what a bootstrap holds besides the admin endpoint: the upstream's port,
+// the modules and the measured listeners.
+type bootstrapSpec struct {
+	title        string // for the header comment
+	upstreamPort int
+	wasm, noop   string // sluice.wasm and the no-op module
+	listeners    []listenerSpec
+}
+
+// sharedSpec is the bootstrap of a throughput round: one listener per configuration of
+// every family given, all in one process.
+func sharedSpec(fams []family, wasm, noop string, upstreamPort int) bootstrapSpec {
+	s := bootstrapSpec{title: "every configuration, one listener each", upstreamPort: upstreamPort, wasm: wasm, noop: noop}
+	for _, c := range configurations(fams) {
+		s.listeners = append(s.listeners, listenerSpec{c: c})
+	}
+	return s
+}
+
+// familySpec is the bootstrap of one family alone (memory, start-up): its admit-1k listener,
+// on port (0: free), with exact connection balance.
+func familySpec(f family, wasm, noop string, upstreamPort, port int) bootstrapSpec {
+	return bootstrapSpec{title: "family " + f.name + " alone", upstreamPort: upstreamPort, wasm: wasm, noop: noop,
+		listeners: []listenerSpec{{c: setup{f, variantNamed(baselineVariant)}, port: port, exact: true}}}
+}
+
+func variantNamed(n string) variant {
+	for _, v := range variants {
+		if v.name == n {
+			return v
+		}
+	}
+	panic("no variant " + n)
+}
 
 type listenerData struct {
 	Name     string
+	Port     int
+	Exact    bool
 	Native   bool
 	Wasm     bool
 	VMID     string
+	WasmPath string
 	Config   string // JSON string literal of the plugin configuration
 	MaxToks  int
 	FillSecs int
 }
 
 type bootstrapData struct {
-	Family       string
+	Title        string
 	UpstreamPort int
-	WasmPath     string
 	Listeners    []listenerData
 }
 
-// renderBootstrap renders the Envoy bootstrap of one family: an admin endpoint and one
-// listener per variant on free loopback ports, and the upstream, a direct response from a
-// listener of the same Envoy on upstreamPort. wasm is the module of the wasm families.
-func renderBootstrap(f family, wasm string, upstreamPort int) ([]byte, error) {
-	d := bootstrapData{Family: f.name, UpstreamPort: upstreamPort, WasmPath: wasm}
-	for _, v := range variants {
-		l := listenerData{Name: listenerName(v)}
+// renderBootstrap renders an Envoy bootstrap: an admin endpoint on a free loopback port, the
+// upstream (a direct response from a listener of the same Envoy on spec.upstreamPort) and
+// one listener per spec.listeners, each with its family's filter before the router.
+func renderBootstrap(spec bootstrapSpec) ([]byte, error) {
+	d := bootstrapData{Title: spec.title, UpstreamPort: spec.upstreamPort}
+	for _, ls := range spec.listeners {
+		f, v := ls.c.f, ls.c.v
+		l := listenerData{Name: listenerName(ls.c), Port: ls.port, Exact: ls.exact}
 		switch f.kind {
 		case "none":
 		case "noop":
-			l.Wasm, l.VMID, l.Config = true, "noop", `""`
+			l.Wasm, l.VMID, l.WasmPath, l.Config = true, vmID(f), spec.noop, `""`
 		case "native":
 			l.Native, l.MaxToks, l.FillSecs = true, admitLimit, 1
 			if v.deny {
@@ -114,7 +173,7 @@ func renderBootstrap(f family, wasm string, upstreamPort int) ([]byte, error) {
 			}
 		case "sluice":
 			b, _ := json.Marshal(pluginConfig(f, v))
-			l.Wasm, l.VMID, l.Config = true, "sluice", string(b)
+			l.Wasm, l.VMID, l.WasmPath, l.Config = true, vmID(f), spec.wasm, string(b)
 		default:
 			return nil, fmt.Errorf("family %s: unknown kind %q", f.name, f.kind)
 		}
@@ -129,8 +188,8 @@ func renderBootstrap(f family, wasm string, upstreamPort int) ([]byte, error) {
 
 var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
 	"quote": strconv.Quote,
-}).Parse(`# bench/envoy, family {{.Family}}: every listener loopback, admin and measured listeners
-# on free ports (read back from the admin endpoint).
+}).Parse(`# bench/envoy, {{.Title}}: every listener loopback, the admin endpoint on a free port,
+# measured listeners on free ports (read back from the admin endpoint) unless given one.
 admin:
   address:
     socket_address: {address: 127.0.0.1, port_value: 0}
@@ -159,7 +218,10 @@ static_resources:
 {{- range .Listeners}}
   - name: {{.Name}}
     address:
-      socket_address: {address: 127.0.0.1, port_value: 0}
+      socket_address: {address: 127.0.0.1, port_value: {{.Port}}}
+{{- if .Exact}}
+    connection_balance_config: {exact_balance: {}}
+{{- end}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -206,7 +268,7 @@ static_resources:
                   runtime: envoy.wasm.runtime.v8
                   code:
                     local:
-                      filename: {{quote $.WasmPath}}
+                      filename: {{quote .WasmPath}}
                 configuration:
                   "@type": type.googleapis.com/google.protobuf.StringValue
                   value: {{.Config}}

@@ -1,25 +1,40 @@
 // Command bench-envoy measures sluice.wasm where users run it: inside one real Envoy (V8),
 // against Envoy's own local_ratelimit filter, a no-op standard-Go module and no filter at
-// all. Every figure is a ratio taken per round, configurations
-// interleaved within each round, median and range over the rounds printed: absolute figures
-// on a shared machine swing, ratios measured side by side hold.
+// all. Every comparison is a ratio taken per round between runs seconds apart in the same
+// process, median and range over the rounds printed: absolute figures on a shared machine
+// swing, ratios measured side by side hold.
 //
 //	go run ./bench/envoy [-rounds 5] [-d 3s] [-warmup 1s] [-c 32] [-envoy PATH] [-wasm FILE]
+//	                     [-families tb-none,…] [-phases throughput,latency,memory,startup]
 //	make bench-envoy                # the same, BENCH_ENVOY_FLAGS to pass flags, ENVOY=path
 //
-// Families (one Envoy process per family and round, --concurrency 2; one listener per
-// variant; upstream: a direct_response from a second listener of the same Envoy, so nothing
-// outside Envoy is measured): none, noop, native (local_ratelimit, a token bucket per x-key
-// value through a dynamic descriptor), tb-none and tb-both (sluice token_bucket, response
-// headers none / both), sw-none (sluice sliding_window). Variants: 1 key and 1,000 keys,
-// admitted (limits far above the load) and denied (1 per hour; the warm-up uses every key
-// first). The baselines are measured on admit-1k only.
+// Families: none, noop, native (local_ratelimit, a token bucket per x-key value through a
+// dynamic descriptor), tb-none and tb-both (sluice token_bucket, response headers none /
+// both), sw-none (sluice sliding_window). Variants: 1 key and 1,000 keys, admitted (limits far
+// above the load) and denied (1 per hour; the warm-up uses every key first). The baselines
+// (none, noop) are measured on admit-1k only. Upstream: a direct_response from a listener of
+// the same Envoy, so nothing outside Envoy is measured. Envoy runs with --concurrency 2.
 //
-// Per configuration: req/s of a closed-loop load (bench/cmd/sluice-load, fixed connections and
-// duration) and Envoy's CPU per request (utime+stime of the Envoy process from /proc/PID/stat
-// over the measured interval, divided by the requests served); ratios to native (same
-// variant) and to none; per family Envoy's VmRSS after its round and the wasm.* stats.
-// Results go to stdout and to -out (bench/envoy/results.txt), the command line at the top.
+// Phases:
+//   - throughput: per round one Envoy process with every configuration on a listener of its
+//     own (one Wasm VM per family); the configurations run one after the other in an order
+//     rotated from round to round (reversed every other round), each a closed-loop load
+//     (bench/cmd/sluice-load) for -warmup then -d: req/s, and Envoy's CPU per request
+//     (utime+stime of the process from /proc/PID/stat over the measured run, divided by the
+//     requests served; only one listener takes load at a time).
+//   - latency: in the same process, after the round's throughput runs, an open loop at half
+//     the req/s native admit-1k reached in that round, on native's and every sluice family's
+//     admit-1k listener in a rotated order: p50 and p99 measured from each request's due time.
+//   - memory: per family an Envoy process of its own with its admit-1k listener: VmRSS after
+//     start, after every third of -mem-requests requests, after -mem-keys distinct keys (not
+//     for the baselines), and the wasm stats Envoy exposes with sluice's guest metrics.
+//   - startup: per family and -startup-rounds round a fresh Envoy process: the time from
+//     starting it to /ready saying LIVE, then a closed loop on -first-c connections (exact
+//     connection balance: both workers take half) for the first second after ready: its
+//     slowest request and p99, and the connections each worker took.
+//
+// Results go to stdout and to -out (bench/envoy/results.txt): a header line (date, commit,
+// command), the setting, the goals of issue 25 against the figures, then the tables.
 //
 // Bounds: loopback only; every process it starts is stopped by its PID; Linux only (/proc).
 package main
@@ -31,14 +46,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,15 +60,20 @@ import (
 )
 
 type options struct {
-	rounds   int
-	duration time.Duration
-	warmup   time.Duration
-	conc     int
-	envoy    string
-	version  string
-	wasm     string
-	out      string
-	only     string
+	rounds        int
+	duration      time.Duration
+	warmup        time.Duration
+	conc          int
+	envoy         string
+	version       string
+	wasm          string
+	out           string
+	only          string
+	phases        string
+	memRequests   int
+	memKeys       int
+	startupRounds int
+	firstConc     int
 }
 
 // env is what the run shares: the built artifacts and the Envoy binary.
@@ -71,9 +87,11 @@ type env struct {
 	target envoyproc.Target
 }
 
+var allPhases = []string{"throughput", "latency", "memory", "startup"}
+
 func main() {
 	var o options
-	flag.IntVar(&o.rounds, "rounds", 5, "rounds; every figure is the median over them, with the range")
+	flag.IntVar(&o.rounds, "rounds", 5, "throughput and latency rounds; every figure is the median over them, with the range")
 	flag.DurationVar(&o.duration, "d", 3*time.Second, "measured duration of one configuration in one round")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load before each measurement (it also exhausts the denied variants' keys)")
 	flag.IntVar(&o.conc, "c", 32, "connections of the load generator")
@@ -81,17 +99,26 @@ func main() {
 	flag.StringVar(&o.version, "envoy-version", "1.40.0", "pinned Envoy version when neither -envoy nor $ENVOY is set")
 	flag.StringVar(&o.wasm, "wasm", "", "sluice.wasm to load (default: built and patched into a temporary directory)")
 	flag.StringVar(&o.out, "out", "", "results file (default: bench/envoy/results.txt in the repository; \"-\": none)")
-	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none and native are always run: the ratios need them)")
+	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none, noop and native are always run: the ratios need them)")
+	flag.StringVar(&o.phases, "phases", strings.Join(allPhases, ","), "comma-separated phases to run (latency needs throughput)")
+	flag.IntVar(&o.memRequests, "mem-requests", 300_000, "memory: requests before the RSS readings (in three parts)")
+	flag.IntVar(&o.memKeys, "mem-keys", 200_000, "memory: distinct keys sent after the requests (rate-limiting families)")
+	flag.IntVar(&o.startupRounds, "startup-rounds", 5, "start-up: fresh processes per family")
+	flag.IntVar(&o.firstConc, "first-c", 16, "start-up: connections of the load in the first second after ready")
 	flag.Parse()
-	if o.rounds < 1 || o.duration <= 0 || o.conc < 1 {
-		fail(errors.New("-rounds, -d and -c must be positive"))
+	if o.rounds < 1 || o.duration <= 0 || o.conc < 1 || o.memRequests < 3 || o.memKeys < 1 || o.startupRounds < 1 || o.firstConc < 2 {
+		fail(errors.New("-rounds, -d, -c, -mem-requests (≥ 3), -mem-keys, -startup-rounds and -first-c (≥ 2) must be positive"))
+	}
+	ph, err := parsePhases(o.phases)
+	if err != nil {
+		fail(err)
 	}
 	e := &env{o: o}
 	if err := e.setup(); err != nil {
 		fail(err)
 	}
 	defer os.RemoveAll(e.dir)
-	if err := e.run(); err != nil {
+	if err := e.run(ph); err != nil {
 		fail(err)
 	}
 }
@@ -99,6 +126,32 @@ func main() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "bench-envoy:", err)
 	os.Exit(1)
+}
+
+// parsePhases reads -phases into a set.
+func parsePhases(s string) (map[string]bool, error) {
+	ph := map[string]bool{}
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		ok := false
+		for _, a := range allPhases {
+			ok = ok || a == n
+		}
+		if !ok {
+			return nil, fmt.Errorf("-phases: unknown phase %q (have %s)", n, strings.Join(allPhases, ", "))
+		}
+		ph[n] = true
+	}
+	if len(ph) == 0 {
+		return nil, errors.New("-phases: none given")
+	}
+	if ph["latency"] && !ph["throughput"] {
+		return nil, errors.New("-phases: latency needs throughput (its rate is half of native's throughput in the same round)")
+	}
+	return ph, nil
 }
 
 // setup finds the repository, builds the modules and the load generator, and resolves and
@@ -149,31 +202,48 @@ func (e *env) setup() error {
 	return envoyproc.CheckV8(e.target, chk)
 }
 
-// setup is one measured configuration: a family on a variant.
-type setup struct {
-	f family
-	v variant
-}
-
-func (c setup) name() string { return c.f.name + " " + c.v.name }
-
-// sample is one configuration's figures in one round.
+// sample is one configuration's throughput figures in one round.
 type sample struct {
 	rps       float64
 	cpuPerReq float64 // µs of Envoy CPU per request
 }
 
-// famSample is one family's process figures in one round.
-type famSample struct {
-	rssMB float64
+// latSample is one family's open-loop figures in one round (admit-1k).
+type latSample struct {
+	rate      float64 // offered req/s
+	p50, p99  float64 // ms, from the due time
+	late      int     // requests sent more than 1 ms after due
+	cpuPerReq float64 // µs of Envoy CPU per request at that load
+}
+
+// memSample is one family's process figures: VmRSS at each point (memPoints), and the wasm
+// stats at the end.
+type memSample struct {
+	rssMB []float64
 	wasm  map[string]int64
+}
+
+// startSample is one fresh process of a family: time to ready and its first second.
+type startSample struct {
+	ready    time.Duration
+	p99, max float64 // ms
+	requests int
+	workers  map[int]int64 // connections accepted per worker
+}
+
+// results are every phase's figures, by configuration or family name, one entry per round.
+type results struct {
+	tput  map[string][]sample
+	lat   map[string][]latSample
+	mem   map[string]memSample
+	start map[string][]startSample
 }
 
 func (e *env) selected() []family {
 	if e.o.only == "" {
 		return families
 	}
-	want := map[string]bool{"none": true, "native": true}
+	want := map[string]bool{"none": true, "noop": true, "native": true}
 	for _, n := range strings.Split(e.o.only, ",") {
 		want[strings.TrimSpace(n)] = true
 	}
@@ -190,35 +260,93 @@ func (f family) variants() []variant {
 	if !f.baseline {
 		return variants
 	}
-	for _, v := range variants {
-		if v.name == baselineVariant {
-			return []variant{v}
-		}
-	}
-	panic("no baseline variant")
+	return []variant{variantNamed(baselineVariant)}
 }
 
-func (e *env) run() error {
+// configurations are the measured configurations of the families, variant by variant (so
+// that the configurations of one variant are neighbours in the rotated orders).
+func configurations(fams []family) []setup {
+	var cs []setup
+	for _, v := range variants {
+		for _, f := range fams {
+			for _, fv := range f.variants() {
+				if fv.name == v.name {
+					cs = append(cs, setup{f, v})
+				}
+			}
+		}
+	}
+	return cs
+}
+
+// roundOrder is the order of n items in round r of rounds: rotated by r·n/rounds, so that
+// the rounds start at items spread over the list, and reversed in odd rounds, so that
+// neighbours take turns at going first.
+func roundOrder(n, r, rounds int) []int {
+	order := make([]int, n)
+	if n == 0 {
+		return order
+	}
+	off := r * n / max(rounds, 1)
+	for i := range order {
+		order[i] = (off + i) % n
+	}
+	if r%2 == 1 {
+		for i, j := 0, n-1; i < j; i, j = i+1, j-1 {
+			order[i], order[j] = order[j], order[i]
+		}
+	}
+	return order
+}
+
+// latencyFamilies are the families measured at a fixed load: native and sluice's.
+func latencyFamilies(fams []family) []family {
+	var out []family
+	for _, f := range fams {
+		if f.kind == "native" || f.kind == "sluice" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (e *env) run(ph map[string]bool) error {
 	fams := e.selected()
-	samples := map[string][]sample{}
-	famSamples := map[string][]famSample{}
+	res := &results{tput: map[string][]sample{}, lat: map[string][]latSample{}, mem: map[string]memSample{}, start: map[string][]startSample{}}
 	start := time.Now()
 	load0 := build.LoadAvg()
-	for r := 0; r < e.o.rounds; r++ {
-		for k := range fams {
-			f := fams[(k+r)%len(fams)] // rotate: no family always runs first
-			fs, ss, err := e.runFamily(f, r)
-			if err != nil {
-				return fmt.Errorf("%s, round %d: %v", f.name, r+1, err)
+	if ph["throughput"] {
+		for r := range e.o.rounds {
+			if err := e.throughputRound(fams, r, ph["latency"], res); err != nil {
+				return fmt.Errorf("round %d: %v", r+1, err)
 			}
-			famSamples[f.name] = append(famSamples[f.name], fs)
-			for n, s := range ss {
-				samples[n] = append(samples[n], s)
+		}
+	}
+	if ph["memory"] {
+		for _, f := range fams {
+			ms, err := e.memory(f)
+			if err != nil {
+				return fmt.Errorf("memory, %s: %v", f.name, err)
+			}
+			res.mem[f.name] = ms
+		}
+	}
+	if ph["startup"] {
+		for r := range e.o.startupRounds {
+			for _, i := range roundOrder(len(fams), r, e.o.startupRounds) {
+				f := fams[i]
+				s, err := e.startup(f, r)
+				if err != nil {
+					return fmt.Errorf("start-up, %s, round %d: %v", f.name, r+1, err)
+				}
+				fmt.Fprintf(os.Stderr, "start-up %d %-8s ready after %v, first second: %d requests, p99 %.1f ms, max %.1f ms, connections per worker %v\n",
+					r+1, f.name, s.ready.Round(time.Millisecond), s.requests, s.p99, s.max, s.workers)
+				res.start[f.name] = append(res.start[f.name], s)
 			}
 		}
 	}
 	var buf bytes.Buffer
-	e.report(&buf, fams, samples, famSamples, time.Since(start), load0)
+	e.report(&buf, fams, ph, res, time.Since(start), load0)
 	os.Stdout.Write(buf.Bytes())
 	out := e.o.out
 	if out == "" {
@@ -233,82 +361,80 @@ func (e *env) run() error {
 	return nil
 }
 
-// runFamily starts one Envoy for f, measures its variants in a rotated order, reads its RSS
-// and wasm stats, and stops it.
-func (e *env) runFamily(f family, round int) (famSample, map[string]sample, error) {
-	wasm := e.wasm
-	if f.kind == "noop" {
-		wasm = e.noop
-	}
+// procDir is a new directory for one Envoy process's bootstrap and files.
+func (e *env) procDir(name string) (string, error) {
+	dir := filepath.Join(e.dir, name)
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// throughputRound starts the round's Envoy with every configuration, measures them in the
+// round's order, then (with lat) the latency at half native's saturation, and stops it.
+func (e *env) throughputRound(fams []family, r int, lat bool, res *results) error {
 	port, err := freePort()
 	if err != nil {
-		return famSample{}, nil, err
+		return err
 	}
-	y, err := renderBootstrap(f, wasm, port)
+	y, err := renderBootstrap(sharedSpec(fams, e.wasm, e.noop, port))
 	if err != nil {
-		return famSample{}, nil, err
+		return err
 	}
-	dir := filepath.Join(e.dir, fmt.Sprintf("%s-%d", f.name, round+1))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return famSample{}, nil, err
+	dir, err := e.procDir(fmt.Sprintf("round-%d", r+1))
+	if err != nil {
+		return err
 	}
 	p, err := startEnvoy(e.target.Bin, dir, y)
 	if err != nil {
-		return famSample{}, nil, err
+		return err
 	}
 	defer p.stop()
-	vs := f.variants()
-	out := map[string]sample{}
-	for k := range vs {
-		v := vs[(k+round)%len(vs)]
-		c := setup{f, v}
+	cs := configurations(fams)
+	for _, i := range roundOrder(len(cs), r, e.o.rounds) {
+		c := cs[i]
 		s, err := e.measure(p, c)
 		if err != nil {
-			return famSample{}, nil, fmt.Errorf("%s: %v", c.name(), err)
+			return fmt.Errorf("%s: %v", c.name(), err)
 		}
-		fmt.Fprintf(os.Stderr, "round %d %-18s %8.0f req/s %7.1f µs Envoy CPU/request\n", round+1, c.name(), s.rps, s.cpuPerReq)
-		out[c.name()] = s
+		fmt.Fprintf(os.Stderr, "round %d %-18s %8.0f req/s %7.1f µs Envoy CPU/request\n", r+1, c.name(), s.rps, s.cpuPerReq)
+		res.tput[c.name()] = append(res.tput[c.name()], s)
 	}
-	var fs famSample
-	st, err := readFile(fmt.Sprintf("/proc/%d/status", p.pid()))
-	if err != nil {
-		return fs, nil, err
+	if !lat {
+		return nil
 	}
-	rss, err := parseRSS(st)
-	if err != nil {
-		return fs, nil, err
-	}
-	fs.rssMB = float64(rss) / 1024
-	body, err := p.get("/stats?filter=^wasm")
-	if err != nil {
-		return fs, nil, err
-	}
-	fs.wasm = map[string]int64{}
-	for n, v := range parseStats(body) {
-		if keepWasmStat(n) {
-			fs.wasm[n] = v
+	nat := res.tput["native "+baselineVariant]
+	rate := nat[len(nat)-1].rps / 2
+	lf := latencyFamilies(fams)
+	for _, i := range roundOrder(len(lf), r, e.o.rounds) {
+		c := setup{lf[i], variantNamed(baselineVariant)}
+		s, err := e.measureLatency(p, c, rate)
+		if err != nil {
+			return fmt.Errorf("latency, %s: %v", c.name(), err)
 		}
+		fmt.Fprintf(os.Stderr, "round %d %-18s at %6.0f req/s: p50 %.3f ms p99 %.3f ms (%d sent late) %7.1f µs Envoy CPU/request\n",
+			r+1, c.name(), s.rate, s.p50, s.p99, s.late, s.cpuPerReq)
+		res.lat[c.f.name] = append(res.lat[c.f.name], s)
 	}
-	return fs, out, nil
+	return nil
 }
 
 // measure warms a configuration's listener up (which also exhausts a denied variant's keys)
 // and measures one closed-loop run: Envoy's CPU over it per request served, and req/s.
 func (e *env) measure(p *envoyProc, c setup) (sample, error) {
-	url, err := p.url(listenerName(c.v))
+	url, err := p.url(listenerName(c))
 	if err != nil {
 		return sample{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+e.o.warmup+e.o.duration)
 	defer cancel()
-	if _, err := e.loadRun(ctx, url, c.v.keys, e.o.warmup, 0); err != nil {
-		return sample{}, fmt.Errorf("warm-up: %v", err)
+	if e.o.warmup > 0 {
+		if _, err := e.loadRun(ctx, loadArgs{url: url, keys: c.v.keys, d: e.o.warmup}); err != nil {
+			return sample{}, fmt.Errorf("warm-up: %v", err)
+		}
 	}
 	cpu0, err := p.cpu()
 	if err != nil {
 		return sample{}, err
 	}
-	rep, err := e.loadRun(ctx, url, c.v.keys, e.o.duration, c.v.wantStatus())
+	rep, err := e.loadRun(ctx, loadArgs{url: url, keys: c.v.keys, d: e.o.duration, want: c.v.wantStatus()})
 	if err != nil {
 		return sample{}, err
 	}
@@ -322,19 +448,199 @@ func (e *env) measure(p *envoyProc, c setup) (sample, error) {
 	return sample{rps: rep.RPS, cpuPerReq: float64((cpu1 - cpu0).Nanoseconds()) / 1000 / float64(rep.Requests)}, nil
 }
 
+// measureLatency runs the open loop at rate on a configuration's listener, -warmup then -d:
+// p50 and p99 of the measured part, and Envoy's CPU over the whole run per request sent.
+func (e *env) measureLatency(p *envoyProc, c setup, rate float64) (latSample, error) {
+	url, err := p.url(listenerName(c))
+	if err != nil {
+		return latSample{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+e.o.warmup+e.o.duration)
+	defer cancel()
+	cpu0, err := p.cpu()
+	if err != nil {
+		return latSample{}, err
+	}
+	rep, err := e.loadRun(ctx, loadArgs{url: url, keys: c.v.keys, d: e.o.duration, warmup: e.o.warmup, rate: rate, want: c.v.wantStatus()})
+	if err != nil {
+		return latSample{}, err
+	}
+	cpu1, err := p.cpu()
+	if err != nil {
+		return latSample{}, err
+	}
+	if rep.Sent == 0 {
+		return latSample{}, errors.New("no request sent")
+	}
+	return latSample{rate: rep.Rate, p50: rep.P50, p99: rep.P99, late: rep.Late,
+		cpuPerReq: float64((cpu1 - cpu0).Nanoseconds()) / 1000 / float64(rep.Sent)}, nil
+}
+
+// memPoints name the RSS readings of the memory phase.
+var memPoints = []string{"start", "⅓ requests", "⅔ requests", "all requests", "distinct keys"}
+
+// memory starts an Envoy with the family's admit-1k listener alone and reads its RSS after
+// start, after each third of the requests and (rate-limiting families) after the distinct
+// keys, each key once; the wasm stats at the end.
+func (e *env) memory(f family) (memSample, error) {
+	port, err := freePort()
+	if err != nil {
+		return memSample{}, err
+	}
+	c := setup{f, variantNamed(baselineVariant)}
+	y, err := renderBootstrap(familySpec(f, e.wasm, e.noop, port, 0))
+	if err != nil {
+		return memSample{}, err
+	}
+	dir, err := e.procDir("memory-" + f.name)
+	if err != nil {
+		return memSample{}, err
+	}
+	p, err := startEnvoy(e.target.Bin, dir, y)
+	if err != nil {
+		return memSample{}, err
+	}
+	defer p.stop()
+	url, err := p.url(listenerName(c))
+	if err != nil {
+		return memSample{}, err
+	}
+	var ms memSample
+	read := func(what string) error {
+		rss, err := p.rss()
+		if err != nil {
+			return err
+		}
+		ms.rssMB = append(ms.rssMB, rss)
+		fmt.Fprintf(os.Stderr, "memory %-8s %-14s VmRSS %.1f MB\n", f.name, what, rss)
+		return nil
+	}
+	if err := read(memPoints[0]); err != nil {
+		return ms, err
+	}
+	third := e.o.memRequests / 3
+	for i := range 3 {
+		n := third
+		if i == 2 {
+			n = e.o.memRequests - 2*third
+		}
+		if err := e.bulk(url, c.v.keys, n); err != nil {
+			return ms, err
+		}
+		if err := read(memPoints[1+i]); err != nil {
+			return ms, err
+		}
+	}
+	if !f.baseline {
+		if err := e.bulk(url, e.o.memKeys, e.o.memKeys); err != nil {
+			return ms, err
+		}
+		if err := read(memPoints[4]); err != nil {
+			return ms, err
+		}
+	}
+	body, err := p.get("/stats?filter=^wasm")
+	if err != nil {
+		return ms, err
+	}
+	ms.wasm = map[string]int64{}
+	for n, v := range parseStats(body) {
+		if keepWasmStat(n) {
+			ms.wasm[n] = v
+		}
+	}
+	return ms, nil
+}
+
+// bulk sends n requests (closed loop, -c connections) over keys values, each 200.
+func (e *env) bulk(url string, keys, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := e.loadRun(ctx, loadArgs{url: url, keys: keys, d: 2 * time.Minute, n: n, want: 200})
+	return err
+}
+
+// startup starts a fresh Envoy with the family's admit-1k listener (exact connection
+// balance), times it to /ready, and loads it for the first second after ready.
+func (e *env) startup(f family, r int) (startSample, error) {
+	up, err := freePort()
+	if err != nil {
+		return startSample{}, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return startSample{}, err
+	}
+	c := setup{f, variantNamed(baselineVariant)}
+	y, err := renderBootstrap(familySpec(f, e.wasm, e.noop, up, port))
+	if err != nil {
+		return startSample{}, err
+	}
+	dir, err := e.procDir(fmt.Sprintf("startup-%s-%d", f.name, r+1))
+	if err != nil {
+		return startSample{}, err
+	}
+	p, ready, err := startTimed(e.target.Bin, dir, y)
+	if err != nil {
+		return startSample{}, err
+	}
+	defer p.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := e.loadRun(ctx, loadArgs{url: "http://127.0.0.1:" + strconv.Itoa(port), keys: c.v.keys, d: time.Second, conc: e.o.firstConc, want: 200})
+	if err != nil {
+		return startSample{}, err
+	}
+	body, err := p.get("/stats?filter=" + workerStatFilter)
+	if err != nil {
+		return startSample{}, err
+	}
+	return startSample{ready: ready, p99: rep.P99, max: rep.Max, requests: rep.Requests,
+		workers: workerConnections(parseStats(body), port)}, nil
+}
+
 type loadReport struct {
 	Requests int     `json:"requests"`
 	RPS      float64 `json:"rps"`
+	P50      float64 `json:"p50_ms"`
+	P99      float64 `json:"p99_ms"`
+	Max      float64 `json:"max_ms"`
+	Rate     float64 `json:"rate"`
+	Sent     int64   `json:"sent"`
+	Late     int     `json:"late"`
 }
 
-// loadRun runs sluice-load once; want != 0 requires every request to get that status.
-func (e *env) loadRun(ctx context.Context, url string, keys int, d time.Duration, want int) (loadReport, error) {
-	if d <= 0 {
-		return loadReport{}, nil
+// loadArgs are one run of sluice-load.
+type loadArgs struct {
+	url    string
+	keys   int
+	d      time.Duration
+	warmup time.Duration
+	conc   int     // 0: -c
+	n      int     // stop after n measured requests; 0: its default
+	rate   float64 // open loop; 0: closed
+	want   int     // every measured request must get this status; 0: any
+}
+
+func (a loadArgs) args(defConc int) []string {
+	conc := a.conc
+	if conc == 0 {
+		conc = defConc
 	}
-	args := []string{"-url", url + "/", "-c", strconv.Itoa(e.o.conc), "-d", d.String(), "-warmup", "0",
-		"-keys", strconv.Itoa(keys), "-key-header", keyHeader, "-json", "-want-status", strconv.Itoa(want)}
-	cmd := exec.CommandContext(ctx, e.load, args...)
+	args := []string{"-url", a.url + "/", "-c", strconv.Itoa(conc), "-d", a.d.String(), "-warmup", a.warmup.String(),
+		"-keys", strconv.Itoa(a.keys), "-key-header", keyHeader, "-json", "-want-status", strconv.Itoa(a.want)}
+	if a.n > 0 {
+		args = append(args, "-n", strconv.Itoa(a.n))
+	}
+	if a.rate > 0 {
+		args = append(args, "-rate", strconv.FormatFloat(a.rate, 'f', 1, 64))
+	}
+	return args
+}
+
+// loadRun runs sluice-load once.
+func (e *env) loadRun(ctx context.Context, a loadArgs) (loadReport, error) {
+	cmd := exec.CommandContext(ctx, e.load, a.args(e.o.conc)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -348,107 +654,15 @@ func (e *env) loadRun(ctx context.Context, url string, keys int, d time.Duration
 	return rep, nil
 }
 
-// report writes the results: the command line and the setting, one table of configurations,
-// one of the families' processes.
-func (e *env) report(w io.Writer, fams []family, samples map[string][]sample, famSamples map[string][]famSample, took time.Duration, load0 string) {
-	fmt.Fprintf(w, "# %s\n", commandLine())
-	fmt.Fprintf(w, "# %s · sluice %s · Envoy %s (%s) --concurrency 2 · %d CPUs · load average %s at start, %s at end · %v\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.revision(), e.target.Version, e.target.Bin, runtime.NumCPU(), load0, build.LoadAvg(), took.Round(time.Second))
-	fmt.Fprintf(w, "%d rounds, families interleaved (rotated) within each round, one Envoy process per family and round; sluice-load -c %d, %v measured after %v of warm-up per configuration. Ratios taken per round, median (min–max) over the rounds. CPU: utime+stime of the Envoy process over the measured run per request served.\n\n",
-		e.o.rounds, e.o.conc, e.o.duration, e.o.warmup)
-	ratio := func(a, b []sample, f func(sample) float64) string {
-		var v []float64
-		for i := range min(len(a), len(b)) {
-			v = append(v, f(a[i])/f(b[i]))
-		}
-		if len(v) == 0 {
-			return "–"
-		}
-		return summarize(v).ratio()
-	}
-	rps := func(s sample) float64 { return s.rps }
-	cpu := func(s sample) float64 { return s.cpuPerReq }
-	fmt.Fprintln(w, "| configuration | req/s | Envoy CPU µs/request | req/s vs native | CPU/request vs native | req/s vs none | CPU/request vs none |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
-	none := samples["none "+baselineVariant]
-	for _, f := range fams {
-		for _, v := range variants {
-			if !slices.ContainsFunc(f.variants(), func(x variant) bool { return x.name == v.name }) {
-				continue
-			}
-			c := setup{f, v}
-			ss := samples[c.name()]
-			nv := v.name
-			native := samples["native "+nv]
-			var r, u []float64
-			for _, s := range ss {
-				r, u = append(r, s.rps), append(u, s.cpuPerReq)
-			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", c.name(), summarize(r).format("%.0f"), summarize(u).format("%.1f"),
-				ratio(ss, native, rps), ratio(ss, native, cpu), ratio(ss, none, rps), ratio(ss, none, cpu))
-		}
-	}
-	fmt.Fprintln(w, "\nBaselines (none, noop) are measured on admit-1k only; their ratios to native are to native admit-1k.")
-	fmt.Fprintln(w, "\nPer family, after its round (every variant run): Envoy VmRSS, the wasm VM stats Envoy exposes (it has no per-VM memory_size stat in this binary unless listed) and sluice's guest heap gauge (median over rounds):")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| family | VmRSS MB | RSS vs native | wasm.* stats |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
-	nat := famSamples["native"]
-	for _, f := range fams {
-		fs := famSamples[f.name]
-		var rss, rr []float64
-		for i, s := range fs {
-			rss = append(rss, s.rssMB)
-			if i < len(nat) {
-				rr = append(rr, s.rssMB/nat[i].rssMB)
-			}
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", f.name, summarize(rss).format("%.1f"), summarize(rr).ratio(), wasmStats(fs))
-	}
-	fmt.Fprintln(w)
-	for _, f := range fams {
-		fmt.Fprintf(w, "- %s: %s\n", f.name, f.what)
-	}
-	fmt.Fprintln(w, "- variants: admit-1 / admit-1k: x-key with 1 / 1,000 values round-robin, limit 1,000,000,000/s (every request 200); deny-1 / deny-1k: limit 1 per hour, every key used by the warm-up (every measured request 429)")
-	fmt.Fprintln(w, "- upstream: direct_response 200 from a second listener of the same Envoy")
-}
-
-// keepWasmStat: the VM counts and any memory figure Envoy exposes, and sluice's own heap
-// gauge; not the remote-load, reload and per-rule counters.
+// keepWasmStat: the VM counts and any memory figure Envoy exposes, and sluice's own guest
+// metrics (heap gauge, collections); not the remote-load, reload and per-rule counters.
 func keepWasmStat(n string) bool {
 	switch {
 	case strings.HasPrefix(n, "wasm.envoy.wasm.runtime."), strings.HasSuffix(n, ".wasm_vm_count"),
-		strings.Contains(n, "memory"), strings.HasSuffix(n, ".guest.heap_bytes"):
+		strings.Contains(n, "memory"), strings.Contains(n, ".sluice.guest."):
 		return true
 	}
 	return false
-}
-
-// wasmStats are the medians of the wasm.* stats of a family, "name=value" joined.
-func wasmStats(fs []famSample) string {
-	names := map[string]bool{}
-	for _, s := range fs {
-		for n := range s.wasm {
-			names[n] = true
-		}
-	}
-	var keys []string
-	for n := range names {
-		keys = append(keys, n)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, n := range keys {
-		var v []float64
-		for _, s := range fs {
-			v = append(v, float64(s.wasm[n]))
-		}
-		parts = append(parts, fmt.Sprintf("%s=%.0f", strings.TrimPrefix(n, "wasm.envoy.wasm.runtime."), summarize(v).med))
-	}
-	if len(parts) == 0 {
-		return "(none)"
-	}
-	return strings.Join(parts, " ")
 }
 
 // revision is the checkout's commit, "+dirty" with uncommitted changes ("?" outside git).
@@ -473,6 +687,9 @@ func commandLine() string {
 	}
 	if v := os.Getenv("ENVOY"); v != "" {
 		s = "ENVOY=" + v + " " + s
+	}
+	if os.Getenv("MAKELEVEL") != "" {
+		s = "make bench-envoy (" + s + ")"
 	}
 	return s
 }

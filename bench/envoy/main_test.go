@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,15 +117,20 @@ func parseBootstrap(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
 	return b
 }
 
-// TestBootstraps: every family's bootstrap is a valid Envoy v3 configuration: loopback only,
-// the upstream a direct response on the port the cluster names, one listener per variant
-// routed to it with the family's filter before the router and the limits the variant asks
-// for (sluice's configuration parses as the product parses it).
+// TestBootstraps: the shared bootstrap of a round and each family's own are valid Envoy v3
+// configurations: loopback only, the upstream a direct response on the port the cluster
+// names, one listener per configuration routed to it with the family's filter before the
+// router and the limits the variant asks for (sluice's configuration parses as the product
+// parses it), one VM per family.
 func TestBootstraps(t *testing.T) {
-	const port, wasm = 18123, "/tmp/bench-envoy/sluice.wasm"
+	const port, wasm, noop = 18123, "/tmp/bench-envoy/sluice.wasm", "/tmp/bench-envoy/noop.wasm"
+	specs := map[string]bootstrapSpec{"shared": sharedSpec(families, wasm, noop, port)}
 	for _, f := range families {
-		t.Run(f.name, func(t *testing.T) {
-			y, err := renderBootstrap(f, wasm, port)
+		specs[f.name] = familySpec(f, wasm, noop, port, 18124)
+	}
+	for name, spec := range specs {
+		t.Run(name, func(t *testing.T) {
+			y, err := renderBootstrap(spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,9 +147,10 @@ func TestBootstraps(t *testing.T) {
 				t.Errorf("upstream endpoint %s:%d, want 127.0.0.1:%d", ep.GetAddress(), ep.GetPortValue(), port)
 			}
 			ls := b.GetStaticResources().GetListeners()
-			if len(ls) != 1+len(variants) {
-				t.Fatalf("%d listeners, want the upstream and %d variants", len(ls), len(variants))
+			if len(ls) != 1+len(spec.listeners) {
+				t.Fatalf("%d listeners, want the upstream and %d", len(ls), len(spec.listeners))
 			}
+			vms := map[string]string{} // vm_id → module
 			for i, l := range ls {
 				sa := l.GetAddress().GetSocketAddress()
 				if sa.GetAddress() != "127.0.0.1" {
@@ -167,26 +174,50 @@ func TestBootstraps(t *testing.T) {
 					}
 					continue
 				}
-				v := variants[i-1]
-				if l.GetName() != listenerName(v) || sa.GetPortValue() != 0 {
-					t.Errorf("listener %s port %d, want %s on a free port", l.GetName(), sa.GetPortValue(), listenerName(v))
+				want := spec.listeners[i-1]
+				if l.GetName() != listenerName(want.c) || sa.GetPortValue() != uint32(want.port) {
+					t.Errorf("listener %s port %d, want %s on %d", l.GetName(), sa.GetPortValue(), listenerName(want.c), want.port)
+				}
+				if got := l.GetConnectionBalanceConfig().GetExactBalance() != nil; got != want.exact {
+					t.Errorf("%s: exact balance %v, want %v", l.GetName(), got, want.exact)
 				}
 				if routes[0].GetRoute().GetCluster() != "upstream" {
 					t.Errorf("%s: not routed to upstream", l.GetName())
 				}
-				checkFilter(t, f, v, filters, wasm)
+				module := wasm
+				if want.c.f.kind == "noop" {
+					module = noop
+				}
+				if id := checkFilter(t, want.c.f, want.c.v, filters, module); id != "" {
+					if m, ok := vms[id]; ok && m != module {
+						t.Errorf("vm %s runs %s and %s", id, m, module)
+					}
+					vms[id] = module
+				}
+			}
+			if name == "shared" && len(vms) != 4 {
+				t.Errorf("VMs %v: want one per Wasm family", vms)
 			}
 		})
 	}
+	// The shared bootstrap holds every configuration once; a family's, its admit-1k.
+	if got, want := len(specs["shared"].listeners), 2+4*len(variants); got != want {
+		t.Errorf("shared: %d listeners, want %d", got, want)
+	}
+	if l := specs["tb-none"].listeners; len(l) != 1 || l[0].c.v.name != baselineVariant || !l[0].exact {
+		t.Errorf("family tb-none alone: %+v", l)
+	}
 }
 
-func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter, wasm string) {
+// checkFilter checks a listener's filters against its configuration and returns the
+// vm_id of its Wasm filter ("" without one).
+func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter, wasm string) string {
 	t.Helper()
 	if f.kind == "none" {
 		if len(filters) != 1 {
 			t.Errorf("%s: %d filters, want the router alone", v.name, len(filters))
 		}
-		return
+		return ""
 	}
 	if len(filters) != 2 {
 		t.Fatalf("%s: %d filters, want the family's and the router", v.name, len(filters))
@@ -222,6 +253,7 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 		if tb.GetMaxTokens() != wantTok || tb.GetTokensPerFill().GetValue() != wantTok || tb.GetFillInterval().AsDuration() != wantFill {
 			t.Errorf("%s: bucket %v, want %d per %v", v.name, tb, wantTok, wantFill)
 		}
+		return ""
 	case "noop", "sluice":
 		var w wasmv3.Wasm
 		if err := filters[0].GetTypedConfig().UnmarshalTo(&w); err != nil {
@@ -239,7 +271,7 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 			if cfg.GetValue() != "" {
 				t.Errorf("noop configuration %q, want empty", cfg.GetValue())
 			}
-			return
+			return vm.GetVmId()
 		}
 		if cfg.GetValue() != pluginConfig(f, v) {
 			t.Errorf("plugin configuration changed in rendering:\n%s\nwant\n%s", cfg.GetValue(), pluginConfig(f, v))
@@ -259,6 +291,136 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 		}
 		if !strings.Contains(cfg.GetValue(), `"headers":"`+f.headers+`"`) {
 			t.Errorf("%s: response headers not %q", v.name, f.headers)
+		}
+		if r.Name != (setup{f, v}).ruleName() {
+			t.Errorf("rule %q, want %q", r.Name, setup{f, v}.ruleName())
+		}
+		return vm.GetVmId()
+	}
+	return ""
+}
+
+// Every round runs every item once; the rounds start at items spread over the list; odd
+// rounds run backwards, so that of two neighbours each goes first in some round.
+func TestRoundOrder(t *testing.T) {
+	const n, rounds = 18, 5
+	starts := map[int]bool{}
+	before := map[[2]int]bool{}
+	for r := range rounds {
+		o := roundOrder(n, r, rounds)
+		seen := map[int]bool{}
+		for _, i := range o {
+			if i < 0 || i >= n || seen[i] {
+				t.Fatalf("round %d: %v is not a permutation of 0..%d", r, o, n-1)
+			}
+			seen[i] = true
+		}
+		if len(seen) != n {
+			t.Fatalf("round %d: %v misses items", r, o)
+		}
+		starts[o[0]] = true
+		for k := 1; k < n; k++ {
+			before[[2]int{o[k-1], o[k]}] = true
+		}
+	}
+	if len(starts) != rounds {
+		t.Errorf("rounds start at %v, want %d different items", starts, rounds)
+	}
+	for i := range n - 1 {
+		if !before[[2]int{i, i + 1}] || !before[[2]int{i + 1, i}] {
+			t.Errorf("neighbours %d and %d: not each first in some round", i, i+1)
+		}
+	}
+	if got := roundOrder(4, 0, 1); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Errorf("round 0: %v, want the list's order", got)
+	}
+	if got := roundOrder(4, 1, 2); !slices.Equal(got, []int{1, 0, 3, 2}) {
+		t.Errorf("round 1 of 2: %v, want rotated by 2 and reversed", got)
+	}
+	if got := roundOrder(0, 3, 5); len(got) != 0 {
+		t.Errorf("no items: %v", got)
+	}
+}
+
+// The configurations: every family's variants once (the baselines admit-1k only), grouped
+// by variant so that a variant's configurations neighbour each other.
+func TestConfigurations(t *testing.T) {
+	cs := configurations(families)
+	if len(cs) != 2+4*len(variants) {
+		t.Fatalf("%d configurations", len(cs))
+	}
+	seen := map[string]bool{}
+	for i, c := range cs {
+		if seen[c.name()] {
+			t.Errorf("%s twice", c.name())
+		}
+		seen[c.name()] = true
+		if c.f.baseline && c.v.name != baselineVariant {
+			t.Errorf("baseline %s on %s", c.f.name, c.v.name)
+		}
+		if i > 0 && cs[i-1].v.name != c.v.name && seen["x "+c.v.name] {
+			t.Errorf("variant %s split", c.v.name)
+		}
+		seen["x "+c.v.name] = true
+	}
+	if l := latencyFamilies(families); len(l) != 4 || l[0].name != "native" {
+		t.Errorf("latency families %v, want native and the three sluice families", l)
+	}
+}
+
+func TestWorkerConnections(t *testing.T) {
+	st := parseStats("listener.127.0.0.1_4001.worker_0.downstream_cx_total: 8\nlistener.127.0.0.1_4001.worker_1.downstream_cx_total: 7\n" +
+		"listener.127.0.0.1_4002.worker_0.downstream_cx_total: 99\nlistener.127.0.0.1_4001.worker_1.downstream_cx_active: 7\n")
+	got := workerConnections(st, 4001)
+	if len(got) != 2 || got[0] != 8 || got[1] != 7 {
+		t.Errorf("workerConnections = %v, want 0:8 1:7", got)
+	}
+}
+
+func TestParsePhases(t *testing.T) {
+	ph, err := parsePhases("throughput, latency,memory")
+	if err != nil || !ph["throughput"] || !ph["latency"] || !ph["memory"] || ph["startup"] {
+		t.Errorf("parsePhases = %v, %v", ph, err)
+	}
+	for _, bad := range []string{"", "latency", "throughput,cpu"} {
+		if _, err := parsePhases(bad); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
+
+func TestLoadArgs(t *testing.T) {
+	a := loadArgs{url: "http://127.0.0.1:1", keys: 1000, d: 3 * time.Second, warmup: time.Second, rate: 2500.25, want: 200}
+	got := strings.Join(a.args(32), " ")
+	want := "-url http://127.0.0.1:1/ -c 32 -d 3s -warmup 1s -keys 1000 -key-header x-key -json -want-status 200 -rate 2500.2"
+	if got != want {
+		t.Errorf("args\n%s\nwant\n%s", got, want)
+	}
+	a = loadArgs{url: "http://127.0.0.1:1", keys: 200000, d: time.Minute, n: 200000, conc: 16}
+	if got := strings.Join(a.args(32), " "); !strings.Contains(got, "-c 16 ") || !strings.HasSuffix(got, "-want-status 0 -n 200000") {
+		t.Errorf("args %s", got)
+	}
+}
+
+func TestReportHelpers(t *testing.T) {
+	ms := memSample{rssMB: []float64{100, 120, 121, 122.5, 130}}
+	if g := ms.requestGrowth(); g != 2.5 {
+		t.Errorf("requestGrowth = %v", g)
+	}
+	if g, ok := ms.keyGrowth(); !ok || g != 7.5 {
+		t.Errorf("keyGrowth = %v, %v", g, ok)
+	}
+	if _, ok := (memSample{rssMB: []float64{1, 2, 3, 4}}).keyGrowth(); ok {
+		t.Error("keyGrowth without the keys reading")
+	}
+	a := []sample{{rps: 10}, {rps: 20}, {rps: 30}}
+	b := []sample{{rps: 5}, {rps: 40}}
+	if got := perRound(a, b, rpsOf); !slices.Equal(got, []float64{2, 0.5}) {
+		t.Errorf("perRound = %v", got)
+	}
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 300000: "300,000", 1234567: "1,234,567"} {
+		if got := thousands(n); got != want {
+			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

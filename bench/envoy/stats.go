@@ -83,3 +83,27 @@ func parseStats(s string) map[string]int64 {
 	}
 	return m
 }
+
+// workerStatFilter selects the per-worker connection counters in /stats.
+const workerStatFilter = `worker_[0-9]+\.downstream_cx_total`
+
+// workerConnections are the connections each worker accepted on the listener bound to
+// 127.0.0.1:port, from its listener.127.0.0.1_PORT.worker_N.downstream_cx_total counters.
+func workerConnections(stats map[string]int64, port int) map[int]int64 {
+	prefix := "listener.127.0.0.1_" + strconv.Itoa(port) + ".worker_"
+	m := map[int]int64{}
+	for n, v := range stats {
+		rest, ok := strings.CutPrefix(n, prefix)
+		if !ok {
+			continue
+		}
+		w, ok := strings.CutSuffix(rest, ".downstream_cx_total")
+		if !ok {
+			continue
+		}
+		if i, err := strconv.Atoi(w); err == nil {
+			m[i] = v
+		}
+	}
+	return m
+}
