@@ -1,0 +1,553 @@
+// Command envoy-perf profiles one real Envoy (V8) serving sluice and splits its CPU into
+// sides: the guest's compiled wasm functions, V8's generated stubs, host calls (everything
+// a guest frame called: the C API callback, proxy-wasm-cpp-host, Envoy's host functions,
+// libc and the kernel under them), the machinery of Envoy's calls into the guest, the rest
+// of Envoy, and the kernel; then the top functions of each side.
+//
+//	go run ./bench/cmd/envoy-perf [-config sluice|noop|native|none] [-headers both|none]
+//	    [-deny] [-keys 1000] [-d 10s] [-warmup 3s] [-c 32] [-runs 1] [-F 999] [-envoy PATH] [-wasm FILE]
+//
+// Names for V8's generated code come from V8's perf map (/tmp/perf-PID.map, which perf
+// reads): Envoy gives no way to pass V8 flags, so the command runs a copy of the Envoy
+// binary with V8's perf_basic_prof flag set in its data (see enableV8Flag); the map names
+// each compiled wasm function after the module's name section. Envoy's release binaries
+// are stripped, so Envoy's own code is split by the call chains only: perf records frame
+// pointer chains (Envoy and V8's generated code keep frame pointers), a sample with a
+// guest frame above its leaf is a host call, and one inside the frames that enter the
+// guest is part of the call into the guest.
+//
+// Setup: Envoy 1.40.0 (default; -envoy or $ENVOY for another), --concurrency 2, one
+// listener with the configuration under test (sluice: token_bucket on x-key, limit far
+// above the load, response headers -headers; noop: the no-op standard-Go module; native:
+// Envoy's local_ratelimit with a token bucket per x-key value; none: only the router),
+// upstream a direct response from a second listener of the same Envoy. With -deny the
+// limit (sluice, native) is 1 per hour and the warm-up uses every key, so every sampled
+// request is refused (429). sluice-load drives -c connections over -keys values of x-key:
+// -warmup of load, then a second run during which perf samples the Envoy process (perf
+// record -e cpu-clock -F F -g) for -d, every request required to get the expected status. Envoy's CPU per request is its
+// utime+stime over the sampled interval divided by the requests its listener served then
+// (perf's own cost included: compare runs of this command with each other only).
+//
+// The report goes to stdout and is appended to -out (bench/envoy-perf-results.txt), one
+// header line per run: date · commit · command. Loopback only; every process it starts is
+// stopped by its PID; Linux x86-64 only (perf, /proc).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/template"
+	"time"
+
+	"github.com/sluice-proxy/sluice/bench/internal/build"
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
+)
+
+type options struct {
+	config   string
+	headers  string
+	deny     bool
+	keys     int
+	duration time.Duration
+	warmup   time.Duration
+	conc     int
+	runs     int
+	freq     int
+	top      int
+	envoy    string
+	version  string
+	wasm     string
+	out      string
+	keep     bool
+}
+
+const keyHeader = "x-key"
+
+func main() {
+	var o options
+	flag.StringVar(&o.config, "config", "sluice", "what the listener runs: sluice, noop, native or none")
+	flag.StringVar(&o.headers, "headers", "both", "sluice's response headers: both or none")
+	flag.BoolVar(&o.deny, "deny", false, "limit 1 per hour: every sampled request refused (sluice, native)")
+	flag.IntVar(&o.keys, "keys", 1000, "distinct x-key values, round-robin")
+	flag.DurationVar(&o.duration, "d", 10*time.Second, "sampled duration")
+	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "load before sampling (V8 compiles the module's functions lazily)")
+	flag.IntVar(&o.conc, "c", 32, "connections of the load generator")
+	flag.IntVar(&o.runs, "runs", 1, "runs, one Envoy process each")
+	flag.IntVar(&o.freq, "F", 999, "sampling frequency (Hz)")
+	flag.IntVar(&o.top, "top", 25, "items listed per side")
+	flag.StringVar(&o.envoy, "envoy", "", "Envoy binary (default: $ENVOY, else the pinned -envoy-version, fetched when missing)")
+	flag.StringVar(&o.version, "envoy-version", "1.40.0", "pinned Envoy version when neither -envoy nor $ENVOY is set")
+	flag.StringVar(&o.wasm, "wasm", "", "sluice.wasm to load (default: built and patched into a temporary directory)")
+	flag.StringVar(&o.out, "out", "", "results file to append to (default: bench/envoy-perf-results.txt; \"-\": none)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (perf.data and perf.txt, the perf script output, per run)")
+	flag.Parse()
+	switch {
+	case o.config != "sluice" && o.config != "noop" && o.config != "native" && o.config != "none":
+		fail(fmt.Errorf("-config %q: want sluice, noop, native or none", o.config))
+	case o.headers != "both" && o.headers != "none":
+		fail(fmt.Errorf("-headers %q: want both or none", o.headers))
+	case o.keys < 1 || o.duration <= 0 || o.conc < 1 || o.runs < 1 || o.freq < 1 || o.warmup < 0:
+		fail(errors.New("-keys, -d, -c, -runs and -F must be positive"))
+	case o.deny && (o.config == "noop" || o.config == "none"):
+		fail(errors.New("-deny needs -config sluice or native"))
+	case o.deny && o.warmup == 0:
+		fail(errors.New("-deny needs a warm-up (it uses every key once)"))
+	}
+	if err := run(o); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "envoy-perf:", err)
+	os.Exit(1)
+}
+
+func run(o options) error {
+	if _, err := exec.LookPath("perf"); err != nil {
+		return errors.New("perf is not installed")
+	}
+	root, dir, err := build.Workspace("envoy-perf")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Fprintf(os.Stderr, "envoy-perf: keeping %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	load := filepath.Join(dir, "sluice-load")
+	steps := []build.Step{build.Command("./bench/cmd/sluice-load", load)}
+	wasm := ""
+	switch {
+	case o.config == "sluice" && o.wasm != "":
+		if wasm, err = filepath.Abs(o.wasm); err != nil {
+			return err
+		}
+	case o.config == "sluice":
+		wasm = filepath.Join(dir, "sluice.wasm")
+		steps = append(steps, build.SluiceWasm(wasm), build.Patch(wasm))
+	case o.config == "noop":
+		wasm = filepath.Join(dir, "noop.wasm")
+		steps = append(steps, build.NoopWasm(wasm), build.Patch(wasm))
+	}
+	if err := build.Run(root, dir, "envoy-perf", steps...); err != nil {
+		return err
+	}
+	bin := o.envoy
+	if bin == "" {
+		bin = os.Getenv("ENVOY")
+	}
+	if strings.HasPrefix(bin, "docker:") {
+		return errors.New("ENVOY=docker:… is not supported: perf samples a local process")
+	}
+	if bin == "" {
+		if bin, err = envoyproc.Binary(o.version); err != nil {
+			return err
+		}
+	}
+	version, err := envoyproc.Version(bin)
+	if err != nil {
+		return err
+	}
+	run, mapNote := filepath.Join(dir, "envoy"), "V8 perf map from perf_basic_prof set in a copy of the binary"
+	if err := enableV8Flag(bin, run, "perf_basic_prof"); err != nil {
+		fmt.Fprintf(os.Stderr, "envoy-perf: no V8 perf map (%v): V8's code stays unnamed\n", err)
+		run, mapNote = bin, "no V8 perf map ("+err.Error()+")"
+	}
+	var report bytes.Buffer
+	fmt.Fprintf(&report, "# %s · %s · %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), revision(root), commandLine())
+	fmt.Fprintf(&report, "# Envoy %s (%s) --concurrency 2, %s · %s · load average %s\n", version, bin, mapNote, describe(o), build.LoadAvg())
+	for r := 1; r <= o.runs; r++ {
+		if err := runOnce(o, r, dir, run, wasm, load, &report); err != nil {
+			return fmt.Errorf("run %d: %v", r, err)
+		}
+	}
+	fmt.Fprintln(&report)
+	os.Stdout.Write(report.Bytes())
+	out := o.out
+	if out == "" {
+		out = filepath.Join(root, "bench", "envoy-perf-results.txt")
+	}
+	if out == "-" {
+		return nil
+	}
+	f, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(report.Bytes()); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "envoy-perf: appended to %s\n", out)
+	return f.Close()
+}
+
+func describe(o options) string {
+	outcome := "admitted"
+	if o.deny {
+		outcome = "denied (1 per hour)"
+	}
+	what := map[string]string{
+		"sluice": "sluice token_bucket on " + keyHeader + ", " + outcome + ", response headers " + o.headers,
+		"noop":   "the no-op standard-Go module",
+		"native": "Envoy's local_ratelimit, a token bucket per " + keyHeader + " value, " + outcome,
+		"none":   "no filter but the router",
+	}[o.config]
+	return fmt.Sprintf("%s · sluice-load -c %d over %d keys · perf record -e cpu-clock -F %d -g for %v after %v of load",
+		what, o.conc, o.keys, o.freq, o.duration, o.warmup)
+}
+
+// runOnce starts one Envoy, loads it, samples it and writes the breakdown.
+func runOnce(o options, r int, dir, bin, wasm, load string, w *bytes.Buffer) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	y, err := renderBootstrap(o, wasm, port)
+	if err != nil {
+		return err
+	}
+	rdir := filepath.Join(dir, fmt.Sprintf("run-%d", r))
+	if err := os.MkdirAll(rdir, 0o755); err != nil {
+		return err
+	}
+	// V8 writes a small isolate-*-v8.log per isolate when it logs code: in the run's directory.
+	if err := os.Chdir(rdir); err != nil {
+		return err
+	}
+	e, err := envoyproc.Start(context.Background(), envoyproc.Target{Version: filepath.Base(bin), Bin: bin},
+		envoyproc.Options{Bootstrap: y, Concurrency: 2, Dir: rdir})
+	if err != nil {
+		return err
+	}
+	pid := e.PID()
+	mapFile := fmt.Sprintf("/tmp/perf-%d.map", pid)
+	defer os.Remove(mapFile)
+	defer e.Stop()
+	url, err := e.URL("front")
+	if err != nil {
+		return err
+	}
+	// The warm-up (which also uses every key once: the denied setup's keys are exhausted
+	// after it), then one load run covering the sampled interval and a second on either side.
+	total := o.duration + 2*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), o.warmup+total+time.Minute)
+	defer cancel()
+	loadArgs := func(d time.Duration, want int) []string {
+		return []string{"-url", url + "/", "-c", strconv.Itoa(o.conc), "-d", d.String(), "-warmup", "0",
+			"-keys", strconv.Itoa(o.keys), "-key-header", keyHeader, "-json", "-want-status", strconv.Itoa(want)}
+	}
+	if o.warmup > 0 {
+		wcmd := exec.CommandContext(ctx, load, loadArgs(o.warmup, 0)...)
+		wcmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if msg, err := wcmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("warm-up: %v: %s", err, msg)
+		}
+	}
+	want := 200
+	if o.deny {
+		want = 429
+	}
+	lcmd := exec.CommandContext(ctx, load, loadArgs(total, want)...)
+	lcmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var lout, lerr bytes.Buffer
+	lcmd.Stdout, lcmd.Stderr = &lout, &lerr
+	if err := lcmd.Start(); err != nil {
+		return err
+	}
+	loadDone := make(chan error, 1)
+	go func() { loadDone <- lcmd.Wait() }()
+	select {
+	case err := <-loadDone:
+		return fmt.Errorf("sluice-load ended early: %v: %s%s", err, lerr.String(), lout.String())
+	case <-time.After(time.Second):
+	}
+	data := filepath.Join(rdir, "perf.data")
+	rq0, err := requests(e)
+	if err != nil {
+		return err
+	}
+	cpu0, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	pcmd := exec.CommandContext(ctx, "perf", "record", "-q", "-e", "cpu-clock", "-F", strconv.Itoa(o.freq), "-g",
+		"-p", strconv.Itoa(pid), "-o", data, "--", "sleep", strconv.FormatFloat(o.duration.Seconds(), 'f', 3, 64))
+	pcmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if msg, err := pcmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("perf record: %v\n%s", err, msg)
+	}
+	elapsed := time.Since(t0)
+	cpu1, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	rq1, err := requests(e)
+	if err != nil {
+		return err
+	}
+	if err := <-loadDone; err != nil {
+		return fmt.Errorf("sluice-load: %v: %s%s", err, lerr.String(), lout.String())
+	}
+	var rep struct {
+		Requests int     `json:"requests"`
+		RPS      float64 `json:"rps"`
+	}
+	if err := json.Unmarshal(lout.Bytes(), &rep); err != nil {
+		return fmt.Errorf("sluice-load output: %v", err)
+	}
+	// perf script reads the map while the process's map file is still there.
+	scmd := exec.Command("perf", "script", "-i", data, "-F", "comm,tid,ip,sym,dso")
+	var sout, serr bytes.Buffer
+	scmd.Stdout, scmd.Stderr = &sout, &serr
+	if err := scmd.Run(); err != nil {
+		return fmt.Errorf("perf script: %v\n%s", err, serr.String())
+	}
+	if o.keep {
+		if err := os.WriteFile(filepath.Join(rdir, "perf.txt"), sout.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	ss, err := parseScript(&sout)
+	if err != nil {
+		return err
+	}
+	if len(ss) == 0 {
+		return errors.New("perf recorded no samples")
+	}
+	served := rq1 - rq0
+	if served <= 0 {
+		return errors.New("no request served while sampled")
+	}
+	cpu := cpu1 - cpu0
+	us := float64(cpu.Microseconds()) / float64(served)
+	c := &classifier{envoy: bin}
+	b := c.sort(ss)
+	fmt.Fprintf(w, "\n## run %d: %.0f req/s while sampled (%.0f over the whole load), Envoy CPU %.2f cores, %.1f µs/request\n",
+		r, float64(served)/elapsed.Seconds(), rep.RPS, cpu.Seconds()/elapsed.Seconds(), us)
+	if !b.named {
+		fmt.Fprintln(w, "(V8's code unnamed: guest functions and V8's stubs are not told apart)")
+	}
+	b.write(w, us, o.top)
+	fmt.Fprintf(os.Stderr, "envoy-perf: run %d: %.0f req/s, %.1f µs/request, guest %.1f%%, host calls %.1f%%\n", r,
+		float64(served)/elapsed.Seconds(), us, 100*float64(b.side[sideGuest])/float64(b.total), 100*float64(b.side[sideHost])/float64(b.total))
+	return nil
+}
+
+// requests is how many requests the measured listener has served (its downstream_rq_total).
+func requests(e *envoyproc.Envoy) (int64, error) {
+	s, err := e.Get("/stats?filter=^http\\.front\\.downstream_rq_total$")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(s, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if ok && name == "http.front.downstream_rq_total" {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no http.front.downstream_rq_total in %q", s)
+}
+
+// cpuTime is the process's utime+stime (from /proc/PID/stat, in clock ticks of 1/100 s).
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("unreadable /proc stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("unreadable /proc stat times")
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+func revision(root string) string {
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "?"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		rev += "+dirty"
+	}
+	return rev
+}
+
+func commandLine() string {
+	s := "go run ./bench/cmd/envoy-perf"
+	if len(os.Args) > 1 {
+		s += " " + strings.Join(os.Args[1:], " ")
+	}
+	if v := os.Getenv("ENVOY"); v != "" {
+		s = "ENVOY=" + v + " " + s
+	}
+	return s
+}
+
+// freePort is a loopback port that was free a moment ago (the upstream's, which the cluster
+// names before Envoy starts).
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+type bootstrapData struct {
+	UpstreamPort int
+	Config       string
+	WasmPath     string
+	VMID         string
+	Plugin       string // JSON string literal of sluice's configuration
+	Tokens       int    // native: the descriptor's bucket
+	FillSecs     int
+}
+
+func renderBootstrap(o options, wasm string, upstreamPort int) ([]byte, error) {
+	d := bootstrapData{UpstreamPort: upstreamPort, Config: o.config, WasmPath: wasm, Tokens: 1_000_000_000, FillSecs: 1}
+	if o.deny {
+		d.Tokens, d.FillSecs = 1, 3600
+	}
+	switch o.config {
+	case "sluice":
+		limit, window := "1000000000", "1s"
+		if o.deny {
+			limit, window = "1", "1h"
+		}
+		cfg := fmt.Sprintf(`{"rules":[{"name":"perf","key":[{"header":%q}],"algorithm":"token_bucket","limit":%s,"window":%q}],"response":{"headers":%q}}`,
+			keyHeader, limit, window, o.headers)
+		b, _ := json.Marshal(cfg)
+		d.VMID, d.Plugin = "sluice", string(b)
+	case "noop":
+		d.VMID, d.Plugin = "noop", `""`
+	}
+	var buf bytes.Buffer
+	err := bootstrapTmpl.Execute(&buf, d)
+	return buf.Bytes(), err
+}
+
+var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{"quote": strconv.Quote}).Parse(`# envoy-perf: {{.Config}}; loopback only
+admin:
+  address:
+    socket_address: {address: 127.0.0.1, port_value: 0}
+static_resources:
+  listeners:
+  - name: upstream
+    address:
+      socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: upstream
+          route_config:
+            virtual_hosts:
+            - name: upstream
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                direct_response: {status: 200, body: {inline_string: "ok\n"}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  - name: front
+    address:
+      socket_address: {address: 127.0.0.1, port_value: 0}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: front
+          route_config:
+            virtual_hosts:
+            - name: backend
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: upstream}
+          http_filters:
+{{- if eq .Config "native"}}
+          - name: envoy.filters.http.local_ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+              stat_prefix: front
+              token_bucket: {max_tokens: 1000000000, tokens_per_fill: 1000000000, fill_interval: 1s}
+              filter_enabled:
+                default_value: {numerator: 100, denominator: HUNDRED}
+              filter_enforced:
+                default_value: {numerator: 100, denominator: HUNDRED}
+              always_consume_default_token_bucket: false
+              max_dynamic_descriptors: 2000
+              rate_limits:
+              - actions:
+                - request_headers: {header_name: x-key, descriptor_key: key}
+              descriptors:
+              - entries: [{key: key}]
+                token_bucket: {max_tokens: {{.Tokens}}, tokens_per_fill: {{.Tokens}}, fill_interval: {{.FillSecs}}s}
+{{- end}}
+{{- if .VMID}}
+          - name: {{.VMID}}
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: {{.VMID}}
+                root_id: {{.VMID}}
+                failure_policy: FAIL_CLOSED
+                vm_config:
+                  vm_id: {{.VMID}}
+                  runtime: envoy.wasm.runtime.v8
+                  code:
+                    local:
+                      filename: {{quote .WasmPath}}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {{.Plugin}}
+{{- end}}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    circuit_breakers:
+      thresholds:
+      - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
+`))
