@@ -34,7 +34,7 @@
 //     slowest request and p99, and the connections each worker took.
 //
 // Results go to stdout and to -out (bench/envoy/results.txt): a header line (date, commit,
-// command), the setting, the goals of issue 25 against the figures, then the tables.
+// command), the setting, the performance goals against the figures, then the tables.
 //
 // Bounds: loopback only; every process it starts is stopped by its PID; Linux only (/proc).
 package main

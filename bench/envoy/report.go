@@ -89,7 +89,7 @@ func (e *env) report(w io.Writer, fams []family, ph map[string]bool, res *result
 	fmt.Fprintln(w, "- median (min–max) over the rounds; a ratio is taken per round (both figures from the same process, seconds apart) before the median")
 }
 
-// goals is issue 25's goals, one row each, against the medians (✓ met, ✗ not).
+// goals are the performance goals (docs/performance.md), one row each, against the medians (✓ met, ✗ not).
 func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) {
 	if len(sf) == 0 {
 		return
@@ -192,7 +192,7 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "Goals (issue 25), medians over the rounds (min–max); ✓ met, ✗ not:")
+	fmt.Fprintln(w, "Goals, medians over the rounds (min–max); ✓ met, ✗ not:")
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "| goal |")
 	for _, f := range sf {
