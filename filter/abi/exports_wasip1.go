@@ -20,6 +20,14 @@ func SetHandler(h Handler) { handler = h }
 // panic (logged at critical level; the callback then returns its safe value:
 // Continue for stream callbacks, false for configure/vm_start, true for
 // on_done). A panic never crosses into the host as a trap.
+//
+// The body and trailer callbacks (proxy_on_request_body, proxy_on_request_trailers,
+// proxy_on_response_body, proxy_on_response_trailers) are not exported: the filter
+// decides at the headers and would only answer Continue, which is what a host does
+// for a callback the module lacks (proxy-wasm-cpp-host checks for each export before
+// calling it, as the embedded host does). Exported, they cost a call into the guest per
+// body chunk of every request and response; in Envoy's V8 the machinery of a call costs
+// more than such a callback's guest code.
 
 //go:wasmexport proxy_abi_version_0_2_1
 func proxyABIVersion() {}
@@ -78,12 +86,6 @@ func proxyOnRequestHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
 	return uint32(handler.OnRequestHeaders(id, int(numHeaders), endOfStream != 0))
 }
 
-//go:wasmexport proxy_on_request_body
-func proxyOnRequestBody(id, bodySize, endOfStream uint32) uint32 { return uint32(ActionContinue) }
-
-//go:wasmexport proxy_on_request_trailers
-func proxyOnRequestTrailers(id, numTrailers uint32) uint32 { return uint32(ActionContinue) }
-
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
 	enter()
@@ -96,12 +98,6 @@ func proxyOnResponseHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
 	}()
 	return uint32(handler.OnResponseHeaders(id, int(numHeaders), endOfStream != 0))
 }
-
-//go:wasmexport proxy_on_response_body
-func proxyOnResponseBody(id, bodySize, endOfStream uint32) uint32 { return uint32(ActionContinue) }
-
-//go:wasmexport proxy_on_response_trailers
-func proxyOnResponseTrailers(id, numTrailers uint32) uint32 { return uint32(ActionContinue) }
 
 //go:wasmexport proxy_on_log
 func proxyOnLog(id uint32) {
