@@ -162,8 +162,8 @@ func enter() {
 	depth++
 	if depth == 1 {
 		arenaOff = 0
-		gcChecks++ // a uint8: wraps to 0 every gcCheckEvery (256) callbacks
-		if gcChecks == 0 || arenaOverflow {
+		gcChecks++
+		if gcChecks&(gcCheckEvery-1) == 0 || arenaOverflow {
 			enterSlow()
 		}
 	}
@@ -173,7 +173,7 @@ func enter() {
 // every callback: overflow buffers to drop (and perhaps a heap check, when
 // they add up to gcBigBytes), or the periodic heap check.
 func enterSlow() {
-	due := gcChecks == 0
+	due := gcChecks&(gcCheckEvery-1) == 0
 	if arenaOverflow {
 		arenaOverflow = false
 		clear(arenaBig)

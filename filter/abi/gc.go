@@ -8,5 +8,6 @@ var gcCycles, gcHeap uint64
 func GCCycles() uint64 { return gcCycles }
 
 // HeapBytes reports the bytes of heap objects (live and not yet swept) as of the last heap
-// check or collection — a few requests old at most, and read without measuring again.
+// check or collection — at most 4096 callbacks (some hundreds of requests) old
+// unless overflow buffers forced a check sooner, and read without measuring again.
 func HeapBytes() uint64 { return gcHeap }
