@@ -7,7 +7,7 @@ BIN       := $(DIST)/sluice
 LISTEN    ?= 127.0.0.1:8080
 ADMIN     ?= 127.0.0.1:9901
 
-.PHONY: all build wasm test test-unit bench bench-rls bench-startup bench-compare check run e2e-envoy envoy-fetch envoy-run fuzz clean
+.PHONY: all build wasm test test-unit bench bench-envoy-perf bench-rls bench-startup bench-compare check run e2e-envoy envoy-fetch envoy-run fuzz clean
 
 # Real Envoy (e2e/envoyproc): ENVOY=/path/to/envoy (or docker:IMAGE) runs one binary;
 # ENVOY_VERSIONS="1.36.4 1.40.0" chooses pinned versions, fetched into SLUICE_ENVOY_CACHE
@@ -118,6 +118,12 @@ bench-compare:
 BENCH_ENVOY_FLAGS ?=
 bench-envoy: wasm
 	$(GO) run ./bench/envoy -wasm $(WASM) $(BENCH_ENVOY_FLAGS)
+
+# Where Envoy's CPU goes with sluice in V8 (Linux perf; V8's perf map from a copy of the
+# binary with perf_basic_prof set): shares per side, appended to bench/envoy-perf-results.txt.
+ENVOY_PERF_FLAGS ?=
+bench-envoy-perf:
+	$(GO) run ./bench/cmd/envoy-perf $(ENVOY_PERF_FLAGS)
 
 # Short fuzzing pass over every fuzz target (FUZZTIME per target).
 FUZZTIME ?= 10s
