@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/sluice-proxy/sluice/bench/internal/envoyconf"
 	"strconv"
 	"text/template"
 )
@@ -136,16 +137,10 @@ func variantNamed(n string) variant {
 }
 
 type listenerData struct {
-	Name     string
-	Port     int
-	Exact    bool
-	Native   bool
-	Wasm     bool
-	VMID     string
-	WasmPath string
-	Config   string // JSON string literal of the plugin configuration
-	MaxToks  int
-	FillSecs int
+	Name    string
+	Port    int
+	Exact   bool
+	Filters string // the http_filters list (envoyconf)
 }
 
 type bootstrapData struct {
@@ -162,20 +157,25 @@ func renderBootstrap(spec bootstrapSpec) ([]byte, error) {
 	for _, ls := range spec.listeners {
 		f, v := ls.c.f, ls.c.v
 		l := listenerData{Name: listenerName(ls.c), Port: ls.port, Exact: ls.exact}
+		fc := envoyconf.Filters{StatPrefix: l.Name}
 		switch f.kind {
 		case "none":
 		case "noop":
-			l.Wasm, l.VMID, l.WasmPath, l.Config = true, vmID(f), spec.noop, `""`
+			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), spec.noop, `""`
 		case "native":
-			l.Native, l.MaxToks, l.FillSecs = true, admitLimit, 1
+			fc.Native, fc.Tokens, fc.FillSecs = true, admitLimit, 1
 			if v.deny {
-				l.MaxToks, l.FillSecs = denyLimit, 3600
+				fc.Tokens, fc.FillSecs = denyLimit, 3600
 			}
 		case "sluice":
 			b, _ := json.Marshal(pluginConfig(f, v))
-			l.Wasm, l.VMID, l.WasmPath, l.Config = true, vmID(f), spec.wasm, string(b)
+			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), spec.wasm, string(b)
 		default:
 			return nil, fmt.Errorf("family %s: unknown kind %q", f.name, f.kind)
+		}
+		var err error
+		if l.Filters, err = fc.YAML(); err != nil {
+			return nil, err
 		}
 		d.Listeners = append(d.Listeners, l)
 	}
@@ -236,46 +236,7 @@ static_resources:
               - match: {prefix: "/"}
                 route: {cluster: upstream}
           http_filters:
-{{- if .Native}}
-          - name: envoy.filters.http.local_ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
-              stat_prefix: {{.Name}}
-              token_bucket: {max_tokens: 1000000000, tokens_per_fill: 1000000000, fill_interval: 1s}
-              filter_enabled:
-                default_value: {numerator: 100, denominator: HUNDRED}
-              filter_enforced:
-                default_value: {numerator: 100, denominator: HUNDRED}
-              always_consume_default_token_bucket: false
-              max_dynamic_descriptors: 2000
-              rate_limits:
-              - actions:
-                - request_headers: {header_name: x-key, descriptor_key: key}
-              descriptors:
-              - entries: [{key: key}]
-                token_bucket: {max_tokens: {{.MaxToks}}, tokens_per_fill: {{.MaxToks}}, fill_interval: {{.FillSecs}}s}
-{{- end}}
-{{- if .Wasm}}
-          - name: {{.VMID}}
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: {{.VMID}}
-                root_id: {{.VMID}}
-                failure_policy: FAIL_CLOSED
-                vm_config:
-                  vm_id: {{.VMID}}
-                  runtime: envoy.wasm.runtime.v8
-                  code:
-                    local:
-                      filename: {{quote .WasmPath}}
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: {{.Config}}
-{{- end}}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{.Filters}}
 {{- end}}
   clusters:
   - name: upstream

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
 // Registered so that every @type in the rendered bootstraps resolves.

@@ -40,6 +40,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluice-proxy/sluice/bench/internal/envoyconf"
 	"net"
 	"os"
 	"os/exec"
@@ -423,19 +424,18 @@ func freePort() (int, error) {
 type bootstrapData struct {
 	UpstreamPort int
 	Config       string
-	WasmPath     string
-	VMID         string
-	Plugin       string // JSON string literal of sluice's configuration
-	Tokens       int    // native: the descriptor's bucket
-	FillSecs     int
+	Filters      string // the listener's http_filters list (envoyconf)
 }
 
 func renderBootstrap(o options, wasm string, upstreamPort int) ([]byte, error) {
-	d := bootstrapData{UpstreamPort: upstreamPort, Config: o.config, WasmPath: wasm, Tokens: 1_000_000_000, FillSecs: 1}
+	d := bootstrapData{UpstreamPort: upstreamPort, Config: o.config}
+	fc := envoyconf.Filters{StatPrefix: "front", WasmPath: wasm, Tokens: 1_000_000_000, FillSecs: 1}
 	if o.deny {
-		d.Tokens, d.FillSecs = 1, 3600
+		fc.Tokens, fc.FillSecs = 1, 3600
 	}
 	switch o.config {
+	case "native":
+		fc.Native = true
 	case "sluice":
 		limit, window := "1000000000", "1s"
 		if o.deny {
@@ -444,12 +444,16 @@ func renderBootstrap(o options, wasm string, upstreamPort int) ([]byte, error) {
 		cfg := fmt.Sprintf(`{"rules":[{"name":"perf","key":[{"header":%q}],"algorithm":"token_bucket","limit":%s,"window":%q}],"response":{"headers":%q}}`,
 			keyHeader, limit, window, o.headers)
 		b, _ := json.Marshal(cfg)
-		d.VMID, d.Plugin = "sluice", string(b)
+		fc.VMID, fc.Plugin = "sluice", string(b)
 	case "noop":
-		d.VMID, d.Plugin = "noop", `""`
+		fc.VMID, fc.Plugin = "noop", `""`
+	}
+	var err error
+	if d.Filters, err = fc.YAML(); err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
-	err := bootstrapTmpl.Execute(&buf, d)
+	err = bootstrapTmpl.Execute(&buf, d)
 	return buf.Bytes(), err
 }
 
@@ -496,46 +500,7 @@ static_resources:
               - match: {prefix: "/"}
                 route: {cluster: upstream}
           http_filters:
-{{- if eq .Config "native"}}
-          - name: envoy.filters.http.local_ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
-              stat_prefix: front
-              token_bucket: {max_tokens: 1000000000, tokens_per_fill: 1000000000, fill_interval: 1s}
-              filter_enabled:
-                default_value: {numerator: 100, denominator: HUNDRED}
-              filter_enforced:
-                default_value: {numerator: 100, denominator: HUNDRED}
-              always_consume_default_token_bucket: false
-              max_dynamic_descriptors: 2000
-              rate_limits:
-              - actions:
-                - request_headers: {header_name: x-key, descriptor_key: key}
-              descriptors:
-              - entries: [{key: key}]
-                token_bucket: {max_tokens: {{.Tokens}}, tokens_per_fill: {{.Tokens}}, fill_interval: {{.FillSecs}}s}
-{{- end}}
-{{- if .VMID}}
-          - name: {{.VMID}}
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: {{.VMID}}
-                root_id: {{.VMID}}
-                failure_policy: FAIL_CLOSED
-                vm_config:
-                  vm_id: {{.VMID}}
-                  runtime: envoy.wasm.runtime.v8
-                  code:
-                    local:
-                      filename: {{quote .WasmPath}}
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: {{.Plugin}}
-{{- end}}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{.Filters}}
   clusters:
   - name: upstream
     type: STATIC

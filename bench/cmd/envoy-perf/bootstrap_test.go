@@ -1,0 +1,52 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	localrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
+)
+
+// Registered so that every @type in the rendered bootstraps resolves.
+var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}, &localrlv3.LocalRateLimit{}, &wasmv3.Wasm{}, &hcmv3.HttpConnectionManager{}}
+
+// Every configuration renders a bootstrap Envoy's v3 schema accepts, with the filter it names.
+func TestBootstrapEveryConfig(t *testing.T) {
+	for _, c := range []struct {
+		config string
+		deny   bool
+		want   string
+	}{
+		{"none", false, ""},
+		{"noop", false, "root_id: noop"},
+		{"native", false, "envoy.filters.http.local_ratelimit"},
+		{"native", true, "fill_interval: 3600s"},
+		{"sluice", false, "root_id: sluice"},
+		{"sluice", true, `\"limit\":1,`},
+	} {
+		y, err := renderBootstrap(options{config: c.config, deny: c.deny, headers: "both"}, "/tmp/sluice.wasm", 18080)
+		if err != nil {
+			t.Fatalf("%s: %v", c.config, err)
+		}
+		b, err := envoyproc.ParseBootstrap(y)
+		if err != nil {
+			t.Fatalf("%s deny=%v: %v\n%s", c.config, c.deny, err, y)
+		}
+		if err := envoyproc.ValidateAnys(b); err != nil {
+			t.Fatalf("%s deny=%v: %v", c.config, c.deny, err)
+		}
+		if c.want != "" && !strings.Contains(string(y), c.want) {
+			t.Errorf("%s deny=%v: no %q in\n%s", c.config, c.deny, c.want, y)
+		}
+		if c.config == "none" && (strings.Contains(string(y), "local_ratelimit") || strings.Contains(string(y), "wasm.v3")) {
+			t.Errorf("none: a filter besides the router:\n%s", y)
+		}
+	}
+}
