@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"github.com/sluice-proxy/sluice/bench/internal/envoyconf"
-	"strconv"
-	"text/template"
 )
 
 // keyHeader carries the rate-limit key in every measured request (sluice-load -key-header).
@@ -136,28 +133,16 @@ func variantNamed(n string) variant {
 	panic("no variant " + n)
 }
 
-type listenerData struct {
-	Name    string
-	Port    int
-	Exact   bool
-	Filters string // the http_filters list (envoyconf)
-}
-
-type bootstrapData struct {
-	Title        string
-	UpstreamPort int
-	Listeners    []listenerData
-}
-
 // renderBootstrap renders an Envoy bootstrap: an admin endpoint on a free loopback port, the
 // upstream (a direct response from a listener of the same Envoy on spec.upstreamPort) and
 // one listener per spec.listeners, each with its family's filter before the router.
 func renderBootstrap(spec bootstrapSpec) ([]byte, error) {
-	d := bootstrapData{Title: spec.title, UpstreamPort: spec.upstreamPort}
+	d := envoyconf.Bootstrap{Title: "bench/envoy, " + spec.title, UpstreamPort: spec.upstreamPort}
 	for _, ls := range spec.listeners {
 		f, v := ls.c.f, ls.c.v
-		l := listenerData{Name: listenerName(ls.c), Port: ls.port, Exact: ls.exact}
-		fc := envoyconf.Filters{StatPrefix: l.Name}
+		l := envoyconf.Listener{Name: listenerName(ls.c), Port: ls.port, Exact: ls.exact}
+		fc := &l.Filters
+		fc.StatPrefix = l.Name
 		switch f.kind {
 		case "none":
 		case "noop":
@@ -173,83 +158,7 @@ func renderBootstrap(spec bootstrapSpec) ([]byte, error) {
 		default:
 			return nil, fmt.Errorf("family %s: unknown kind %q", f.name, f.kind)
 		}
-		var err error
-		if l.Filters, err = fc.YAML(); err != nil {
-			return nil, err
-		}
 		d.Listeners = append(d.Listeners, l)
 	}
-	var buf bytes.Buffer
-	if err := bootstrapTmpl.Execute(&buf, d); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return d.YAML()
 }
-
-var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
-	"quote": strconv.Quote,
-}).Parse(`# bench/envoy, {{.Title}}: every listener loopback, the admin endpoint on a free port,
-# measured listeners on free ports (read back from the admin endpoint) unless given one.
-admin:
-  address:
-    socket_address: {address: 127.0.0.1, port_value: 0}
-static_resources:
-  listeners:
-  - name: upstream
-    address:
-      socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: upstream
-          route_config:
-            virtual_hosts:
-            - name: upstream
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                direct_response: {status: 200, body: {inline_string: "ok\n"}}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-{{- range .Listeners}}
-  - name: {{.Name}}
-    address:
-      socket_address: {address: 127.0.0.1, port_value: {{.Port}}}
-{{- if .Exact}}
-    connection_balance_config: {exact_balance: {}}
-{{- end}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: {{.Name}}
-          route_config:
-            virtual_hosts:
-            - name: backend
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: upstream}
-          http_filters:
-{{.Filters}}
-{{- end}}
-  clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    circuit_breakers:
-      thresholds:
-      - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
-`))

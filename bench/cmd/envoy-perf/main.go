@@ -48,7 +48,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/template"
 	"time"
 
 	"github.com/sluice-proxy/sluice/bench/internal/build"
@@ -421,14 +420,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-type bootstrapData struct {
-	UpstreamPort int
-	Config       string
-	Filters      string // the listener's http_filters list (envoyconf)
-}
-
 func renderBootstrap(o options, wasm string, upstreamPort int) ([]byte, error) {
-	d := bootstrapData{UpstreamPort: upstreamPort, Config: o.config}
 	fc := envoyconf.Filters{StatPrefix: "front", WasmPath: wasm, Tokens: 1_000_000_000, FillSecs: 1}
 	if o.deny {
 		fc.Tokens, fc.FillSecs = 1, 3600
@@ -448,71 +440,6 @@ func renderBootstrap(o options, wasm string, upstreamPort int) ([]byte, error) {
 	case "noop":
 		fc.VMID, fc.Plugin = "noop", `""`
 	}
-	var err error
-	if d.Filters, err = fc.YAML(); err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	err = bootstrapTmpl.Execute(&buf, d)
-	return buf.Bytes(), err
+	return envoyconf.Bootstrap{Title: "envoy-perf, " + o.config, UpstreamPort: upstreamPort,
+		Listeners: []envoyconf.Listener{{Name: "front", Filters: fc}}}.YAML()
 }
-
-var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{"quote": strconv.Quote}).Parse(`# envoy-perf: {{.Config}}; loopback only
-admin:
-  address:
-    socket_address: {address: 127.0.0.1, port_value: 0}
-static_resources:
-  listeners:
-  - name: upstream
-    address:
-      socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: upstream
-          route_config:
-            virtual_hosts:
-            - name: upstream
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                direct_response: {status: 200, body: {inline_string: "ok\n"}}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  - name: front
-    address:
-      socket_address: {address: 127.0.0.1, port_value: 0}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: front
-          route_config:
-            virtual_hosts:
-            - name: backend
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: upstream}
-          http_filters:
-{{.Filters}}
-  clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    circuit_breakers:
-      thresholds:
-      - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
-`))

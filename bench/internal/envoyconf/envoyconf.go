@@ -1,6 +1,8 @@
-// Package envoyconf renders the parts of Envoy bootstraps the benchmark commands share: the
-// HTTP filter chain of a measured listener — Envoy's native local_ratelimit with a token bucket
-// per x-key value, a Wasm filter (sluice or the no-op module), or neither — before the router.
+// Package envoyconf renders the Envoy bootstraps the benchmark commands measure: an admin
+// endpoint on a free loopback port, the upstream (a direct response from a listener of the same
+// Envoy), and measured listeners routing to it, each with its filter chain — Envoy's native
+// local_ratelimit with a token bucket per x-key value, a Wasm filter (sluice or the no-op
+// module), or neither — before the router.
 package envoyconf
 
 import (
@@ -8,6 +10,94 @@ import (
 	"strconv"
 	"text/template"
 )
+
+// Bootstrap is a whole bootstrap.
+type Bootstrap struct {
+	Title        string // the header comment
+	UpstreamPort int    // the upstream listener's port (the cluster names it)
+	Listeners    []Listener
+}
+
+// Listener is a measured listener.
+type Listener struct {
+	Name    string // also its stat prefix
+	Port    int    // 0: a free port (read it back from the admin endpoint)
+	Exact   bool   // exact connection balance across the workers
+	Filters Filters
+}
+
+// YAML renders the bootstrap.
+func (b Bootstrap) YAML() ([]byte, error) {
+	var buf bytes.Buffer
+	err := bootstrapTmpl.Execute(&buf, b)
+	return buf.Bytes(), err
+}
+
+var bootstrapTmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{"filters": Filters.YAML}).Parse(`# {{.Title}}: every listener loopback, the admin endpoint on a free port,
+# measured listeners on free ports (read back from the admin endpoint) unless given one.
+admin:
+  address:
+    socket_address: {address: 127.0.0.1, port_value: 0}
+static_resources:
+  listeners:
+  - name: upstream
+    address:
+      socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: upstream
+          route_config:
+            virtual_hosts:
+            - name: upstream
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                direct_response: {status: 200, body: {inline_string: "ok\n"}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{- range .Listeners}}
+  - name: {{.Name}}
+    address:
+      socket_address: {address: 127.0.0.1, port_value: {{.Port}}}
+{{- if .Exact}}
+    connection_balance_config: {exact_balance: {}}
+{{- end}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {{.Name}}
+          route_config:
+            virtual_hosts:
+            - name: backend
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: upstream}
+          http_filters:
+{{filters .Filters}}
+{{- end}}
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    circuit_breakers:
+      thresholds:
+      - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {address: 127.0.0.1, port_value: {{.UpstreamPort}}}
+`))
 
 // Filters is one listener's filter chain.
 type Filters struct {
