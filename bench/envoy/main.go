@@ -42,7 +42,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -56,6 +55,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/bench/internal/build"
+	"github.com/sluice-proxy/sluice/bench/internal/loadgen"
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
@@ -599,16 +599,7 @@ func (e *env) startup(f family, r int) (startSample, error) {
 		workers: workerConnections(parseStats(body), port)}, nil
 }
 
-type loadReport struct {
-	Requests int     `json:"requests"`
-	RPS      float64 `json:"rps"`
-	P50      float64 `json:"p50_ms"`
-	P99      float64 `json:"p99_ms"`
-	Max      float64 `json:"max_ms"`
-	Rate     float64 `json:"rate"`
-	Sent     int64   `json:"sent"`
-	Late     int     `json:"late"`
-}
+type loadReport = loadgen.Report
 
 // loadArgs are one run of sluice-load.
 type loadArgs struct {
@@ -642,16 +633,7 @@ func (a loadArgs) args(defConc int) []string {
 func (e *env) loadRun(ctx context.Context, a loadArgs) (loadReport, error) {
 	cmd := exec.CommandContext(ctx, e.load, a.args(e.o.conc)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return loadReport{}, fmt.Errorf("sluice-load: %v: %s%s", err, errb.String(), out.String())
-	}
-	var rep loadReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		return loadReport{}, fmt.Errorf("sluice-load output: %v", err)
-	}
-	return rep, nil
+	return loadgen.Run(cmd)
 }
 
 // keepWasmStat: the VM counts and any memory figure Envoy exposes, and sluice's own guest

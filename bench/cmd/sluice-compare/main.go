@@ -28,9 +28,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +44,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/bench/internal/build"
+	"github.com/sluice-proxy/sluice/bench/internal/loadgen"
 	"github.com/sluice-proxy/sluice/bench/startup"
 )
 
@@ -326,10 +325,7 @@ func (e *env) guestRun(gc guestConfig, cache string) (guestSample, error) {
 	return guestSample{cpuPerReq: float64((cpu1 - cpu0).Nanoseconds()) / 1000 / float64(rep.Requests), rps: rep.RPS}, nil
 }
 
-type loadReport struct {
-	Requests int     `json:"requests"`
-	RPS      float64 `json:"rps"`
-}
+type loadReport = loadgen.Report
 
 // loadRun runs sluice-load once against url; want != 0 requires every request to get it.
 func (e *env) loadRun(ctx context.Context, url string, gc guestConfig, d time.Duration, want int) (loadReport, error) {
@@ -338,16 +334,7 @@ func (e *env) loadRun(ctx context.Context, url string, gc guestConfig, d time.Du
 		args = append([]string{"taskset", "-c", "1"}, args...)
 	}
 	c := exec.CommandContext(ctx, args[0], args[1:]...)
-	var out, errb bytes.Buffer
-	c.Stdout, c.Stderr = &out, &errb
-	if err := c.Run(); err != nil {
-		return loadReport{}, fmt.Errorf("sluice-load: %v: %s%s", err, errb.String(), out.String())
-	}
-	var rep loadReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		return loadReport{}, fmt.Errorf("sluice-load output: %v", err)
-	}
-	return rep, nil
+	return loadgen.Run(c)
 }
 
 func listenAddr(ctx context.Context, r io.Reader) (string, error) {
