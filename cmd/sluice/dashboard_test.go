@@ -139,30 +139,45 @@ func TestDashboardAPIInRun(t *testing.T) {
 		t.Fatalf("/dashboard/: %d %.200s", resp.StatusCode, page)
 	}
 
-	if a, d := sendBurst(t, "http://"+rs.listenAddr, 12); a != 5 || d != 7 {
-		t.Fatalf("allowed %d denied %d, want 5 and 7", a, d)
-	}
-	var st dashboard.State
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	state := func() dashboard.State {
+		t.Helper()
 		resp, err := http.Get(admin + "/dashboard/api/state")
 		if err != nil {
 			t.Fatal(err)
 		}
-		st = dashboard.State{}
-		err = json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
-		if err != nil {
+		defer resp.Body.Close()
+		var st dashboard.State
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Rules) == 2 && st.Rules[0].Rates["denied"] != nil && *st.Rules[0].Rates["denied"] > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("denied rate still not positive: %+v", st.Rules)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return st
 	}
+	// waitState polls the state until ok holds (the sampler runs on its own clock).
+	waitState := func(what string, ok func(dashboard.State) bool) dashboard.State {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st := state()
+			if ok(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v", what, st.Rules)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// A rate needs a sample from before the burst: a counter first sampled after it shows
+	// no increase. Two samples give the rates (null before).
+	waitState("no rates before the burst", func(st dashboard.State) bool {
+		return len(st.Rules) == 2 && st.Rules[0].Rates["denied"] != nil
+	})
+	if a, d := sendBurst(t, "http://"+rs.listenAddr, 12); a != 5 || d != 7 {
+		t.Fatalf("allowed %d denied %d, want 5 and 7", a, d)
+	}
+	st := waitState("denied rate still not positive", func(st dashboard.State) bool {
+		return len(st.Rules) == 2 && st.Rules[0].Rates["denied"] != nil && *st.Rules[0].Rates["denied"] > 0
+	})
 	r := st.Rules[0]
 	if r.Name != "per-client" || r.Algorithm != "fixed_window" || r.Mode != "enforce" || r.Metrics["denied"] != "sluice_per_client_denied" {
 		t.Errorf("rule %+v", r)
@@ -227,7 +242,7 @@ func TestDashboardAPIInRun(t *testing.T) {
 
 	// The dashboard's scraping goroutine ends with the host.
 	stop()
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for dashboardRunning() {
 		if time.Now().After(deadline) {
 			t.Fatal("the dashboard's Run goroutine outlived the host")
