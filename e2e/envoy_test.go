@@ -6,20 +6,13 @@ import (
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
-	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmextv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-proxy/sluice/config"
 )
-
-// Registered so that every @type in the rendered bootstraps resolves.
-var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}, &httpv3.HttpProtocolOptions{}, &streamv3.StderrAccessLog{}}
 
 // parseBootstrap parses YAML strictly into an Envoy v3 Bootstrap (envoyproc.ParseBootstrap:
 // unknown fields refused, nested Any too, every message validated).

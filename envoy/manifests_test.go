@@ -27,10 +27,6 @@ import (
 	"github.com/sluice-proxy/sluice/internal/images"
 )
 
-// The extension packages are imported (above) so that every @type in the
-// manifests resolves; protojson rejects unknown fields, in nested Any too.
-var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}}
-
 // loadBootstrap parses an Envoy bootstrap YAML strictly and validates it, including every
 // Any (typed_config), however deeply nested (envoyproc.ParseBootstrap).
 func loadBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {

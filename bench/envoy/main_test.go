@@ -8,19 +8,14 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	localrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
-
-// Registered so that every @type in the rendered bootstraps resolves.
-var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}, &localrlv3.LocalRateLimit{}, &wasmv3.Wasm{}, &hcmv3.HttpConnectionManager{}}
 
 func TestSummarize(t *testing.T) {
 	for _, c := range []struct {

@@ -14,9 +14,9 @@ import (
 )
 
 // ParseBootstrap parses a bootstrap (YAML) strictly as Envoy's v3 schema: unknown fields
-// refused, in every nested Any too, and each message's validation rules checked. The Any
-// types must be linked into the binary (the caller imports their packages). Every problem
-// found is in the error.
+// refused, in every nested Any too, and each message's validation rules checked. The types
+// the project's bootstraps use are linked by this package (types.go); another Any type must
+// be linked by the caller. Every problem found is in the error.
 func ParseBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {

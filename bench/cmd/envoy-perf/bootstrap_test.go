@@ -4,18 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	localrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
-
-// Registered so that every @type in the rendered bootstraps resolves.
-var _ = []proto.Message{&routerv3.Router{}, &wrapperspb.StringValue{}, &localrlv3.LocalRateLimit{}, &wasmv3.Wasm{}, &hcmv3.HttpConnectionManager{}}
 
 // Every configuration renders a bootstrap Envoy's v3 schema accepts, with the filter it names.
 func TestBootstrapEveryConfig(t *testing.T) {
