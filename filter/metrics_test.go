@@ -120,6 +120,11 @@ func TestMetricHelp(t *testing.T) {
 		"other.per-client.allowed":        "",
 		"kitchen_requests_total":          "",
 		"sluice.redis.refund_failures.xx": "",
+		"sluice.per-client.store_errors":  "sluice rule per-client: requests whose counter store (shared data or Redis) failed",
+		"sluice.per-client.evicted":       "sluice rule per-client: live keys pushed out of the rule's full key table (raise max_keys if it grows)",
+		"sluice.per-client.evicted_used":  "sluice rule per-client: quota the evicted keys had used, which they may regain (see Bounded memory)",
+		"sluice.guest.heap_bytes":         "sluice: bytes of heap objects in the module",
+		"sluice.redis.refund_failures":    "sluice Redis: refunds that did not land",
 	} {
 		if got := MetricHelp(name); got != want {
 			t.Errorf("MetricHelp(%q) = %q, want %q", name, got, want)

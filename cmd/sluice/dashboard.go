@@ -5,16 +5,17 @@ import (
 	"net/http"
 
 	"github.com/sluice-proxy/sluice/cmd/sluice/internal/dashboard"
+	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/host"
 )
 
 // The live dashboard of `sluice run --admin ADDR`, at /dashboard/ on the admin server. It
 // takes the host's snapshot (the one /metrics and /status render) in process once a
 // second and keeps ten minutes of samples; see package dashboard. The filter's metrics get
-// their # HELP texts from the same package.
+// their # HELP texts from filter.MetricHelp, next to the metric names.
 func init() {
 	runHooks = append(runHooks, runHook{apply: func(opts *host.Options) (func(), error) {
-		opts.MetricHelp = dashboard.MetricHelp
+		opts.MetricHelp = filter.MetricHelp
 		return nil, nil
 	}})
 	adminRoutes = append(adminRoutes, mountDashboard)

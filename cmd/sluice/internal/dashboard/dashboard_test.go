@@ -409,28 +409,3 @@ func TestChartSpanGrowsWithHistory(t *testing.T) {
 		}
 	}
 }
-
-func TestMetricHelp(t *testing.T) {
-	for name, want := range map[string]string{
-		"sluice.per-client.allowed":       "sluice rule per-client: requests allowed",
-		"sluice.a.b.shadow_denied":        "sluice rule a.b: requests the rule, in shadow mode, would have denied (let through)",
-		"sluice.redis.denied":             "sluice rule redis: requests denied",
-		"sluice.redis.calls":              "sluice Redis: EVALSHA/EVAL sent for decisions",
-		"sluice.errors":                   "sluice: internal errors of the filter (recovered panics, refused local responses)",
-		"sluice.per-client.something":     "",
-		"sluice.allowed":                  "",
-		"sluice..allowed":                 "",
-		"other.per-client.allowed":        "",
-		"kitchen_requests_total":          "",
-		"sluice.per-client.store_errors":  "sluice rule per-client: requests whose counter store (shared data or Redis) failed",
-		"sluice.per-client.evicted":       "sluice rule per-client: live keys pushed out of the rule's full key table (raise max_keys if it grows)",
-		"sluice.per-client.evicted_used":  "sluice rule per-client: quota the evicted keys had used, which they may regain (see Bounded memory)",
-		"sluice.guest.heap_bytes":         "sluice: bytes of heap objects in the module",
-		"sluice.redis.refund_failures":    "sluice Redis: refunds that did not land",
-		"sluice.redis.refund_failures.xx": "",
-	} {
-		if got := MetricHelp(name); got != want {
-			t.Errorf("MetricHelp(%q) = %q, want %q", name, got, want)
-		}
-	}
-}
