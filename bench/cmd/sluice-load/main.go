@@ -240,23 +240,29 @@ type sample struct {
 	late   time.Duration // open loop: how long after due it went out
 }
 
-func run(o options) (*report, error) {
-	if o.rate > 0 {
-		return runOpen(o)
-	}
-	tr := &http.Transport{
+// newClient is the client of every connection: one keep-alive connection per -c, no
+// proxy, no compression, each request bounded by 10 s.
+func newClient(o options) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		Proxy:               nil,
 		MaxIdleConns:        o.concurrency,
 		MaxIdleConnsPerHost: o.concurrency,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
+	}}
+}
+
+func run(o options) (*report, error) {
+	if o.rate > 0 {
+		return runOpen(o)
 	}
-	defer tr.CloseIdleConnections()
+	client := newClient(o)
+	defer client.CloseIdleConnections()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.warmup+o.duration)
 	defer cancel()
-	l := &loadRun{o: o, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, keys: keyValues(o), cancel: cancel}
+	l := &loadRun{o: o, client: client, keys: keyValues(o), cancel: cancel}
 	// Without a warm-up every request counts, the first ones too.
 	l.measuring.Store(o.warmup == 0)
 	per := make([][]sample, o.concurrency)
@@ -303,18 +309,12 @@ func (tl timeline) request(w, i int) int64 { return int64(i)*int64(tl.conc) + in
 // runOpen runs the open loop: every connection sends its share of the timeline, then the
 // run waits for every request sent (each bounded by the client's timeout).
 func runOpen(o options) (*report, error) {
-	tr := &http.Transport{
-		Proxy:               nil,
-		MaxIdleConns:        o.concurrency,
-		MaxIdleConnsPerHost: o.concurrency,
-		IdleConnTimeout:     time.Minute,
-		DisableCompression:  true,
-	}
-	defer tr.CloseIdleConnections()
+	client := newClient(o)
+	defer client.CloseIdleConnections()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	tl := newTimeline(o)
-	l := &loadRun{o: o, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, keys: keyValues(o)}
+	l := &loadRun{o: o, client: client, keys: keyValues(o)}
 	per := make([][]sample, o.concurrency)
 	start := time.Now()
 	var wg sync.WaitGroup
