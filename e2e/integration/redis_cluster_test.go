@@ -126,30 +126,11 @@ func TestRedisExactAdmissionsAcrossProxies(t *testing.T) {
 			for i := 0; i < proxies; i++ {
 				ps = append(ps, startRedisProxy(t, cfg, workers))
 			}
-			var ok, denied, other atomic.Int64
-			var wg sync.WaitGroup
 			start := time.Now()
-			for i := 0; i < requests; i++ {
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					resp, err := ps[i%proxies].h.Exchange(context.Background(), &host.Request{Path: "/api", Headers: [][2]string{{"x-user", "alice"}}}, nil)
-					switch {
-					case err != nil:
-						other.Add(1)
-					case resp.Status == 200:
-						ok.Add(1)
-					case resp.Status == 429 && resp.Header("retry-after") != "":
-						denied.Add(1)
-					default:
-						other.Add(1)
-					}
-				}(i)
-			}
-			wg.Wait()
-			t.Logf("%s: %d requests through %d proxies in %v: %d admitted, %d denied", alg, requests, proxies, time.Since(start).Round(time.Millisecond), ok.Load(), denied.Load())
-			if ok.Load() != limit || denied.Load() != requests-limit || other.Load() != 0 {
-				t.Errorf("admitted %d, denied %d, other %d; want exactly %d admitted\n%s", ok.Load(), denied.Load(), other.Load(), limit, ps[0].Logs())
+			ok, denied, other := burst(ps, requests, "alice")
+			t.Logf("%s: %d requests through %d proxies in %v: %d admitted, %d denied", alg, requests, proxies, time.Since(start).Round(time.Millisecond), ok, denied)
+			if ok != limit || denied != requests-limit || other != 0 {
+				t.Errorf("admitted %d, denied %d, other %d; want exactly %d admitted\n%s", ok, denied, other, limit, ps[0].Logs())
 			}
 			var calls, noscript, failures int64
 			for _, p := range ps {
