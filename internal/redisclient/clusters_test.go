@@ -338,14 +338,7 @@ func waitOK(t *testing.T, c *Clusters, key string) {
 func TestAuth(t *testing.T) {
 	redistest.SkipShort(t)
 	ctx := context.Background()
-	for i := range cluster.Addrs {
-		pc := cluster.Client(i)
-		err := pc.Do(ctx, "ACL", "SETUSER", "sluice", "on", ">s3cret", "~sluice-auth*", "+@all").Err()
-		pc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	aclUser(t, "sluice", "~sluice-auth*")
 	c := New(map[string][]string{"rc": cluster.Addrs}, Options{})
 	defer c.Close()
 	if err := c.Init("rc", "sluice", "s3cret", time.Second); err != nil {

@@ -240,15 +240,7 @@ func waitScriptOK(t *testing.T, c *Clusters, key string) {
 // refused AUTH fails the call.
 func TestScriptPathAuth(t *testing.T) {
 	redistest.SkipShort(t)
-	ctx := context.Background()
-	for i := range cluster.Addrs {
-		pc := cluster.Client(i)
-		err := pc.Do(ctx, "ACL", "SETUSER", "sluice-s", "on", ">s3cret", "~sluice-s*", "+@all").Err()
-		pc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	aclUser(t, "sluice-s", "~sluice-s*")
 	for _, tc := range []struct {
 		pass, key string
 		ok        bool
