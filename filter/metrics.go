@@ -67,9 +67,9 @@ func MetricHelp(name string) string {
 	if i <= 0 {
 		return ""
 	}
-	rule := rest[:i]
-	for k, n := range MetricNames(rule) {
-		if n == name {
+	rule, counter := rest[:i], rest[i+1:]
+	for k, c := range RuleCounters {
+		if c == counter {
 			return "sluice rule " + rule + ": " + ruleMetricHelp[k]
 		}
 	}
