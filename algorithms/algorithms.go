@@ -110,6 +110,10 @@ type Decision struct {
 	// state) they include the difference, so retrying at now+RetryAfter on
 	// the same clock is admitted, and 1 ns earlier is not.
 	RetryAfter time.Duration
+	// Delay is, for an admission by Shaper.DecideDelay, how long the
+	// request must be held before it goes on: the wait until its slot.
+	// Zero from Decide, and for a request that fits now.
+	Delay time.Duration
 }
 
 // Limiter decides requests for one rule. A Limiter holds only its immutable
