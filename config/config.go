@@ -51,6 +51,11 @@ type Rule struct {
 	// fixed_window; 0 = no lease: one remote call per request). See
 	// filter/lease.go.
 	Lease int64
+	// Delay makes the rule hold a request that does not fit now but would
+	// fit within Delay.Max, and release it at its slot (shaping; zero
+	// Max: no delay). token_bucket and leaky_bucket, backend local,
+	// enforce mode. See filter/hold.go.
+	Delay Delay
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter
 	// Fallback is a remote rule's local limiter, used while Redis (or the
@@ -59,6 +64,24 @@ type Rule struct {
 	// rls.instances). Nil for local rules.
 	Fallback algorithms.Limiter
 }
+
+// Delay is a rule's "delay": how long it may hold a request (Max), and
+// how many requests it may hold at once on one worker (MaxHeld; beyond,
+// a request that would be held is refused at once).
+type Delay struct {
+	Max     time.Duration
+	MaxHeld int
+}
+
+// Bounds of "delay".
+const (
+	// MaxDelay is the longest delay.max: well within Envoy's default
+	// stream_idle_timeout (5 minutes), which a held request is subject to.
+	MaxDelay = time.Minute
+	// DefaultMaxHeld is delay.max_held when omitted; MaxMaxHeld its bound.
+	DefaultMaxHeld = 1000
+	MaxMaxHeld     = 100_000
+)
 
 // DefaultMaxKeys is the default bound on live keys per rule.
 const DefaultMaxKeys = 10000

@@ -266,7 +266,8 @@ func (c *Config) HasRLSRules() bool {
 
 var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls"}
-	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease"}
+	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay"}
+	delayFields    = []string{"max", "max_held"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
 	headerFields   = []string{"name", "exact", "absent"}
 	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
@@ -391,6 +392,9 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 			}
 		}
 	}
+	if x, ok := f["delay"]; ok {
+		p.delay(path+".delay", x, r, algOK, backendOK)
+	}
 	if algOK && limitOK {
 		// The bounds between fields. With a bad window or burst the
 		// limiter is not built, but the bound of the limit alone (sliding_log:
@@ -414,6 +418,56 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 		}
 	}
 	return r
+}
+
+// delay reads a rule's "delay" into r.Delay, and refuses it on a rule
+// that cannot hold requests (the checks on a field that is bad, algOK and
+// backendOK, are skipped: that field's own error says what is wrong).
+func (p *parser) delay(path string, v jsonv.Value, r *Rule, algOK, backendOK bool) {
+	f, ok := p.object(path, v, delayFields)
+	if !ok {
+		return
+	}
+	d := Delay{MaxHeld: DefaultMaxHeld}
+	good := true
+	if x, ok := f["max"]; ok {
+		if m, ok := p.duration(path+".max", x); !ok {
+			good = false
+		} else if m > MaxDelay {
+			p.fail(x, path+".max", show(x)+" is longer than the maximum "+FormatDuration(MaxDelay)+
+				": a held request is subject to the proxy's stream idle timeout (Envoy's default: 5m)")
+			good = false
+		} else {
+			d.Max = m
+		}
+	} else {
+		p.failEnd(v, path+".max", "is required")
+		good = false
+	}
+	if x, ok := f["max_held"]; ok {
+		if n, ok := p.integer(path+".max_held", x, 1, MaxMaxHeld); ok {
+			d.MaxHeld = int(n)
+		} else {
+			good = false
+		}
+	}
+	if algOK {
+		if ok, why := algorithms.Shapes(r.Algorithm); !ok {
+			p.fail(v, path, "applies only to token_bucket and leaky_bucket: "+why)
+			good = false
+		}
+	}
+	if backendOK && r.Backend != BackendLocal {
+		p.fail(v, path, `applies only to backend "local": a held request's slot is taken in this proxy's shared data`)
+		good = false
+	}
+	if r.Mode == ModeShadow {
+		p.fail(v, path, `does not apply in mode "shadow": a shadow rule lets every request through at once, so it has nothing to hold`)
+		good = false
+	}
+	if good {
+		r.Delay = d
+	}
 }
 
 // leaseRefusal says why a rule cannot have "lease": n, or "" when it can.

@@ -128,5 +128,12 @@ func (r *Rule) Summary() string {
 		b.WriteString(" lease=")
 		b.WriteString(strconv.FormatInt(r.Lease, 10))
 	}
+	if r.Delay.Max > 0 {
+		b.WriteString(" delay<=")
+		b.WriteString(FormatDuration(r.Delay.Max))
+		b.WriteString(" held<=")
+		b.WriteString(strconv.Itoa(r.Delay.MaxHeld))
+		b.WriteString("/worker")
+	}
 	return b.String()
 }
