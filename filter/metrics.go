@@ -49,6 +49,22 @@ var ruleMetricHelp = [...]string{
 	"quota the evicted keys had used, which they may regain (see Bounded memory)",
 }
 
+// DelayMetrics are the metrics a rule with "delay" has besides RuleCounters
+// (hold.go), named as RuleMetric names them: counters of the requests it
+// held, refused because their wait exceeded delay.max (or the rule held
+// delay.max_held on the worker already), and abandoned while held (the
+// client went away); a gauge of the requests held now (summed over
+// workers); a histogram of the time held, in milliseconds.
+var DelayMetrics = [5]string{"delayed", "delay_refused", "delay_abandoned", "held", "delay_ms"}
+
+var delayMetricHelp = [...]string{
+	"requests held until their slot and then released upstream",
+	"requests refused at once: their wait exceeded delay.max, or the rule held delay.max_held on the worker",
+	"held requests whose client went away before their slot",
+	"requests held now (gauge)",
+	"time each request was held, in milliseconds (histogram)",
+}
+
 // MetricHelp returns the # HELP text of a metric the filter defines: a description of
 // its other metrics, "sluice rule R: requests allowed" for rule R's sluice.R.allowed (and
 // so on, MetricNames), and "" for a name the filter does not define. For
@@ -71,6 +87,11 @@ func MetricHelp(name string) string {
 	for k, c := range RuleCounters {
 		if c == counter {
 			return "sluice rule " + rule + ": " + ruleMetricHelp[k]
+		}
+	}
+	for k, c := range DelayMetrics {
+		if c == counter {
+			return "sluice rule " + rule + ": " + delayMetricHelp[k]
 		}
 	}
 	return ""

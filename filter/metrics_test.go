@@ -125,6 +125,9 @@ func TestMetricHelp(t *testing.T) {
 		"sluice.per-client.evicted_used":  "sluice rule per-client: quota the evicted keys had used, which they may regain (see Bounded memory)",
 		"sluice.guest.heap_bytes":         "sluice: bytes of heap objects in the module",
 		"sluice.redis.refund_failures":    "sluice Redis: refunds that did not land",
+		"sluice.db.held":                  "sluice rule db: requests held now (gauge)",
+		"sluice.db.delay_ms":              "sluice rule db: time each request was held, in milliseconds (histogram)",
+		"sluice.db.delay_refused":         "sluice rule db: requests refused at once: their wait exceeded delay.max, or the rule held delay.max_held on the worker",
 	} {
 		if got := MetricHelp(name); got != want {
 			t.Errorf("MetricHelp(%q) = %q, want %q", name, got, want)
@@ -134,3 +137,4 @@ func TestMetricHelp(t *testing.T) {
 
 // One help text per rule metric: the test does not compile when the two arrays differ in length.
 var _ [len(ruleMetricHelp)]string = MetricNames("")
+var _ [len(delayMetricHelp)]string = DelayMetrics

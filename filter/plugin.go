@@ -54,6 +54,7 @@ type Plugin struct {
 	redis   *redisState      // the Redis codec; nil without Redis rules
 	rls     *rlsState        // the rls codec; nil without RLS rules
 	remote  *remote          // the remote-call engine of redis or rls (a configuration has at most one); nil without remote rules
+	holds   *holds           // the requests held by rules with delay (hold.go); nil without such rules
 	adder   abi.HeadersAdder // host, when it adds several headers in one call (Imports); else nil
 
 	// Scopes (scope.go): a root context's Plugin has one Plugin per entry
@@ -62,6 +63,14 @@ type Plugin struct {
 	scopes []*Plugin
 	scope  *config.Scope
 	props  reqProps
+
+	// The root context's tick (hold.go, remote.go): root is a scope's
+	// root context's Plugin (nil for the root itself); baseTick is the
+	// remote guards' period, tickMS the period set, wake the release it
+	// was set for (root only).
+	root             *Plugin
+	baseTick, tickMS uint32
+	wake             int64
 }
 
 // rule is one configured rule plus its per-request scratch state.
@@ -80,6 +89,7 @@ type rule struct {
 	redis    *redisRule // the Redis side (backend "redis"); nil for a local rule
 	rls      *rlsRule   // the RLS side (backend "rls"); nil for a local rule
 	remote   bool       // decided by p.remote (backend "redis" or "rls")
+	delay    *ruleDelay // "delay" (hold.go); nil without
 	matchAll bool       // the rule has no match conditions (keyFor skips them)
 
 	// Per request.
@@ -149,7 +159,7 @@ func (p *Plugin) configure(data []byte) error {
 	if len(cfg.Scopes) > 0 {
 		scopes := make([]*Plugin, len(cfg.Scopes))
 		for i, sc := range cfg.Scopes {
-			q := &Plugin{host: p.host, id: p.id, name: p.name, seed: p.seed, errors: p.errors, scope: sc}
+			q := &Plugin{host: p.host, id: p.id, name: p.name, seed: p.seed, errors: p.errors, scope: sc, root: p}
 			if err := q.setup(sc.Config); err != nil {
 				return err
 			}
@@ -206,6 +216,9 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	p.grpcMsg = grpcMessage(cfg.Response.Body)
 	p.redis, p.rls, p.remote = nil, nil, nil
 	var err error
+	if p.holds, err = newHolds(p, rules); err != nil {
+		return err
+	}
 	switch {
 	case cfg.HasRedisRules():
 		if p.redis, p.remote, err = newRedisState(p, cfg, rules); err != nil {
@@ -381,13 +394,16 @@ func (p *Plugin) charge(s *stream, w *remoteWait, now int64) abi.Action {
 			recheck = true
 			continue
 		}
+		if r.delay != nil && r.d.Delay > 0 {
+			r.delay.charged(&r.e)
+		}
 		if r.e.evicted {
 			p.host.IncrementMetric(r.metrics.evicted, 1)
 			p.host.IncrementMetric(r.metrics.evictedUsed, r.e.evictedUsed)
 		}
 	}
 	if !recheck {
-		return p.admitted(s)
+		return p.admitted(s, now)
 	}
 	if act, done := p.verdict(s); done {
 		if w != nil {
@@ -395,17 +411,22 @@ func (p *Plugin) charge(s *stream, w *remoteWait, now int64) abi.Action {
 		}
 		return act
 	}
-	return p.admitted(s)
+	return p.admitted(s, now)
 }
 
 // admitted finishes an admitted request: counts each applying rule as
-// allowed (or shadow-denied) and remembers the most restrictive decision for
-// the response headers.
-func (p *Plugin) admitted(s *stream) abi.Action {
+// allowed (or shadow-denied), remembers the most restrictive decision for
+// the response headers, and holds the request until its latest slot when a
+// rule with delay admitted it into the future (hold.go).
+func (p *Plugin) admitted(s *stream, now int64) abi.Action {
 	var best *rule
+	var delay time.Duration
 	for _, r := range p.rules {
 		if !r.applies || r.failed {
 			continue
+		}
+		if r.delay != nil && r.d.Allowed && r.d.Delay > delay {
+			delay = r.d.Delay
 		}
 		if r.d.Allowed {
 			p.host.IncrementMetric(r.metrics.allowed, 1)
@@ -420,6 +441,9 @@ func (p *Plugin) admitted(s *stream) abi.Action {
 		s.hasHeaders = true
 		s.rule = best
 		s.d = best.d
+	}
+	if delay > 0 {
+		return p.holds.hold(s, now, delay)
 	}
 	return abi.ActionContinue
 }
@@ -507,6 +531,9 @@ func (p *Plugin) verdict(s *stream) (abi.Action, bool) {
 		if r.applies && !r.failed && !r.d.Allowed {
 			if r.cfg.Mode == config.ModeEnforce {
 				p.host.IncrementMetric(r.metrics.denied, 1)
+				if r.delay != nil {
+					p.host.IncrementMetric(r.delay.m.refused, 1)
+				}
 			} else {
 				p.host.IncrementMetric(r.metrics.shadowDenied, 1)
 			}
@@ -535,18 +562,27 @@ func (p *Plugin) evaluate(r *rule, now int64) error {
 	}
 	// The new state is written where the store's value will hold it, after
 	// the slot header: store then writes it without copying it.
-	st, d, err := r.by.lim.Decide(r.by.stateBuf(), r.e.state, now, 1)
+	st, d, err := p.decide(r, r.e.state, now)
 	if err != nil && errors.Is(err, algorithms.ErrCorruptState) {
 		// A state this limiter cannot read (e.g. the rule changed
 		// algorithm under the same name): start the key afresh.
 		r.e.state = nil
-		st, d, err = r.by.lim.Decide(r.by.stateBuf(), nil, now, 1)
+		st, d, err = p.decide(r, nil, now)
 	}
 	if err != nil {
 		return err
 	}
 	r.state, r.d = st, d
 	return nil
+}
+
+// decide decides the request against state with r.by's limiter, into
+// r.by's state buffer: with a queue for a rule with delay on its own store.
+func (p *Plugin) decide(r *rule, state []byte, now int64) ([]byte, algorithms.Decision, error) {
+	if r.delay != nil && r.by == r.store {
+		return r.delay.decide(r.by.stateBuf(), state, now)
+	}
+	return r.by.lim.Decide(r.by.stateBuf(), state, now, 1)
 }
 
 // commit writes r's new state to r.by, re-deciding after each lost race.
@@ -695,11 +731,19 @@ func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms
 
 // onResponse adds the remembered rate-limit headers to the response.
 func (p *Plugin) onResponse(s *stream) abi.Action {
-	if !s.hasHeaders || s.denied || s.rule == nil || p.cfg == nil {
+	if !s.hasHeaders || s.denied || p.cfg == nil {
 		return abi.ActionContinue
 	}
 	p.vals = p.vals[:0]
-	p.hdrs = p.appendRateLimitHeaders(p.hdrs[:0], s.rule, &s.d)
+	p.hdrs = p.hdrs[:0]
+	if s.rule != nil {
+		p.hdrs = p.appendRateLimitHeaders(p.hdrs, s.rule, &s.d)
+	}
+	if s.heldMS > 0 {
+		n := len(p.vals)
+		p.vals = appendInt(p.vals, s.heldMS)
+		p.hdrs = append(p.hdrs, abi.Header{Name: DelayHeader, Value: p.vals[n:len(p.vals):len(p.vals)]})
+	}
 	if p.adder != nil {
 		p.adder.AddHeaders(abi.MapResponseHeaders, p.hdrs) // one guest call, not one per header
 	} else {

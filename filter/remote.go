@@ -342,10 +342,12 @@ func (p *Plugin) setTickPeriod() {
 			period = q.remote.tickPeriod()
 		}
 	}
+	p.baseTick = period
 	th, ok := p.host.(tickHost)
 	if period == 0 || !ok {
 		return
 	}
+	p.tickMS = period
 	if st := th.SetTickPeriod(period); st != abi.StatusOK {
 		p.host.Log(abi.LogError, "sluice: proxy_set_tick_period_milliseconds failed: "+st.String()+
 			"; a remote call the host never answers holds its request until the host gives up on it")

@@ -193,6 +193,8 @@ type stream struct {
 	id         uint32 // context id (set by streamTable.put)
 	plugin     *Plugin
 	rwait      *remoteWait // the remote decisions this request waits for (nil: none)
+	hold       *heldReq    // held until its slot (hold.go; nil: not held)
+	heldMS     int64       // released after being held this long (ms, rounded up; 0: not held)
 	denied     bool        // a local response was sent
 	hasHeaders bool        // rate-limit headers to add to the response
 	rule       *rule
@@ -308,6 +310,11 @@ func (vm *VM) OnDone(id uint32) bool {
 	if root == nil {
 		return true
 	}
+	for i := 0; i < root.configs(); i++ {
+		if hs := root.configAt(i).holds; hs != nil {
+			hs.refuseAll(vm.host.Now())
+		}
+	}
 	vm.returnLeases(root)
 	if !rlsInFlight(root) {
 		return true
@@ -380,14 +387,23 @@ func (vm *VM) OnDelete(id uint32) {
 	}
 }
 
-// OnTick implements abi.Handler: the remote backends' guards (the only
-// user of a tick period).
+// OnTick implements abi.Handler: the remote backends' guards and the
+// release of held requests (hold.go).
 func (vm *VM) OnTick(rootID uint32) {
 	if root := vm.plugins[rootID]; root != nil {
+		held := false
 		for i := 0; i < root.configs(); i++ {
-			if p := root.configAt(i); p.remote != nil {
+			p := root.configAt(i)
+			if p.remote != nil {
 				p.remote.tick()
 			}
+			if p.holds != nil {
+				p.holds.release(vm.host.Now())
+				held = true
+			}
+		}
+		if held {
+			root.retick(vm.host.Now(), 0)
 		}
 		if len(vm.donePending) > 0 {
 			vm.maybeDone(rootID)
@@ -400,6 +416,9 @@ func (vm *VM) release(id uint32) bool {
 	s := vm.streams.remove(id)
 	if s == nil {
 		return false
+	}
+	if s.hold != nil {
+		s.plugin.holds.abandon(s)
 	}
 	*s = stream{}
 	if len(vm.free) < maxFreeStreams {

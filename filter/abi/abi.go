@@ -146,6 +146,12 @@ type HeadersAdder interface {
 	AddHeaders(mt MapType, hdrs []Header) Status
 }
 
+// MetricRecorder is implemented by a Host that records histogram values
+// (proxy_record_metric; Imports has it).
+type MetricRecorder interface {
+	RecordMetric(id uint32, value uint64) Status
+}
+
 // Handler receives the callbacks the host makes into the module. The wasip1
 // exports translate each proxy_on_* call into one Handler call, after
 // recovering from any panic (a panic is logged at critical level and the

@@ -45,6 +45,9 @@ func proxyDefineMetric(mt uint32, name unsafe.Pointer, nameSize uint32, retID un
 //go:wasmimport env proxy_increment_metric
 func proxyIncrementMetric(id uint32, delta int64) uint32
 
+//go:wasmimport env proxy_record_metric
+func proxyRecordMetric(id uint32, value uint64) uint32
+
 // Out-slots the host writes results into. The guest is single-threaded and
 // the host writes them only at the end of a host call, so one set suffices
 // (and taking their address allocates nothing). outPtr is typed *byte so the
@@ -163,6 +166,11 @@ func (*Imports) DefineMetric(mt MetricType, name string) (uint32, Status) {
 	resetOut()
 	st := Status(proxyDefineMetric(uint32(mt), strPtr(name), uint32(len(name)), unsafe.Pointer(&outID)))
 	return outID, st
+}
+
+// RecordMetric implements MetricRecorder (proxy_record_metric).
+func (*Imports) RecordMetric(id uint32, value uint64) Status {
+	return Status(proxyRecordMetric(id, value))
 }
 
 // IncrementMetric implements Host.

@@ -301,7 +301,7 @@ func (h *Host) SetSharedData(key, value []byte, cas uint32) abi.Status {
 
 // DefineMetric implements abi.Host.
 func (h *Host) DefineMetric(mt abi.MetricType, name string) (uint32, abi.Status) {
-	if mt != abi.MetricCounter {
+	if mt > abi.MetricHistogram {
 		return 0, abi.StatusBadArgument
 	}
 	return h.Metrics.define(name), abi.StatusOK
