@@ -79,7 +79,13 @@ func satAdd(a, b int64) int64 {
 // numbers are <dd data-metric="admitted|denied|max-in-window|state-bytes">
 // holding a bare integer (through the key table also entries, evicted and
 // per flood class "<class>-denied"), and its charts are <svg class="svgchart"> with
-// ids "chart-N-traffic" and "chart-N-remaining".
+// ids "chart-N-traffic" and "chart-N-remaining". A rule with a delay
+// (Result.Shaping) also has the metrics at-once, held, refused, most-held,
+// max-arrivals, meter-admitted and meter-denied (each also a data- attribute
+// of its section, with data-delay-ns and data-max-held), its delays in
+// <dd class="delays" data-p50-ns data-p99-ns data-max-ns>, and the charts
+// "chart-N-arrivals" (series "with" and "without" shaping) and
+// "chart-N-held".
 func WriteReport(w io.Writer, r *Report) error {
 	if r.Traffic == nil || len(r.Results) == 0 {
 		return fmt.Errorf("sim: report has no traffic or no results")
@@ -129,6 +135,22 @@ type sectionData struct {
 	TrafficSVG, RemainingSVG template.HTML
 	Explain                  string
 	DeniedPct                string
+
+	// Sh is a rule with a delay's numbers (R.Shaping), nil without.
+	Sh                   *shapingData
+	ArrivalsSVG, HeldSVG template.HTML
+}
+
+// shapingData is what a section shows of a rule with a delay: the upstream
+// with and without shaping.
+type shapingData struct {
+	*Shaping
+	R              *Result
+	Delay, Window  string // delay.max, the rule's window
+	FmtP50, FmtP99 string // the delays, printed
+	FmtMax         string
+	DeniedPct      string // refused with shaping, in % of offered
+	MeterPct       string // refused by the meter, in % of offered
 }
 
 func newSection(n int, res *Result) (sectionData, error) {
@@ -196,10 +218,16 @@ func newSection(n int, res *Result) (sectionData, error) {
 		},
 		Rules: []svgchart.Rule{{Y: float64(res.Limit), Label: "limit " + strconv.FormatInt(res.Limit, 10), Class: "limit"}},
 	}
-	for _, c := range []struct {
+	type chartOut struct {
 		chart *svgchart.Chart
 		dst   *template.HTML
-	}{{traffic, &sd.TrafficSVG}, {remaining, &sd.RemainingSVG}} {
+	}
+	charts := []chartOut{{traffic, &sd.TrafficSVG}, {remaining, &sd.RemainingSVG}}
+	if res.Shaping != nil {
+		arr, held := shapingCharts(n, res, &sd)
+		charts = append(charts, chartOut{arr, &sd.ArrivalsSVG}, chartOut{held, &sd.HeldSVG})
+	}
+	for _, c := range charts {
 		s, err := c.chart.SVG()
 		if err != nil {
 			return sd, fmt.Errorf("sim: chart of %s: %w", res.Name, err)
@@ -208,6 +236,80 @@ func newSection(n int, res *Result) (sectionData, error) {
 		*c.dst = template.HTML(s)
 	}
 	return sd, nil
+}
+
+// shapingCharts fills sd's numbers of a rule with a delay and returns its
+// charts: the upstream arrivals with and without shaping, and the
+// requests held.
+func shapingCharts(n int, res *Result, sd *sectionData) (arrivals, held *svgchart.Chart) {
+	s := res.Shaping
+	sh := &shapingData{Shaping: s, R: res, Delay: fmtDuration(s.Max), Window: sd.Window, DeniedPct: sd.DeniedPct,
+		FmtP50: fmtDelay(s.DelayP50), FmtP99: fmtDelay(s.DelayP99), FmtMax: fmtDelay(s.DelayMax)}
+	if m := s.Meter; m.Offered > 0 {
+		sh.MeterPct = strconv.FormatFloat(100*float64(m.Denied)/float64(m.Offered), 'f', 1, 64)
+	}
+	sd.Sh = sh
+	nb := max(len(s.Arrivals), len(s.Meter.Buckets))
+	sec := func(i int) float64 { return float64(int64(i)*res.BucketWidth) / 1e9 }
+	xMax := sec(nb)
+	offered := make([]svgchart.Point, nb)
+	with := make([]svgchart.Point, nb)
+	without := make([]svgchart.Point, nb)
+	heldPts := make([]svgchart.Point, nb)
+	for i := range nb {
+		x := sec(i)
+		var off int64
+		if i < len(res.Buckets) {
+			off = res.Buckets[i].Offered
+		}
+		w, wo := s.bucket(i)
+		var h int64
+		if i < len(s.MostHeldIn) {
+			h = s.MostHeldIn[i]
+		}
+		offered[i] = svgchart.Point{X: x, Y: float64(off)}
+		with[i] = svgchart.Point{X: x, Y: float64(w)}
+		without[i] = svgchart.Point{X: x, Y: float64(wo)}
+		heldPts[i] = svgchart.Point{X: x, Y: float64(h)}
+	}
+	ticks := svgchart.DurationTicks(0, xMax, 6)
+	bw := fmtBucketWidth(res.BucketWidth)
+	arrivals = &svgchart.Chart{
+		ID:    fmt.Sprintf("chart-%d-arrivals", n),
+		Title: "Upstream arrivals: with shaping vs without", Width: 560, Height: 220,
+		XLabel: "time since start", YLabel: "requests per " + bw,
+		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
+		Series: []svgchart.Series{
+			{Name: "offered", Class: "offered", Color: "#bbbbbb", Kind: svgchart.StepArea, Points: offered},
+			{Name: "without shaping (meter)", Class: "without", Color: "#54a24b", Kind: svgchart.Step, Points: without},
+			// Dashed: where the two agree, the green line shows between.
+			{Name: "with shaping (delay ≤ " + sh.Delay + ")", Class: "with", Color: "#2f7ed8", Dash: "5 4", Kind: svgchart.Step, Points: with},
+		},
+	}
+	held = &svgchart.Chart{
+		ID:    fmt.Sprintf("chart-%d-held", n),
+		Title: "Requests held", Width: 560, Height: 180,
+		XLabel: "time since start", YLabel: "held",
+		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
+		Series: []svgchart.Series{
+			{Name: "most held at once in " + bw, Class: "held", Color: "#e45756", Kind: svgchart.Step, Points: heldPts},
+		},
+	}
+	if s.MaxHeld > 0 && s.MostHeld >= int64(s.MaxHeld) {
+		held.Rules = []svgchart.Rule{{Y: float64(s.MaxHeld), Label: "max_held " + strconv.Itoa(s.MaxHeld), Class: "max-held"}}
+	}
+	return arrivals, held
+}
+
+// fmtDelay prints a delay to the microsecond ("0" for none).
+func fmtDelay(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	if d < time.Millisecond {
+		return d.String()
+	}
+	return fmtDuration(d.Round(time.Microsecond))
 }
 
 // fmtDuration prints d without Go's trailing zero units ("1m" not "1m0s").
@@ -275,13 +377,15 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 </table>
 <p class="legend-note">Guaranteed at most: each algorithm's own bound for one key in any window-length interval — limit for sliding_log; burst + limit for token_bucket and leaky_bucket (a full bucket, then one window's refill); 2 × limit for fixed_window (limit on each side of a boundary) and sliding_window (its estimate, worst case). Above the limit within the bound (brown) is the algorithm's design; above the bound (red) would be a violation.</p>
 <main>
-{{range .Sections}}<section class="algo" id="result-{{.N}}" data-name="{{.R.Name}}" data-algorithm="{{.Algorithm}}" data-limit="{{.R.Params.Limit}}" data-window="{{.Window}}" data-window-ns="{{.R.Params.Window.Nanoseconds}}" data-burst="{{.Burst}}" data-offered="{{.R.Offered}}" data-admitted="{{.R.Admitted}}" data-denied="{{.R.Denied}}" data-max-in-window="{{.R.MaxInWindow}}" data-state-bytes="{{.R.StateBytesMax}}" data-max-state-size="{{.R.MaxStateSize}}">
-<h2>{{.R.Name}} <small>{{.Algorithm}}, {{.R.Params.Limit}} per {{.Window}}{{if .HasBurst}}, burst {{.Burst}}{{end}}</small></h2>
+{{range .Sections}}<section class="algo" id="result-{{.N}}" data-name="{{.R.Name}}" data-algorithm="{{.Algorithm}}" data-limit="{{.R.Params.Limit}}" data-window="{{.Window}}" data-window-ns="{{.R.Params.Window.Nanoseconds}}" data-burst="{{.Burst}}" data-offered="{{.R.Offered}}" data-admitted="{{.R.Admitted}}" data-denied="{{.R.Denied}}" data-max-in-window="{{.R.MaxInWindow}}" data-state-bytes="{{.R.StateBytesMax}}" data-max-state-size="{{.R.MaxStateSize}}"{{with .Sh}} data-delay-ns="{{.Max.Nanoseconds}}" data-max-held="{{.MaxHeld}}" data-at-once="{{.AtOnce}}" data-held="{{.Held}}" data-refused="{{.R.Denied}}" data-most-held="{{.MostHeld}}" data-max-arrivals="{{.R.MaxArrivals}}" data-meter-admitted="{{.Meter.Admitted}}" data-meter-denied="{{.Meter.Denied}}"{{end}}>
+<h2>{{.R.Name}} <small>{{.Algorithm}}, {{.R.Params.Limit}} per {{.Window}}{{if .HasBurst}}, burst {{.Burst}}{{end}}{{with .Sh}}, delay ≤ {{.Delay}}{{end}}</small></h2>
 <div class="body">
 <div class="charts">
 <figure class="chart traffic-chart">{{.TrafficSVG}}</figure>
 <figure class="chart remaining-chart">{{.RemainingSVG}}</figure>
-</div>
+{{if .Sh}}<figure class="chart arrivals-chart">{{.ArrivalsSVG}}</figure>
+<figure class="chart held-chart">{{.HeldSVG}}</figure>
+{{end}}</div>
 <dl class="numbers">
 <dt>Offered</dt><dd data-metric="offered">{{.R.Offered}}</dd>
 <dt>Admitted</dt><dd data-metric="admitted">{{.R.Admitted}}</dd>
@@ -293,6 +397,18 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 <dd class="note">largest encoded state seen; at most {{.R.MaxStateSize}} bytes for this rule; {{.R.StateBytesEnd}} bytes for all {{.R.Keys}} key(s) at the end</dd>
 {{range .R.Classes}}<dt>{{.Name}} keys: denied</dt><dd data-metric="{{.Name}}-denied">{{.Denied}}</dd>
 <dd class="note">of {{.Offered}} requests from {{.Keys}} key(s); the most admitted for one in any window: <span data-metric="{{.Name}}-max">{{.MaxPerKey}}</span></dd>
+{{end}}{{with .Sh}}<dt>Sent upstream at once</dt><dd data-metric="at-once">{{.AtOnce}}</dd>
+<dt>Held until their slot</dt><dd data-metric="held">{{.Held}}</dd>
+<dt>Refused</dt><dd data-metric="refused">{{.R.Denied}}</dd>
+<dd class="note">with a delay of at most {{.Delay}}{{if .MaxHeld}}, at most {{.MaxHeld}} held at once{{end}}: {{.DeniedPct}}% refused{{if .Metered}}; {{.Metered}} decided without a queue while max_held were held{{end}}</dd>
+<dt>Delay p50 / p99 / max</dt><dd class="delays" data-p50-ns="{{.DelayP50.Nanoseconds}}" data-p99-ns="{{.DelayP99.Nanoseconds}}" data-max-ns="{{.DelayMax.Nanoseconds}}">{{.FmtP50}} / {{.FmtP99}} / {{.FmtMax}}</dd>
+<dd class="note">of the held requests (the delay_ms histogram)</dd>
+<dt>Most held at once</dt><dd data-metric="most-held">{{.MostHeld}}</dd>
+<dt>Max upstream arrivals in any {{.Window}}</dt><dd data-metric="max-arrivals">{{.R.MaxArrivals}}</dd>
+<dd class="note">all keys, at their release; without shaping <span data-metric="meter-max-arrivals">{{.Meter.MaxArrivals}}</span></dd>
+<dt>Without shaping: admitted</dt><dd data-metric="meter-admitted">{{.Meter.Admitted}}</dd>
+<dt>Without shaping: refused</dt><dd data-metric="meter-denied">{{.Meter.Denied}}</dd>
+<dd class="note">the same traffic through the same rule without a delay: {{.MeterPct}}% refused</dd>
 {{end}}{{if .R.MaxKeys}}<dt>Shared-data entries</dt><dd data-metric="entries">{{.R.Entries}}</dd>
 <dd class="note">max_keys {{.R.MaxKeys}}; <span data-metric="entry-bytes">{{.R.EntryBytes}}</span> bytes of keys and values</dd>
 <dt>Evicted</dt><dd data-metric="evicted">{{.R.Evicted}}</dd>

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/filter"
@@ -26,6 +27,20 @@ type Options struct {
 	// entries, which evicts the least-used key when full. 0 keeps every
 	// key's state, as a table that never fills would.
 	MaxKeys int
+	// Delay, when > 0, shapes: the rule decides with
+	// algorithms.Shaper.DecideDelay (token_bucket and leaky_bucket only),
+	// holding a request that would fit within Delay until its slot, as a
+	// rule with "delay" does (see shape.go). The Result's Shaping then
+	// says what went upstream when, next to a second run of the same
+	// traffic through the same rule as a meter (Shaping.Meter).
+	Delay time.Duration
+	// MaxHeld bounds the requests held at once (delay.max_held, all
+	// traffic on one worker): a request that would be held while MaxHeld
+	// are is decided as by a meter. 0: no bound.
+	MaxHeld int
+
+	// meter: this run is a shaped run's meter; count MaxArrivals.
+	meter bool
 }
 
 // Class is what one class of keys of a flood (see Pattern) was offered and
@@ -107,6 +122,15 @@ type Result struct {
 	Evicted, EvictedUsed int64
 	Entries, EntryBytes  int
 
+	// Shaping is what the rule did with a queue (Options.Delay > 0); nil
+	// without a delay.
+	Shaping *Shaping
+	// MaxArrivals is the largest number of cost units that reached the
+	// upstream, all keys together, in any interval (t−Window, t]: for a
+	// run with shaping at each request's release, for its meter at its
+	// decision; 0 for a run without a delay.
+	MaxArrivals int64
+
 	// Classes are the flood's key classes (keys named "attacker-N",
 	// "innocent-N", "heavy-N"), in that order, for those present; nil when
 	// no key is so named.
@@ -187,9 +211,15 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 		return nil, err
 	}
 	r := newReplay(tr, name, lim, nb)
+	if opt.Delay > 0 {
+		if err := r.startShaping(opt); err != nil {
+			return nil, err
+		}
+	}
+	r.meter = opt.meter
 	if opt.MaxKeys > 0 {
 		r.shared = newMemShared()
-		r.table = filter.NewKeyTable(r.shared, lim, "sluice::"+name+":", opt.MaxKeys, 0x5eed)
+		r.table = filter.NewKeyTable(r.shared, r.dec, "sluice::"+name+":", opt.MaxKeys, 0x5eed)
 		r.res.MaxKeys = opt.MaxKeys
 	}
 	r.classify()
@@ -218,6 +248,17 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 	for _, s := range r.states {
 		r.res.StateBytesEnd += len(s)
 	}
+	if r.shape != nil {
+		r.finishShaping()
+		// The same rule as a meter: the same traffic, decided by Decide.
+		mopt := opt
+		mopt.Delay, mopt.MaxHeld, mopt.meter = 0, 0, true
+		m, err := Run(tr, name, lim, mopt)
+		if err != nil {
+			return nil, err
+		}
+		r.res.Shaping.Meter = m
+	}
 	return r.res, nil
 }
 
@@ -243,13 +284,17 @@ func checkRun(tr *Traffic, lim algorithms.Limiter, opt Options) (int, error) {
 	if tr.End-tr.Start <= 0 {
 		return 0, errors.New("sim: traffic span is empty")
 	}
+	if opt.Delay < 0 || opt.MaxHeld < 0 {
+		return 0, fmt.Errorf("sim: delay %s, max_held %d: want >= 0", opt.Delay, opt.MaxHeld)
+	}
 	return nb, nil
 }
 
 // replay is a Run in progress: the result so far and every key's state.
 type replay struct {
 	tr        *Traffic
-	lim       algorithms.Limiter
+	lim       algorithms.Limiter // the rule's limiter: the probe's
+	dec       algorithms.Limiter // what decides: lim, or with shaping its queue
 	res       *Result
 	width     int64    // the limiter's window, for MaxInWindow
 	states    [][]byte // each key's encoded state, as the filter would store it
@@ -261,6 +306,10 @@ type replay struct {
 	table  *filter.KeyTable // the filter's key table (Options.MaxKeys > 0), else nil
 	shared *memShared       // its shared data
 	class  []int8           // each key's index in res.Classes, -1: none
+
+	shape *shapeRun // Options.Delay > 0, else nil
+	meter bool      // Options.meter: count every admission into all
+	all   window    // admissions of every key within the last window (MaxArrivals)
 }
 
 // newReplay sets up a run of tr through lim over at most nb buckets of a
@@ -280,7 +329,7 @@ func newReplay(tr *Traffic, name string, lim algorithms.Limiter, nb int) *replay
 		res.Buckets[i].RemainingMin = -1
 	}
 	return &replay{
-		tr: tr, lim: lim, res: res,
+		tr: tr, lim: lim, dec: lim, res: res,
 		width:   int64(p.Window),
 		states:  make([][]byte, len(tr.Keys)),
 		wins:    make([]window, len(tr.Keys)),
@@ -340,6 +389,9 @@ func (r *replay) decide(i int, rq Request) error {
 	if err := r.probe(bi); err != nil {
 		return err
 	}
+	if r.shape != nil {
+		r.shape.before(bi, rq.At)
+	}
 	if r.table != nil {
 		key := []byte(r.tr.Keys[rq.Key])
 		d, err := r.table.Decide(key, rq.At, rq.Cost)
@@ -355,7 +407,7 @@ func (r *replay) decide(i int, rq Request) error {
 		r.count(&res.Buckets[bi], rq, d)
 		return nil
 	}
-	ns, d, err := r.lim.Decide(r.scratch[:0], r.states[rq.Key], rq.At, rq.Cost)
+	ns, d, err := r.dec.Decide(r.scratch[:0], r.states[rq.Key], rq.At, rq.Cost)
 	if err != nil {
 		return fmt.Errorf("sim: request %d (key %q, cost %d): %w", i, r.tr.Keys[rq.Key], rq.Cost, err)
 	}
@@ -396,15 +448,32 @@ func (r *replay) count(b *Bucket, rq Request, d algorithms.Decision) {
 	b.Admitted++
 	res.Admitted++
 	res.AdmittedCost += rq.Cost
-	w := &r.wins[rq.Key]
-	sum := w.push(rq.At, rq.Cost, r.width)
+	if r.shape != nil {
+		// Upstream at its release: counted in the windows once the
+		// releases are in time order (finishShaping).
+		r.shape.admitted(rq, d)
+		return
+	}
+	r.arrive(rq.Key, rq.At, rq.Cost, c)
+}
+
+// arrive counts cost units of key reaching the upstream at `at` (in time
+// order) in the key's window (MaxInWindow, the class's MaxPerKey) and, for
+// a shaped run or its meter, in the window of every key (MaxArrivals).
+func (r *replay) arrive(key int32, at, cost int64, c *Class) {
+	res := r.res
+	if r.shape != nil || r.meter {
+		res.MaxArrivals = max(res.MaxArrivals, r.all.push(at, cost, r.width))
+	}
+	w := &r.wins[key]
+	sum := w.push(at, cost, r.width)
 	if c != nil && sum > c.MaxPerKey {
 		c.MaxPerKey = sum
 	}
 	if sum > res.MaxInWindow {
 		res.MaxInWindow = sum
-		res.MaxInWindowKey = r.tr.Keys[rq.Key]
-		res.MaxInWindowFrom, res.MaxInWindowTo = w.at[w.head], rq.At
+		res.MaxInWindowKey = r.tr.Keys[key]
+		res.MaxInWindowFrom, res.MaxInWindowTo = w.at[w.head], at
 	}
 }
 

@@ -328,8 +328,12 @@ func reportNumbers(t *testing.T, page []byte) map[string]map[string]int64 {
 				t.Errorf("%s: data-%s=%q but the page shows %d", alg, attr(dd, "data-metric"), a, v)
 			}
 		}
-		if n := len(findAll(sec, func(n *html.Node) bool { return n.Data == "svg" })); n != 2 {
-			t.Errorf("%s: %d charts, want 2", alg, n)
+		want := 2
+		if attr(sec, "data-delay-ns") != "" {
+			want = 4 // and the upstream arrivals, the requests held
+		}
+		if n := len(findAll(sec, func(n *html.Node) bool { return n.Data == "svg" })); n != want {
+			t.Errorf("%s: %d charts, want %d", alg, n, want)
 		}
 		out[alg] = m
 	}
