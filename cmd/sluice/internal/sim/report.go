@@ -252,22 +252,16 @@ func shapingCharts(n int, res *Result, sd *sectionData) (arrivals, held *svgchar
 	nb := max(len(s.Arrivals), len(s.Meter.Buckets))
 	sec := func(i int) float64 { return float64(int64(i)*res.BucketWidth) / 1e9 }
 	xMax := sec(nb)
-	offered := make([]svgchart.Point, nb)
 	with := make([]svgchart.Point, nb)
 	without := make([]svgchart.Point, nb)
 	heldPts := make([]svgchart.Point, nb)
 	for i := range nb {
 		x := sec(i)
-		var off int64
-		if i < len(res.Buckets) {
-			off = res.Buckets[i].Offered
-		}
 		w, wo := s.bucket(i)
 		var h int64
 		if i < len(s.MostHeldIn) {
 			h = s.MostHeldIn[i]
 		}
-		offered[i] = svgchart.Point{X: x, Y: float64(off)}
 		with[i] = svgchart.Point{X: x, Y: float64(w)}
 		without[i] = svgchart.Point{X: x, Y: float64(wo)}
 		heldPts[i] = svgchart.Point{X: x, Y: float64(h)}
@@ -280,7 +274,6 @@ func shapingCharts(n int, res *Result, sd *sectionData) (arrivals, held *svgchar
 		XLabel: "time since start", YLabel: "requests per " + bw,
 		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
 		Series: []svgchart.Series{
-			{Name: "offered", Class: "offered", Color: "#bbbbbb", Kind: svgchart.StepArea, Points: offered},
 			{Name: "without shaping (meter)", Class: "without", Color: "#54a24b", Kind: svgchart.Step, Points: without},
 			// Dashed: where the two agree, the green line shows between.
 			{Name: "with shaping (delay ≤ " + sh.Delay + ")", Class: "with", Color: "#2f7ed8", Dash: "5 4", Kind: svgchart.Step, Points: with},
