@@ -23,7 +23,7 @@ func init() {
 }
 
 const simulateUsage = `usage: sluice simulate [--config FILE [--rule NAME] | --algorithm A --limit N --window D]
-                       [--compare] [--traffic PATTERN [pattern flags] | --csv FILE]
+                       [--delay D [--max-held N]] [--compare] [--traffic PATTERN [pattern flags] | --csv FILE]
                        --out REPORT.html
 
 Replays traffic through rate-limiting rules in virtual time (no sleeping:
@@ -42,6 +42,15 @@ Rules:
   --compare          run the same traffic through all five algorithms with the
                      same limit and window: from --limit/--window/--burst, or
                      from the first (or --rule) rule of --config
+
+Shaping (rules[].delay; token_bucket and leaky_bucket):
+  --delay D      hold a request that fits within D until its slot instead of
+                 refusing it (delay.max; a --config rule's own delay applies
+                 without this flag); the report shows the upstream arrivals
+                 with shaping next to the same rule without a delay
+  --max-held N   at most N requests held at once (delay.max_held, default
+                 1000), modelled as one worker: beyond, a request is decided
+                 without a queue
 
 Traffic (default --traffic boundary-burst):
   --traffic steady          one request every 1/rate seconds
@@ -102,6 +111,8 @@ type simFlags struct {
 	maxKeys                     int
 	lease                       int64
 	proxies                     int
+	delay                       time.Duration
+	maxHeld                     int
 	buckets                     int
 	out                         string
 	set                         map[string]bool // flags given explicitly
@@ -164,6 +175,8 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	fs.IntVar(&f.maxKeys, "max-keys", 0, "")
 	fs.Int64Var(&f.lease, "lease", 0, "")
 	fs.IntVar(&f.proxies, "proxies", 3, "")
+	fs.Var(durationFlag{&f.delay}, "delay", "")
+	fs.IntVar(&f.maxHeld, "max-held", config.DefaultMaxHeld, "")
 	fs.IntVar(&f.buckets, "buckets", sim.DefaultBuckets, "")
 	fs.StringVar(&f.out, "out", "", "")
 	if err := fs.Parse(args); err != nil {
@@ -191,6 +204,16 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 		return nil, errors.New("give --config FILE, or --limit and --window")
 	case f.configFile == "" && !f.compare && f.algorithm == "":
 		return nil, errors.New("without --config, give --algorithm or --compare")
+	}
+	switch {
+	case f.set["max-held"] && !f.set["delay"]:
+		return nil, errors.New("--max-held needs --delay")
+	case f.set["delay"] && (f.configFile != "" || f.compare):
+		return nil, errors.New("--delay shapes a rule given with --algorithm; a --config rule has its own delay")
+	case f.set["delay"] && (f.delay <= 0 || f.delay > config.MaxDelay):
+		return nil, fmt.Errorf("--delay %s: want more than 0, at most %s", fmtWindow(f.delay), fmtWindow(config.MaxDelay))
+	case f.maxHeld < 1 || f.maxHeld > config.MaxMaxHeld:
+		return nil, fmt.Errorf("--max-held %d: want 1..%d", f.maxHeld, config.MaxMaxHeld)
 	}
 	if f.set["max-keys"] && (f.maxKeys < 1 || f.maxKeys > 1_000_000) {
 		return nil, fmt.Errorf("--max-keys %d: want 1..1000000", f.maxKeys)
@@ -224,6 +247,7 @@ type target struct {
 	lim     algorithms.Limiter
 	maxKeys int   // the rule's max_keys (--config), else 0
 	lease   int64 // the rule's lease (--config), else 0
+	delay   config.Delay
 }
 
 // tableSize is the key table a run of t uses: --max-keys, else for a flood
@@ -266,7 +290,7 @@ func (f *simFlags) targets() ([]target, error) {
 	if !f.compare && base != nil {
 		out := make([]target, len(rules))
 		for i, r := range rules {
-			out[i] = target{r.Name, r.Limiter, r.MaxKeys, r.Lease}
+			out[i] = target{r.Name, r.Limiter, r.MaxKeys, r.Lease, r.Delay}
 		}
 		return out, nil
 	}
@@ -310,7 +334,14 @@ func (f *simFlags) targets() ([]target, error) {
 		if base != nil {
 			mk = base.MaxKeys
 		}
-		out = append(out, target{k.String(), lim, mk, 0})
+		t := target{name: k.String(), lim: lim, maxKeys: mk}
+		if f.set["delay"] {
+			if ok, why := algorithms.Shapes(k); !ok {
+				return nil, fmt.Errorf("--delay applies to token_bucket and leaky_bucket: %s", why)
+			}
+			t.delay = config.Delay{Max: f.delay, MaxHeld: f.maxHeld}
+		}
+		out = append(out, t)
 	}
 	return out, nil
 }
@@ -389,7 +420,8 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	rep := &sim.Report{Command: "sluice simulate " + quoteArgs(args), Traffic: tr}
 	for _, t := range targets {
-		res, err := sim.Run(tr, t.name, t.lim, sim.Options{Buckets: f.buckets, MaxKeys: f.tableSize(t)})
+		res, err := sim.Run(tr, t.name, t.lim, sim.Options{Buckets: f.buckets, MaxKeys: f.tableSize(t),
+			Delay: t.delay.Max, MaxHeld: t.delay.MaxHeld})
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", t.name, err))
 		}
@@ -419,13 +451,45 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 			r.Admitted, r.Denied, r.MaxInWindow, mark, bound, r.StateBytesMax)
 	}
 	tw.Flush()
+	printShaping(sw, rep.Results)
 	printTable(sw, rep.Results)
-	fmt.Fprintf(sw, "\nsimulated %d decisions in %s", len(tr.Requests)*len(targets), elapsed.Round(time.Microsecond))
+	decisions := 0
+	for _, r := range rep.Results {
+		decisions += len(tr.Requests)
+		if r.Shaping != nil {
+			decisions += len(tr.Requests) // and its meter
+		}
+	}
+	fmt.Fprintf(sw, "\nsimulated %d decisions in %s", decisions, elapsed.Round(time.Microsecond))
 	if f.out != "-" {
 		fmt.Fprintf(sw, "; report written to %s", f.out)
 	}
 	fmt.Fprintln(sw)
 	return 0
+}
+
+// printShaping prints, for each rule with a delay, what reached the
+// upstream with shaping and without (the same rule as a meter).
+func printShaping(w io.Writer, results []*sim.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, r := range results {
+		s := r.Shaping
+		if s == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w)
+			fmt.Fprintln(tw, "rule\tupstream\tadmitted\tat once\theld\trefused\tdelay p50\tp99\tmax\tmax arrivals in any window\tmost held")
+			header = true
+		}
+		d := func(d time.Duration) string { return fmtWindow(d.Round(time.Microsecond)) }
+		fmt.Fprintf(tw, "%s\twith shaping (delay<=%s)\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\n", r.Name, fmtWindow(s.Max),
+			r.Admitted, s.AtOnce, s.Held, r.Denied, d(s.DelayP50), d(s.DelayP99), d(s.DelayMax), r.MaxArrivals, s.MostHeld)
+		fmt.Fprintf(tw, "%s\twithout (meter)\t%d\t%d\t-\t%d\t-\t-\t-\t%d\t-\n", r.Name,
+			s.Meter.Admitted, s.Meter.Admitted, s.Meter.Denied, s.Meter.MaxArrivals)
+	}
+	tw.Flush()
 }
 
 // printTable prints, for runs through the key table, what the flood's
