@@ -11,7 +11,11 @@
 // One call may also decide N requests of one cost at one instant
 // (Request.N, ParseBatchReply): callers coalesce a hot key's concurrent
 // decisions so, exactly as the algorithm decides N requests arriving one
-// after the other at that instant.
+// after the other at that instant. A bucket's call may also shape
+// (Request.MaxDelay): the script admits a request that fits within the max
+// delay into its slot and replies with the wait (Decision.Delay), exactly
+// as algorithms.Shaper.DecideDelay on a clock of whole microseconds; such
+// a call decides one request (callers do not coalesce it).
 //
 // Several rules: the keys of different rules live in different slots (and
 // nodes), so no single script can see them all. A request matching several
@@ -50,9 +54,10 @@ type Script struct {
 	SHA1   string // hex SHA-1 of Source, sent by EVALSHA
 	suffix string // key suffix
 	lease  string // lease key suffix (AppendLeaseKey)
-	// evalSHAHead is the start of an EVALSHA call of 8 and 9 arguments,
-	// up to its key: array header, "EVALSHA", SHA1, the key count 1.
-	evalSHAHead [2]string
+	// evalSHAHead is the start of an EVALSHA call of 8, 9 and 10
+	// arguments, up to its key: array header, "EVALSHA", SHA1, the key
+	// count 1.
+	evalSHAHead [3]string
 }
 
 var scripts [6]Script
@@ -213,6 +218,19 @@ type Request struct {
 	// one after the other at the same instant (ParseBatchReply reads the
 	// reply); 0 and 1 decide one. Not with Refund.
 	N int64
+	// MaxDelay > 0 shapes the decision (token_bucket and leaky_bucket):
+	// a request that fits within MaxDelay, rounded down to whole µs, is
+	// admitted into its slot with Decision.Delay the wait until it
+	// (algorithms.Shaper.DecideDelay); the reply has the delay (ParseReply
+	// reads it). Not with N > 1 or Refund; ignored for the other
+	// algorithms and below a microsecond.
+	MaxDelay time.Duration
+}
+
+// shapes reports whether r's call carries a max delay (ARGV[10]).
+func (r *Request) shapes() bool {
+	return r.MaxDelay >= time.Microsecond && r.Refund == nil && r.N <= 1 &&
+		(r.Kind == algorithms.TokenBucket || r.Kind == algorithms.LeakyBucket)
 }
 
 // AppendEvalSHA appends the EVALSHA command of r.
@@ -234,14 +252,17 @@ func (r *Request) AppendEval(dst []byte) []byte {
 }
 
 // appendCall appends the call of r's script; heads, when not nil, holds
-// the call's start for 8 and 9 arguments (Script.evalSHAHead).
-func (r *Request) appendCall(dst []byte, cmd, script string, heads *[2]string) []byte {
+// the call's start for 8, 9 and 10 arguments (Script.evalSHAHead).
+func (r *Request) appendCall(dst []byte, cmd, script string, heads *[3]string) []byte {
 	burst := r.Params.Burst
 	if burst == 0 || (r.Kind != algorithms.TokenBucket && r.Kind != algorithms.LeakyBucket) {
 		burst = r.Params.Limit
 	}
 	args := 8
-	if r.N > 1 && r.Refund == nil {
+	switch {
+	case r.shapes():
+		args = 10
+	case r.N > 1 && r.Refund == nil:
 		args = 9
 	}
 	head := ""
@@ -257,8 +278,12 @@ func (r *Request) appendCall(dst []byte, cmd, script string, heads *[2]string) [
 	if r.Refund == nil {
 		// Three "0": not a refund, no stamp, no ref.
 		dst = append(dst, "$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n"...)
-		if args == 9 {
+		switch args {
+		case 9:
 			dst = resp.AppendBulkInt(dst, r.N)
+		case 10:
+			dst = append(dst, "$1\r\n1\r\n"...) // n = 1
+			dst = resp.AppendBulkInt(dst, int64(r.MaxDelay/time.Microsecond))
 		}
 		return dst
 	}
@@ -305,8 +330,13 @@ type Result struct {
 	Ref int64
 }
 
-// ReplyLen is the number of integers in a script's reply.
-const ReplyLen = 7
+// ReplyLen is the number of integers in a script's reply; DelayReplyLen
+// in the reply to a call with a max delay (Request.MaxDelay), whose
+// eighth integer is the delay.
+const (
+	ReplyLen      = 7
+	DelayReplyLen = 8
+)
 
 // ErrBadReply is wrapped by every error about a reply of the wrong shape.
 var ErrBadReply = errors.New("redisrl: unexpected script reply")
@@ -323,14 +353,23 @@ func (e *replyError) Unwrap() error { return ErrBadReply }
 // them; an error reply is returned as v.Err().
 func replyInts(v resp.Value) ([ReplyLen]int64, error) {
 	var n [ReplyLen]int64
+	all, err := replyIntsN(v, ReplyLen)
+	copy(n[:], all[:ReplyLen])
+	return n, err
+}
+
+// replyIntsN is replyInts for a reply of k integers (ReplyLen or
+// DelayReplyLen).
+func replyIntsN(v resp.Value, k int) ([DelayReplyLen]int64, error) {
+	var n [DelayReplyLen]int64
 	if v.Type == resp.Error {
 		return n, v.Err()
 	}
 	if v.Type != resp.Array || v.Null {
 		return n, badReply("a " + v.Type.String() + " instead of an array")
 	}
-	if len(v.Elems) != ReplyLen {
-		return n, badReply(strconv.Itoa(len(v.Elems)) + " elements instead of " + strconv.Itoa(ReplyLen))
+	if len(v.Elems) != k {
+		return n, badReply(strconv.Itoa(len(v.Elems)) + " elements instead of " + strconv.Itoa(k))
 	}
 	for i, e := range v.Elems {
 		if e.Type != resp.Integer {
@@ -346,11 +385,41 @@ func replyInts(v resp.Value) ([ReplyLen]int64, error) {
 // that is not an array of ReplyLen integers with values in range is an
 // error wrapping ErrBadReply.
 func ParseReply(v resp.Value) (Result, error) {
-	n, err := replyInts(v)
+	n, err := replyIntsN(v, ReplyLen)
 	if err != nil {
 		return Result{}, err
 	}
-	return decision(n)
+	return decision(n, -1)
+}
+
+// ParseReplyFor is ParseReply for the reply to r's call: with a max delay
+// (r.MaxDelay), an array of DelayReplyLen integers whose delay (0 ..
+// r.MaxDelay, and 0 for a denial) is the Decision's Delay; a reply without
+// it, or with a delay out of that range, is an error wrapping ErrBadReply.
+func ParseReplyFor(v resp.Value, r *Request) (Result, error) {
+	k := r.replyLen()
+	n, err := replyIntsN(v, k)
+	if err != nil {
+		return Result{}, err
+	}
+	return decision(n, r.maxDelayUS(k))
+}
+
+// replyLen is the number of integers in the reply to r's call.
+func (r *Request) replyLen() int {
+	if r.shapes() {
+		return DelayReplyLen
+	}
+	return ReplyLen
+}
+
+// maxDelayUS is the longest delay a reply of k integers to r may carry
+// (-1: none, the reply has no delay).
+func (r *Request) maxDelayUS(k int) int64 {
+	if k == ReplyLen {
+		return -1
+	}
+	return int64(r.MaxDelay / time.Microsecond)
 }
 
 // ParseReplyBytes is d.Parse(b) then ParseReply: the same result and the
@@ -358,8 +427,8 @@ func ParseReply(v resp.Value) (Result, error) {
 // digits without sign, is read straight from b (fastInts); any other
 // goes through d.
 func ParseReplyBytes(d *resp.Decoder, b []byte) (Result, error) {
-	if n, ok := fastInts(b); ok {
-		return decision(n)
+	if n, ok := fastInts(b, ReplyLen); ok {
+		return decision(n, -1)
 	}
 	v, err := d.Parse(b)
 	if err != nil {
@@ -368,10 +437,24 @@ func ParseReplyBytes(d *resp.Decoder, b []byte) (Result, error) {
 	return ParseReply(v)
 }
 
+// ParseReplyBytesFor is d.Parse(b) then ParseReplyFor(v, r), read as
+// ParseReplyBytes does.
+func ParseReplyBytesFor(d *resp.Decoder, b []byte, r *Request) (Result, error) {
+	k := r.replyLen()
+	if n, ok := fastInts(b, k); ok {
+		return decision(n, r.maxDelayUS(k))
+	}
+	v, err := d.Parse(b)
+	if err != nil {
+		return Result{}, err
+	}
+	return ParseReplyFor(v, r)
+}
+
 // ParseBatchReplyBytes is d.Parse(b) then ParseBatchReply(v, n), read as
 // ParseReplyBytes does.
 func ParseBatchReplyBytes(d *resp.Decoder, b []byte, n int64) (Batch, error) {
-	if ints, ok := fastInts(b); ok {
+	if ints, ok := fastInts(b, ReplyLen); ok {
 		return batch(ints, n)
 	}
 	v, err := d.Parse(b)
@@ -381,15 +464,15 @@ func ParseBatchReplyBytes(d *resp.Decoder, b []byte, n int64) (Batch, error) {
 	return ParseBatchReply(v, n)
 }
 
-// fastInts reads b when it is exactly "*7\r\n" and ReplyLen lines
+// fastInts reads b when it is exactly "*<k>\r\n" and k lines
 // ":<digits>\r\n" of 1 to 18 digits (no sign: the values fit an int64 and
 // resp's decoder reads them the same); ok is false for anything else.
-func fastInts(b []byte) (n [ReplyLen]int64, ok bool) {
-	if len(b) < 4+4*ReplyLen || b[0] != '*' || b[1] != '0'+ReplyLen || b[2] != '\r' || b[3] != '\n' {
+func fastInts(b []byte, k int) (n [DelayReplyLen]int64, ok bool) {
+	if len(b) < 4+4*k || b[0] != '*' || b[1] != '0'+byte(k) || b[2] != '\r' || b[3] != '\n' {
 		return n, false
 	}
 	i := 4
-	for k := range n {
+	for e := 0; e < k; e++ {
 		if i >= len(b) || b[i] != ':' {
 			return n, false
 		}
@@ -403,14 +486,16 @@ func fastInts(b []byte) (n [ReplyLen]int64, ok bool) {
 		if d := i - start; d == 0 || d > 18 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
 			return n, false
 		}
-		n[k] = int64(v)
+		n[e] = int64(v)
 		i += 2
 	}
 	return n, i == len(b)
 }
 
-// decision checks a script's reply's integers and converts them.
-func decision(n [ReplyLen]int64) (Result, error) {
+// decision checks a script's reply's integers and converts them; maxDelay
+// is the longest delay (µs) the eighth may say, -1 when the reply has
+// none.
+func decision(n [DelayReplyLen]int64, maxDelay int64) (Result, error) {
 	const maxDur = int64(1<<63-1) / int64(time.Microsecond)
 	switch {
 	case n[0] != 0 && n[0] != 1:
@@ -427,6 +512,10 @@ func decision(n [ReplyLen]int64) (Result, error) {
 		return Result{}, badReply("no retry after on a denied request")
 	case n[5] < 0 || n[6] < 0:
 		return Result{}, badReply("negative stamp or ref")
+	case maxDelay >= 0 && (n[7] < 0 || n[7] > maxDelay):
+		return Result{}, badReply("delay " + strconv.FormatInt(n[7], 10) + "µs outside 0.." + strconv.FormatInt(maxDelay, 10))
+	case n[0] == 0 && n[7] != 0:
+		return Result{}, badReply("delay on a denied request")
 	}
 	return Result{
 		Decision: algorithms.Decision{
@@ -435,6 +524,7 @@ func decision(n [ReplyLen]int64) (Result, error) {
 			Remaining:  n[2],
 			ResetAfter: time.Duration(n[3]) * time.Microsecond,
 			RetryAfter: time.Duration(n[4]) * time.Microsecond,
+			Delay:      time.Duration(n[7]) * time.Microsecond,
 		},
 		Stamp: n[5],
 		Ref:   n[6],
@@ -455,7 +545,7 @@ type Batch struct {
 // ParseBatchReply converts the reply of a call deciding n requests (n >= 1)
 // into a Batch, checking it as ParseReply does.
 func ParseBatchReply(v resp.Value, n int64) (Batch, error) {
-	ints, err := replyInts(v)
+	ints, err := replyIntsN(v, ReplyLen)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -464,7 +554,7 @@ func ParseBatchReply(v resp.Value, n int64) (Batch, error) {
 
 // batch checks the integers of the reply of a call deciding n requests and
 // converts them.
-func batch(ints [ReplyLen]int64, n int64) (Batch, error) {
+func batch(ints [DelayReplyLen]int64, n int64) (Batch, error) {
 	a := ints[0]
 	if a < 0 || a > n {
 		return Batch{}, badReply("admitted " + strconv.FormatInt(a, 10) + " of " + strconv.FormatInt(n, 10))
@@ -476,7 +566,7 @@ func batch(ints [ReplyLen]int64, n int64) (Batch, error) {
 	} else {
 		ints[0] = 0
 	}
-	r, err := decision(ints)
+	r, err := decision(ints, -1)
 	if err != nil {
 		return Batch{}, err
 	}

@@ -17,10 +17,30 @@ package redisrl
 //	ARGV[8]  ref              refund only: the ref of the admission's reply
 //	ARGV[9]  n                optional (default 1): decide n requests of cost
 //	                          c each, in order, at the one instant (decide only)
+//	ARGV[10] max_delay        optional (default 0), token_bucket and
+//	                          leaky_bucket: shape (algorithms.Shaper.DecideDelay)
+//	                          with a queue of at most this many µs; 0 = none.
+//	                          Only with n = 1 and op 0 (ARGV[9] must be given).
 //
 // Reply: an array of seven integers
 //
 //	{allowed, limit, remaining, reset_after_us, retry_after_us, stamp_us, ref}
+//
+// and, when ARGV[10] is given, an eighth: delay_us, the wait from now until
+// the admission's slot (0 for a denial, and for an admission that fits now
+// when the key's latest slot is not ahead of now). A request that fits
+// within max_delay is admitted into its slot: the state records the
+// admission there (its time is the slot, later than now when the request
+// waits), so every later decision queues behind it; stamp is the slot. One
+// that would wait longer is denied, nothing written, with retry_after its
+// wait minus max_delay. The arithmetic is algorithms.DecideDelay's on a
+// clock of whole µs: with now in µs and the window in whole µs, DecideDelay
+// fed the same numbers as nanoseconds gives these numbers exactly (the
+// conformance tests hold the scripts to that). A refund (op 1) of a
+// delayed admission gives its cost back at the key's latest slot, its own
+// when nothing queued behind it: a key refunded that way decides, from the
+// slot on, exactly as if the admission had never been made; requests that
+// queued behind it keep their slots.
 //
 // allowed is the number of the n requests admitted (0/1 for one): as n
 // requests decided one after the other at the same time, the first allowed
@@ -52,10 +72,12 @@ package redisrl
 // also exact).
 const prelude = `
 local L, W, c, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local op, n, B = ARGV[6], 1, L
+local op, n, B, D = ARGV[6], 1, L, 0
 if ARGV[9] then n = tonumber(ARGV[9]) end
+if ARGV[10] then D = tonumber(ARGV[10]) end
 if BURST then B = tonumber(ARGV[3]) end
-if not (L and W and B and c and now and n) or L < 1 or W < 1 or B < 1 or c < 1 or now < 0 or n < 1 or (op ~= '0' and op ~= '1') or (n > 1 and op ~= '0') then
+if not (L and W and B and c and now and n and D) or L < 1 or W < 1 or B < 1 or c < 1 or now < 0 or n < 1 or (op ~= '0' and op ~= '1') or (n > 1 and op ~= '0')
+  or D < 0 or D >= 9007199254740992 or (D > 0 and (n > 1 or op ~= '0')) then
   return redis.error_reply('ERR sluice: bad arguments')
 end
 local px, t0 = 'PX', 0
@@ -101,13 +123,33 @@ if S > BW then S = BW end
 if last > eff then eff = last end
 local d = eff - last
 if d * L >= BW - S then S = BW else S = S + d * L end
-local lag, cW, a, retry = eff - now, c * W, 1, 0
+local lag, cW, a, retry, dl = eff - now, c * W, 1, 0, 0
 if op == '1' then
   if not exists then return {1, B, B, 0, 0, eff, 0} end
   S = S + cW
   if S > BW then S = BW end
 elseif c > B then
   a, retry = 0, W
+elseif D > 0 then
+  -- Shaping: wait until S holds cW; admitted at that slot when the wait
+  -- from now is at most D (DecideDelay).
+  local x, w = cW - S, 0
+  if x > 0 then
+    w = floor(x / L)
+    if w * L > x then w = w - 1 end
+    if w * L < x then w = w + 1 end
+  end
+  if w + lag > D then
+    a, retry = 0, w + lag - D
+  else
+    if w > 0 then
+      if w * L >= BW - S then S = BW else S = S + w * L end
+    end
+    S = S - cW
+    eff = eff + w
+    lag = eff - now
+    dl = lag
+  end
 else
   a = floor(S / cW)
   if a * cW > S then a = a - 1 end
@@ -135,6 +177,7 @@ if a > 0 then
 end
 local r = floor(S / W)
 if r * W > S then r = r - 1 end
+if ARGV[10] then return {a, B, r, t, retry, eff, 0, dl} end
 return {a, B, r, t, retry, eff, 0}
 `
 
@@ -152,7 +195,7 @@ if not exists then tat, f, last = now, 0, now end
 if last > eff then eff = last end
 if tat < eff then tat, f = eff, 0 end
 local lv = (tat - eff) * L + f
-local lag, cW, a, retry = eff - now, c * W, 1, 0
+local lag, cW, a, retry, dl = eff - now, c * W, 1, 0, 0
 if op == '1' then
   if not exists then return {1, B, B, 0, 0, eff, 0} end
   lv = lv - cW
@@ -162,6 +205,30 @@ if op == '1' then
   tat, f = eff + q, lv - q * L
 elseif c > B then
   a, retry = 0, W
+elseif D > 0 then
+  -- Shaping: wait until lv + cW fits; admitted at that slot when the wait
+  -- from now is at most D (DecideDelay): the TAT moves to the slot if the
+  -- bucket is empty by then, and takes cW / L.
+  local x, w = lv + cW - BW, 0
+  if x > 0 then
+    w = floor(x / L)
+    if w * L > x then w = w - 1 end
+    if w * L < x then w = w + 1 end
+  end
+  if w + lag > D then
+    a, retry = 0, w + lag - D
+  else
+    eff = eff + w
+    if tat < eff then tat, f = eff, 0 end
+    local q = floor(cW / L)
+    if q * L > cW then q = q - 1 end
+    f = f + (cW - q * L)
+    if f >= L then f, q = f - L, q + 1 end
+    tat = tat + q
+    lv = (tat - eff) * L + f
+    lag = eff - now
+    dl = lag
+  end
 else
   a = 0
   if lv <= BW then
@@ -203,6 +270,7 @@ if lv <= BW then
   r = floor((BW - lv) / W)
   if r * W > BW - lv then r = r - 1 end
 end
+if ARGV[10] then return {a, B, r, t, retry, eff, 0, dl} end
 return {a, B, r, t, retry, eff, 0}
 `
 
