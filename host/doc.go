@@ -40,7 +40,10 @@
 // ones that refused. A VM re-created after a trap gets, for every plugin, the configuration
 // last in force on its worker. What belongs to a root is per root: tick periods
 // (proxy_set_tick_period_milliseconds sets the period of the calling context's root;
-// proxy_on_tick(root) runs per root on its own timer), proxy_http_call replies and extension
+// proxy_on_tick(root) runs per root on its own timer; a period set restarts that timer from
+// now, and after each proxy_on_tick the next tick is due one period — the one in force after
+// the callback — later, as Envoy's Wasm::setTimerPeriod recreates the timer and
+// Wasm::tickHandler re-arms it; 0 stops the ticks), proxy_http_call replies and extension
 // replies (Guest.RootContextID) go to the root of the context that made the call.
 //
 // Per request (stream): proxy_on_context_create(ctx, root), proxy_on_request_headers,
