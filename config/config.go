@@ -53,8 +53,10 @@ type Rule struct {
 	Lease int64
 	// Delay makes the rule hold a request that does not fit now but would
 	// fit within Delay.Max, and release it at its slot (shaping; zero
-	// Max: no delay). token_bucket and leaky_bucket, backend local,
-	// enforce mode. See filter/hold.go.
+	// Max: no delay). token_bucket and leaky_bucket, enforce mode, not
+	// with Lease. On a remote backend the slot is taken in the remote
+	// state (the script decides with the max delay); under failure_mode
+	// "local" the fallback decides without a queue. See filter/hold.go.
 	Delay Delay
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// TestDelayParse: "delay" is accepted on local, enforcing token_bucket and
-// leaky_bucket rules, and refused with a reason everywhere else.
+// TestDelayParse: "delay" is accepted on enforcing token_bucket and
+// leaky_bucket rules of every backend, and refused with a reason
+// everywhere else (and with "lease").
 func TestDelayParse(t *testing.T) {
 	ok := []struct {
 		json    string
@@ -17,6 +18,8 @@ func TestDelayParse(t *testing.T) {
 		{doc("", rule("algorithm", `"leaky_bucket"`, "burst", `1`, "delay", `{"max":"3s"}`)), Delay{3 * time.Second, DefaultMaxHeld}, "delay<=3s held<=1000/worker"},
 		{doc("", rule("algorithm", `"token_bucket"`, "delay", `{"max":"250ms","max_held":5}`)), Delay{250 * time.Millisecond, 5}, "delay<=250ms held<=5/worker"},
 		{doc("", rule("algorithm", `"token_bucket"`, "delay", `{"max":"1m"}`)), Delay{time.Minute, DefaultMaxHeld}, "delay<=1m"},
+		{doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "delay", `{"max":"1s"}`)), Delay{time.Second, DefaultMaxHeld}, "delay<=1s held<=1000/worker"},
+		{doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"leaky_bucket"`, "burst", `1`, "delay", `{"max":"2s","max_held":7}`)), Delay{2 * time.Second, 7}, "delay<=2s held<=7/worker"},
 	}
 	for _, tc := range ok {
 		c, err := Parse([]byte(tc.json))
@@ -39,8 +42,11 @@ func TestDelayParse(t *testing.T) {
 		{"sliding_window", doc("", rule("algorithm", `"sliding_window"`, "delay", `{"max":"1s"}`)), `rules[0].delay: applies only to token_bucket and leaky_bucket: sliding_window has no instant`},
 		{"sliding_log", doc("", rule("algorithm", `"sliding_log"`, "delay", `{"max":"1s"}`)), `rules[0].delay: applies only to token_bucket and leaky_bucket: sliding_log frees its slots`},
 		{"shadow", doc("", rule("algorithm", `"token_bucket"`, "mode", `"shadow"`, "delay", `{"max":"1s"}`)), `rules[0].delay: does not apply in mode "shadow"`},
-		{"redis", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "delay", `{"max":"1s"}`)), `rules[0].delay: applies only to backend "local"`},
-		{"rls", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"leaky_bucket"`, "delay", `{"max":"1s"}`)), `rules[0].delay: applies only to backend "local"`},
+		{"redis lease", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "lease", `5`, "delay", `{"max":"1s"}`)), `rules[0].delay: does not apply with "lease"`},
+		{"rls lease", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"token_bucket"`, "lease", `5`, "delay", `{"max":"1s"}`)), `rules[0].delay: does not apply with "lease"`},
+		{"rls lease bad", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"token_bucket"`, "lease", `0`, "delay", `{"max":"1s"}`)), `rules[0].delay: does not apply with "lease"`},
+		{"redis window", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"sliding_window"`, "delay", `{"max":"1s"}`)), `rules[0].delay: applies only to token_bucket and leaky_bucket`},
+		{"rls shadow", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"leaky_bucket"`, "mode", `"shadow"`, "delay", `{"max":"1s"}`)), `rules[0].delay: does not apply in mode "shadow"`},
 		{"no max", doc("", rule("algorithm", `"token_bucket"`, "delay", `{}`)), `rules[0].delay.max: is required`},
 		{"zero max", doc("", rule("algorithm", `"token_bucket"`, "delay", `{"max":"0s"}`)), `rules[0].delay.max: "0s" is not longer than zero`},
 		{"long max", doc("", rule("algorithm", `"token_bucket"`, "delay", `{"max":"61s"}`)), `rules[0].delay.max: "61s" is longer than the maximum 1m: a held request is subject to the proxy's stream idle timeout`},

@@ -393,7 +393,8 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 		}
 	}
 	if x, ok := f["delay"]; ok {
-		p.delay(path+".delay", x, r, algOK, backendOK)
+		_, lease := f["lease"]
+		p.delay(path+".delay", x, r, algOK, lease)
 	}
 	if algOK && limitOK {
 		// The bounds between fields. With a bad window or burst the
@@ -421,9 +422,9 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 }
 
 // delay reads a rule's "delay" into r.Delay, and refuses it on a rule
-// that cannot hold requests (the checks on a field that is bad, algOK and
-// backendOK, are skipped: that field's own error says what is wrong).
-func (p *parser) delay(path string, v jsonv.Value, r *Rule, algOK, backendOK bool) {
+// that cannot hold requests (the check on a bad algorithm is skipped:
+// that field's own error says what is wrong); lease: the rule has "lease".
+func (p *parser) delay(path string, v jsonv.Value, r *Rule, algOK, lease bool) {
 	f, ok := p.object(path, v, delayFields)
 	if !ok {
 		return
@@ -457,8 +458,8 @@ func (p *parser) delay(path string, v jsonv.Value, r *Rule, algOK, backendOK boo
 			good = false
 		}
 	}
-	if backendOK && r.Backend != BackendLocal {
-		p.fail(v, path, `applies only to backend "local": a held request's slot is taken in this proxy's shared data`)
+	if lease {
+		p.fail(v, path, `does not apply with "lease": a lease's admissions are taken ahead and spent at once by whoever holds them, so there is no slot to hold a request until`)
 		good = false
 	}
 	if r.Mode == ModeShadow {

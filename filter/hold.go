@@ -29,6 +29,10 @@ import (
 //     of the two.
 //   - A request matching several delaying rules waits for the latest of
 //     its slots.
+//   - A remote rule (backend redis or rls) takes the slot on the remote
+//     side, in the script, so the requests of one key queue across every
+//     proxy: its call carries delay.max (none at max_held) and its reply
+//     the delay (redis_backend.go, rls_backend.go).
 //   - A client that goes away while held (proxy_on_log / proxy_on_delete of
 //     a held stream) gives its slot back where the algorithm allows: when
 //     its admission is still the key's latest (the state is what it
@@ -67,9 +71,12 @@ type ruleDelay struct {
 	slot  uint64
 }
 
-// heldSlot is one rule's admission of a held request, for a give-back.
+// heldSlot is one rule's admission of a held request, for a give-back
+// (local: on the rule's shared-data store; a remote rule's slot, taken on
+// the remote side, is not given back).
 type heldSlot struct {
 	rule        *rule
+	local       bool
 	slot        uint64
 	ident       uint64
 	prev, cur   [maxHoldState]byte
@@ -135,6 +142,16 @@ func newHolds(p *Plugin, rules []*rule) (*holds, error) {
 	return hs, nil
 }
 
+// maxDelay is the max delay a remote rule's call carries: delay.max while
+// the rule holds fewer than max_held requests on this VM, else 0 (a meter).
+// 0 for a rule without delay (d nil).
+func (d *ruleDelay) maxDelay() time.Duration {
+	if d == nil || d.held >= d.maxHeld {
+		return 0
+	}
+	return d.max
+}
+
 // decide decides r (a rule with delay, on its own store) against state:
 // with a queue while the rule holds fewer than max_held requests on this
 // VM, else as a meter.
@@ -166,9 +183,12 @@ func (hs *holds) hold(s *stream, now int64, delay time.Duration) abi.Action {
 		if e.worst == nil || r.d.Delay > e.worst.d.Delay {
 			e.worst = r
 		}
-		sl := heldSlot{rule: r, slot: d.slot, ident: r.e.ident}
-		sl.prevN = copy(sl.prev[:], d.prev[:d.prevN])
-		sl.curN = copy(sl.cur[:], r.state)
+		sl := heldSlot{rule: r, local: r.by == r.store}
+		if sl.local {
+			sl.slot, sl.ident = d.slot, r.e.ident
+			sl.prevN = copy(sl.prev[:], d.prev[:d.prevN])
+			sl.curN = copy(sl.cur[:], r.state)
+		}
 		e.slots = append(e.slots, sl)
 		d.held++
 		hs.p.host.IncrementMetric(d.m.delayed, 1)
@@ -257,6 +277,9 @@ func (hs *holds) refuseAll(now int64) {
 func (hs *holds) giveBack(e *heldReq) {
 	for i := range e.slots {
 		sl := &e.slots[i]
+		if !sl.local {
+			continue // a remote slot passes unused (redis_backend.go)
+		}
 		if _, err := sl.rule.store.giveBack(sl.slot, sl.ident, sl.cur[:sl.curN], sl.prev[:sl.prevN]); err != nil {
 			hs.p.storeFailed(sl.rule, err)
 		}

@@ -27,6 +27,31 @@ import (
 // exact effect) is a call of its own per admission; a lease's acquire or
 // return is a call of the lease script.
 //
+// A rule with "delay" shapes in the script: its call carries the max delay
+// (redisrl Request.MaxDelay; none once the rule holds delay.max_held
+// requests on this VM, when it decides as a meter), the script takes the
+// request's slot in the key's state on Redis — so every proxy's requests of
+// one key queue behind each other — and the reply's delay (checked to be
+// within the max delay: anything else fails the decision, and
+// failure_mode decides) holds the request (hold.go), counted from the
+// reply's arrival: released at most half a round trip after its slot on
+// the Redis clock, never before. Such a call decides one request: it is not
+// coalesced. The delays of N coalesced requests are N numbers, each queued
+// behind the one before it (the bucket's residues make them uneven), which
+// a one-reply batch cannot carry without the guest redoing the
+// algorithm; a shaped key is throttled to its rate, so coalescing would
+// save little where it matters. A held request whose client leaves gives
+// nothing back: its slot passes unused (the script cannot tell whether
+// its admission is still the key's latest without the state it replaced,
+// and giving its cost back at the end of the queue would release two
+// requests at one instant there). A refund (another rule denied the
+// request) gives the cost back at the slot, as redisrl documents. The
+// local fallback of failure_mode "local" decides without a queue.
+//
+// max_held counts the requests held: those whose shaped decision is in
+// flight are not, so a VM can hold up to the number of its concurrent
+// calls beyond it.
+//
 // A decision fails on a nonzero callback status (proxywasm.RedisStatus:
 // network error, timeout), an error reply other than NOSCRIPT (MOVED that
 // outlived the host's redirects, CLUSTERDOWN, …), a reply of the wrong
@@ -196,6 +221,12 @@ func (rs *redisState) prepare(w *remoteWait, i int, r *rule, lease bool) ([]byte
 	d.key = rr.keys.Append(d.key[:0], unsafeString(r.key))
 	d.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: d.key, Cost: 1}
 	d.res, d.eval = redisrl.Result{}, false
+	if md := r.delay.maxDelay(); md > 0 {
+		// A shaped decision is a call of its own: the script takes one
+		// slot per call (see the top of this file).
+		d.req.MaxDelay = md
+		return d.key, routeOwn
+	}
 	return d.key, routeKey
 }
 
@@ -283,6 +314,10 @@ func (rs *redisState) reply(c *remoteCall, size int, now int64) outcome {
 			}
 		case c.q != nil:
 			b, err = redisrl.ParseBatchReplyBytes(&rs.dec, buf, int64(len(c.slots)))
+		case c.kind == callDecide && c.slots[0].w != nil:
+			// The reply to the call sent: with a delay when it shapes
+			// (one within its max delay, or an error).
+			res, err = redisrl.ParseReplyBytesFor(&rs.dec, buf, &c.slots[0].w.x.(*redisWait).rules[c.slots[0].i].req)
 		default:
 			res, err = redisrl.ParseReplyBytes(&rs.dec, buf)
 		}
