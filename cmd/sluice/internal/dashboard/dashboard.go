@@ -8,7 +8,9 @@
 // needs in a ring buffer covering History. The rules come from plugin 0's configuration
 // in force, parsed by package config; a rule's counters are the metrics the filter defines
 // for it, found by their guest names ("sluice.RULE.allowed", ".denied", ".shadow_denied",
-// ".store_errors"). The host knows nothing of rules: it only keeps its metrics. When the
+// ".store_errors"; for a rule with "delay" also ".delayed", ".delay_refused",
+// ".delay_abandoned", the gauge ".held" and the histogram ".delay_ms", of which the count
+// and sum are kept). The host knows nothing of rules: it only keeps its metrics. When the
 // snapshot says the host is closed, Run stops.
 //
 // Rates are computed here, in Go: the increase of a counter between consecutive samples
@@ -98,11 +100,31 @@ var chartDecisions = []struct{ name, color string }{
 	{"shadow_denied", "#f58518"},
 }
 
+// The metrics of a rule with "delay" (filter.DelayMetrics): DelayCounters are read as
+// rates and totals, like Decisions; the gauge heldMetric is the requests held now
+// (summed over workers); the histogram delayHistogram the time each was held, in ms.
+var DelayCounters = []string{"delayed", "delay_refused", "delay_abandoned"}
+
+const (
+	heldMetric     = "held"
+	delayHistogram = "delay_ms"
+)
+
+// delayDecisions are drawn, for a rule with delay, on its chart with the decisions:
+// held requests are among the allowed, delay-refused among the denied.
+var delayDecisions = []struct{ name, color, dash string }{
+	{"delayed", "#2f7ed8", "5 4"},
+	{"delay_refused", "#9467bd", "2 3"},
+}
+
 // Series keys of a sample: guest metrics by name, and the host's own values.
 const (
 	guestKey    = "guest:"
 	requestsKey = "host:requests"
 	memoryKey   = "host:memory:" // + worker id
+	// A histogram's observations and their sum: guestKey + name + one of these.
+	histCount = "#count"
+	histSum   = "#sum"
 )
 
 // point is one sample.
@@ -151,7 +173,9 @@ func (d *Dashboard) Scrape(now time.Time) error {
 	truncated := 0
 	kept := 0
 	for _, m := range snap.Metrics {
-		if m.Type == host.MetricHistogram {
+		// Of the histograms, only a rule's delay_ms (its count and sum: the mean delay).
+		hist := m.Type == host.MetricHistogram
+		if hist && !strings.HasSuffix(m.Name, "."+delayHistogram) {
 			continue
 		}
 		if kept >= d.opts.MaxSeries {
@@ -159,6 +183,11 @@ func (d *Dashboard) Scrape(now time.Time) error {
 			continue
 		}
 		kept++
+		if hist {
+			p.values[guestKey+m.Name+histCount] = float64(m.Value)
+			p.values[guestKey+m.Name+histSum] = float64(m.Sum)
+			continue
+		}
 		p.values[guestKey+m.Name] = float64(m.Value)
 	}
 	p.values[requestsKey] = float64(snap.Stats.Requests)
@@ -276,8 +305,25 @@ type Rule struct {
 	// Rates are per second over the last RateWindow (null: fewer than two samples).
 	Rates map[string]*float64 `json:"rates"`
 	// Chart is an <svg> of the allowed/denied/shadow-denied rates between consecutive
-	// samples, over the history so far (at least 1m, at most ChartSpan).
+	// samples, over the history so far (at least 1m, at most ChartSpan); for a rule with
+	// delay also the delayed and delay-refused rates.
 	Chart string `json:"chart"`
+
+	// A rule with "delay" (from the configuration, or when its held gauge exists) also
+	// has DelayCounters and heldMetric in Metrics, DelayCounters in Totals and Rates, and:
+	// Delay, its delay.max ("" without delay or when the configuration is not read), and
+	// MaxHeld, its delay.max_held (per worker).
+	Delay   string `json:"delay,omitempty"`
+	MaxHeld *int   `json:"max_held,omitempty"`
+	// Held is the requests the rule holds now, summed over workers (null: no delay, or
+	// the gauge is not defined yet).
+	Held *float64 `json:"held,omitempty"`
+	// MeanDelayMS is the mean time held, in milliseconds, of the requests released over
+	// the last RateWindow (null: none released, or fewer than two samples).
+	MeanDelayMS *float64 `json:"mean_delay_ms,omitempty"`
+	// HeldChart is an <svg> of the held gauge over the same span as Chart ("" without
+	// delay).
+	HeldChart string `json:"held_chart,omitempty"`
 }
 
 // parseConfig reads a plugin configuration: indented for display, and its rules as
@@ -303,6 +349,10 @@ func parseConfig(raw []byte) parsedConfig {
 		if r.Algorithm == algorithms.TokenBucket || r.Algorithm == algorithms.LeakyBucket {
 			burst := r.Burst
 			rule.Burst = &burst
+		}
+		if r.Delay.Max > 0 {
+			held := r.Delay.MaxHeld
+			rule.Delay, rule.MaxHeld = config.FormatDuration(r.Delay.Max), &held
 		}
 		pc.rules = append(pc.rules, rule)
 	}
@@ -353,9 +403,19 @@ func increase(a, b float64) float64 {
 // rate returns the per-second rate of series key over the samples in (from, last], using
 // the last sample at or before from as the starting point when there is one.
 func (d *Dashboard) rate(key string, window time.Duration) (float64, bool) {
+	sum, dt, ok := d.growth(key, window)
+	if !ok {
+		return 0, false
+	}
+	return sum / dt.Seconds(), true
+}
+
+// growth is how much counter key increased over the samples of the last window (as
+// rate), and over how long; false with fewer than two samples of it.
+func (d *Dashboard) growth(key string, window time.Duration) (float64, time.Duration, bool) {
 	n := d.ring.Len()
 	if n < 2 {
-		return 0, false
+		return 0, 0, false
 	}
 	last := d.ring.At(n - 1)
 	from := last.t.Add(-window)
@@ -384,9 +444,9 @@ func (d *Dashboard) rate(key string, window time.Duration) (float64, bool) {
 		prev, prevT, havePrev = v, p.t, true
 	}
 	if t0.IsZero() || !t1.After(t0) {
-		return 0, false
+		return 0, 0, false
 	}
-	return sum / t1.Sub(t0).Seconds(), true
+	return sum, t1.Sub(t0), true
 }
 
 // series returns, for each sample after the first within span of the last one, the rate of
@@ -606,8 +666,49 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 			Points: d.series(guestKey+filter.RuleMetric(r.Name, cd.name), span, 1, true),
 		})
 	}
+	if r.Delay != "" || families[filter.RuleMetric(r.Name, heldMetric)] != "" {
+		for _, cd := range delayDecisions {
+			c.Series = append(c.Series, svgchart.Series{
+				Name: strings.ReplaceAll(cd.name, "_", "-"), Class: cd.name, Color: cd.color, Dash: cd.dash,
+				Points: d.series(guestKey+filter.RuleMetric(r.Name, cd.name), span, 1, true),
+			})
+		}
+		d.delayState(&r, last, families, span, width)
+	}
 	r.Chart = chart(c)
 	return r
+}
+
+// delayState fills in a rule with delay's counters, held gauge, mean delay and held
+// chart.
+func (d *Dashboard) delayState(r *Rule, last point, families map[string]string, span time.Duration, width int) {
+	for _, dec := range DelayCounters {
+		name := filter.RuleMetric(r.Name, dec)
+		r.Metrics[dec] = families[name]
+		v, ok := last.values[guestKey+name]
+		r.Totals[dec] = optional(v, ok)
+		r.Rates[dec] = optional(d.rate(guestKey+name, d.opts.RateWindow))
+	}
+	held := filter.RuleMetric(r.Name, heldMetric)
+	r.Metrics[heldMetric] = families[held]
+	v, ok := last.values[guestKey+held]
+	r.Held = optional(v, ok)
+	hist := guestKey + filter.RuleMetric(r.Name, delayHistogram)
+	if n, _, ok := d.growth(hist+histCount, d.opts.RateWindow); ok && n > 0 {
+		if sum, _, ok := d.growth(hist+histSum, d.opts.RateWindow); ok {
+			r.MeanDelayMS = optional(sum/n, true)
+		}
+	}
+	c := svgchart.Chart{
+		ID: "held-chart-" + r.Name, Title: r.Name + " — requests held", Width: width, Height: 180,
+		XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
+		YLabel: "held",
+		Series: []svgchart.Series{{
+			Name: "held", Class: "held", Color: "#2f7ed8", Kind: svgchart.Step,
+			Points: d.series(guestKey+held, span, 1, false),
+		}},
+	}
+	r.HeldChart = chart(c)
 }
 
 // WorkerDashes are the dash patterns of the workers' memory lines, in order (then again,

@@ -10,6 +10,7 @@ const POLL_MS = 1000;
 const MIN_CHART = 560, CHART_GAP = 12, CHART_BORDER = 2;
 let ruleCount = 0;
 const DECISIONS = ["allowed", "denied", "shadow_denied"];
+const DELAY_COUNTERS = ["delayed", "delay_refused", "delay_abandoned"];
 const $ = (sel, root = document) => root.querySelector(sel);
 const dash = (s) => s.replace(/_/g, "-");
 
@@ -31,6 +32,11 @@ function fmtBytes(v) {
   let i = 0;
   while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
   return (i === 0 ? v.toFixed(0) : v.toFixed(1)) + " " + units[i];
+}
+
+function fmtMS(v) {
+  if (v === null || v === undefined) return "–";
+  return v >= 1000 ? (v / 1000).toFixed(2).replace(/\.?0+$/, "") + " s" : v.toFixed(v >= 10 ? 0 : 1) + " ms";
 }
 
 function fmtDuration(sec) {
@@ -97,9 +103,14 @@ function renderRules(state) {
   }
   $("#no-rules").hidden = state.rules.length > 0;
 
-  const charts = $("#charts");
-  const have = new Map(Array.from(charts.children).map((el) => [el.getAttribute("data-rule"), el]));
-  state.rules.forEach((r, i) => {
+  fillCharts($("#charts"), state.rules, (r) => r.chart);
+  renderHeld(state);
+}
+
+// fillCharts keeps one div.chart per rule in container, in order, holding the given SVG.
+function fillCharts(container, rules, svg) {
+  const have = new Map(Array.from(container.children).map((el) => [el.getAttribute("data-rule"), el]));
+  rules.forEach((r, i) => {
     let div = have.get(r.name);
     if (!div) {
       div = document.createElement("div");
@@ -107,10 +118,38 @@ function renderRules(state) {
       div.setAttribute("data-rule", r.name);
     }
     have.delete(r.name);
-    if (charts.children[i] !== div) charts.insertBefore(div, charts.children[i] || null);
-    if (div._svg !== r.chart) { div.innerHTML = r.chart; div._svg = r.chart; }
+    if (container.children[i] !== div) container.insertBefore(div, container.children[i] || null);
+    const s = svg(r);
+    if (div._svg !== s) { div.innerHTML = s; div._svg = s; }
   });
   for (const el of have.values()) el.remove();
+}
+
+const HELD_CELLS = [["name", false], ["delay", false], ["held", true],
+  ["delayed-rate", true], ["delay-refused-rate", true], ["delay-abandoned-rate", true], ["mean-delay", true],
+  ["delayed-total", true], ["delay-refused-total", true], ["delay-abandoned-total", true]];
+
+// renderHeld shows the rules with delay: what they hold now, their rates, the held chart.
+function renderHeld(state) {
+  const rules = state.rules.filter((r) => r.held_chart);
+  $("#held-section").hidden = rules.length === 0;
+  const tbody = $("#held tbody");
+  const byName = new Map(rules.map((r) => [r.name, r]));
+  rows(tbody, "data-rule", rules.map((r) => r.name), () => newRow(HELD_CELLS));
+  for (const tr of Array.from(tbody.rows)) {
+    const r = byName.get(tr.getAttribute("data-rule"));
+    const c = (m) => tr.querySelector('[data-metric="' + m + '"]');
+    cell(c("name"), r.name, r.name);
+    const delay = r.delay ? "≤ " + r.delay + (r.max_held !== undefined ? " (max_held " + r.max_held + ")" : "") : "";
+    cell(c("delay"), delay || "–", delay);
+    cell(c("held"), fmtCount(r.held), r.held);
+    cell(c("mean-delay"), fmtMS(r.mean_delay_ms), r.mean_delay_ms);
+    for (const d of DELAY_COUNTERS) {
+      cell(c(dash(d) + "-rate"), fmtRate(r.rates[d]), r.rates[d]);
+      cell(c(dash(d) + "-total"), fmtCount(r.totals[d]), r.totals[d]);
+    }
+  }
+  fillCharts($("#held-charts"), rules, (r) => r.held_chart);
 }
 
 const WORKER_CELLS = [["name", false], ["healthy", false], ["memory-bytes", true], ["vm-restarts", true], ["requests", true], ["failed-requests", true]];
@@ -165,6 +204,7 @@ function setStatus(kind, text) {
 
 function render(state) {
   $("#rate-window").textContent = state.rate_window_seconds + " s";
+  for (const el of document.querySelectorAll(".rate-window")) el.textContent = state.rate_window_seconds + " s";
   renderRules(state);
   renderHost(state);
   renderConfig(state);
@@ -183,7 +223,9 @@ function chartLayout(n) {
   const charts = $("#charts"), mem = $("#memory-chart");
   const avail = charts.clientWidth;
   const cols = Math.max(1, Math.min(n || 1, Math.floor((avail + CHART_GAP) / (MIN_CHART + CHART_GAP))));
-  if (charts.style.getPropertyValue("--cols") !== String(cols)) charts.style.setProperty("--cols", String(cols));
+  for (const el of [charts, $("#held-charts")]) {
+    if (el.style.getPropertyValue("--cols") !== String(cols)) el.style.setProperty("--cols", String(cols));
+  }
   const col = Math.floor((avail - (cols - 1) * CHART_GAP) / cols);
   return { rule: Math.max(0, col - CHART_BORDER), memory: Math.max(0, mem.clientWidth - CHART_BORDER) };
 }
