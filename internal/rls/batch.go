@@ -19,7 +19,9 @@ import (
 // other). A hot key costs Redis one script call per round trip instead of
 // one per descriptor; a quiet key's call goes at once. Refunds are never
 // coalesced. Every descriptor keeps its own decision (Batch.At), so
-// exactness, refunds and the response are as without coalescing.
+// exactness, refunds and the response are as without coalescing. A
+// shaped decision (Request.MaxDelay) is never coalesced: each request's
+// delay is its own.
 
 // maxBatch bounds the descriptors one call decides.
 const maxBatch = 256
@@ -41,7 +43,8 @@ type batchWait struct {
 // decide runs r's script, coalesced with the other descriptors of r's key
 // (see above).
 func (s *Server) decide(ctx context.Context, r *redisrl.Request) (redisrl.Result, error) {
-	if r.Refund != nil {
+	if r.Refund != nil || r.MaxDelay > 0 {
+		// A refund, or a shaped decision (one slot per call).
 		return run(ctx, s.opts.Backend, r, s.Metrics.noscript)
 	}
 	id := batchID(r)

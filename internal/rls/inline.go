@@ -33,6 +33,8 @@ type inline struct {
 	// A lease call (sluice.lease: acquire n; sluice.return: give back n).
 	lease, ret bool
 	n, inst    int64
+	// A shaped decision (sluice.max_delay_us): the longest wait for a slot.
+	maxDelay time.Duration
 }
 
 // leaseCall reports whether the descriptor is a lease acquire or return.
@@ -57,7 +59,7 @@ func (e *inlineError) Error() string {
 func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	es := d.GetEntries()
 	if n := len(es); n != rlswire.FixedEntries && n != rlswire.FixedEntries+1 {
-		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor has 6 entries (7 for a refund, a lease or a return), not " + strconv.Itoa(n) +
+		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor has 6 entries (7 for a refund, a lease, a return or a max delay), not " + strconv.Itoa(n) +
 			"; the order is " + strings.Join(rlswire.Fixed[:], ", ") + " and then " + rlswire.Optional}
 	}
 	if d.GetLimit() != nil {
@@ -65,7 +67,7 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	}
 	for j, e := range es {
 		if j == rlswire.FixedEntries {
-			if k := e.GetKey(); k != rlswire.Refund && k != rlswire.Lease && k != rlswire.Return {
+			if k := e.GetKey(); k != rlswire.Refund && k != rlswire.Lease && k != rlswire.Return && k != rlswire.MaxDelayUS {
 				return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(k), msg: "expected " + rlswire.Optional + " here"}
 			}
 			break
@@ -123,6 +125,20 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	in.params = lim.Params()
 	if err := config.RedisParams(k, in.params); err != nil {
 		return nil, &inlineError{desc: i, entry: -1, msg: err.Error()}
+	}
+	if len(es) == 7 && es[6].GetKey() == rlswire.MaxDelayUS {
+		if k != algorithms.TokenBucket && k != algorithms.LeakyBucket {
+			return nil, bad(6, "applies only to token_bucket and leaky_bucket, not "+k.String())
+		}
+		us, err := num(6, 1)
+		if err != nil {
+			return nil, err
+		}
+		if us > rlswire.MaxDelayLimitUS {
+			return nil, bad(6, "must be at most "+strconv.Itoa(rlswire.MaxDelayLimitUS)+" (one minute), not "+strconv.FormatInt(us, 10))
+		}
+		in.maxDelay = time.Duration(us) * time.Microsecond
+		return in, nil
 	}
 	if len(es) == 7 {
 		s := es[6].GetValue()

@@ -61,7 +61,9 @@ func (e *errRedis) Unwrap() error { return e.err }
 // run sends r's script (EVALSHA; EVAL after NOSCRIPT) and parses the
 // reply. noscript counts the fallbacks.
 func run(ctx context.Context, b Backend, r *redisrl.Request, noscript func()) (redisrl.Result, error) {
-	return runScript(ctx, b, r, noscript, redisrl.ParseReply)
+	return runScript(ctx, b, r, noscript, func(v resp.Value) (redisrl.Result, error) {
+		return redisrl.ParseReplyFor(v, r)
+	})
 }
 
 // runLease runs the lease script's call q as run does the algorithms'.

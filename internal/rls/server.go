@@ -19,6 +19,11 @@
 // admission later with the token the service returns for each admitted
 // inline descriptor (response header x-sluice-refund "<i>:<stamp>:<ref>").
 //
+// Shaping (a sluice rule's "delay"): an inline descriptor whose seventh
+// entry is sluice.max_delay_us is decided by its script with that queue
+// (redisrl Request.MaxDelay; never coalesced), and an admission into a
+// later slot is answered with x-sluice-delay "<i>:<delay_us>" (rlswire).
+//
 // Leases (a sluice rule's "lease"): an inline descriptor whose seventh
 // entry is sluice.lease = "<n>:<instances>" runs redisrl's lease script,
 // reserving up to n admissions for the caller (OK with quota.requests =
@@ -232,7 +237,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 				continue
 			}
 			it.req = redisrl.Request{Kind: in.kind, Params: in.params,
-				Key: redisrl.AppendKey(nil, in.kind, domain+"/"+in.rule, in.key)}
+				Key: redisrl.AppendKey(nil, in.kind, domain+"/"+in.rule, in.key), MaxDelay: in.maxDelay}
 			if in.refund {
 				it.req.Refund = &redisrl.Result{Stamp: in.stamp, Ref: in.ref}
 			}
@@ -507,6 +512,10 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 			if !over && it.call && it.res.Allowed {
 				out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: rlswire.RefundHeader,
 					Value: string(rlswire.AppendToken(nil, i, it.res.Stamp, it.res.Ref))})
+				if it.res.Delay > 0 {
+					out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: rlswire.DelayHeader,
+						Value: string(rlswire.AppendIndexed(nil, i, int64(it.res.Delay/time.Microsecond)))})
+				}
 			}
 		case it.m != nil:
 			l := it.m.limit

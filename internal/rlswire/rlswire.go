@@ -8,10 +8,23 @@
 // "<scope>.<rule>" for a rule of a "_rules_" scope), Algorithm, Limit, WindowUS (the window
 // in microseconds), Burst (0 for the window algorithms), Key (the filter's key, escaped to
 // UTF-8, opaque to the service) — and at most one more: Refund "<stamp>:<ref>" (undo an
-// earlier admission), Lease "<n>:<instances>" (an acquire) or Return "<n>:<stamp>" (give
-// back n admissions of the grant of that stamp). An admitted decision is answered with a
-// RefundHeader "<i>:<stamp>:<ref>", a granted acquire with a LeaseHeader
-// "<i>:<stamp>:<valid_us>", i being the descriptor's index in the request.
+// earlier admission), Lease "<n>:<instances>" (an acquire), Return "<n>:<stamp>" (give
+// back n admissions of the grant of that stamp) or MaxDelayUS "<µs>" (a shaped decision).
+// An admitted decision is answered with a RefundHeader "<i>:<stamp>:<ref>", a granted
+// acquire with a LeaseHeader "<i>:<stamp>:<valid_us>", i being the descriptor's index in
+// the request.
+//
+// Shaping (a rule's "delay"): a decision descriptor whose seventh entry is MaxDelayUS
+// "<µs>" (1 .. MaxDelayLimitUS, token_bucket and leaky_bucket only) is decided with a
+// queue of at most that many µs (algorithms.Shaper.DecideDelay, in the script: the slot
+// is taken in the key's state on Redis, so the requests of one key queue across every
+// proxy). An admission into a later slot is answered OK with a DelayHeader
+// "<i>:<delay_us>", the wait from the decision until the slot; no header means no wait.
+// A request that would wait longer is OVER_LIMIT with duration_until_reset the wait
+// minus the max delay (when a retry would be queued). A caller that does not send
+// MaxDelayUS never gets a DelayHeader, and one that does not understand it would only
+// release the request early: plain envoyproxy/ratelimit and Envoy's ratelimit filter
+// neither send nor read either.
 //
 // It imports only the standard library and builds for the guest (GOOS=wasip1); the append
 // and parse helpers of the guest's side do not allocate.
@@ -33,7 +46,12 @@ const (
 	Refund    = "sluice.refund" // a refund: "<stamp>:<ref>"
 	Lease     = "sluice.lease"  // a lease acquire: "<n>:<instances>"
 	Return    = "sluice.return" // a lease return: "<n>:<stamp>"
+	// MaxDelayUS shapes a decision: "<µs>", the longest wait for a slot.
+	MaxDelayUS = "sluice.max_delay_us"
 )
+
+// MaxDelayLimitUS bounds a MaxDelayUS value (one minute: config.MaxDelay).
+const MaxDelayLimitUS = 60_000_000
 
 // The response headers (response_headers_to_add) of an answer to inline descriptors.
 const (
@@ -44,6 +62,9 @@ const (
 	// inline descriptor i: the grant's stamp, to name in its return, and how long its
 	// admissions may be spent (0 = no bound from the algorithm).
 	LeaseHeader = "x-sluice-lease"
+	// DelayHeader carries a shaped admission's wait, "<i>:<delay_us>" for inline
+	// descriptor i (sent only when the wait is not zero).
+	DelayHeader = "x-sluice-delay"
 )
 
 // FixedEntries is the number of entries every inline descriptor starts with.
@@ -53,7 +74,7 @@ const FixedEntries = 6
 var Fixed = [FixedEntries]string{Rule, Algorithm, Limit, WindowUS, Burst, Key}
 
 // Optional are the keys the entry after the fixed ones may have, as a phrase.
-const Optional = Refund + ", " + Lease + " or " + Return
+const Optional = Refund + ", " + Lease + ", " + Return + " or " + MaxDelayUS
 
 // MaxTokenIndex bounds the descriptor index of a header value (ParseToken).
 const MaxTokenIndex = 1 << 20
@@ -127,4 +148,43 @@ func ParseToken(b []byte) (i int, x, y int64, ok bool) {
 		return 0, 0, 0, false
 	}
 	return int(parts[0]), parts[1], parts[2], true
+}
+
+// AppendIndexed appends the value of a DelayHeader: "<i>:<x>" in decimal.
+func AppendIndexed(b []byte, i int, x int64) []byte {
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, ':')
+	return strconv.AppendInt(b, x, 10)
+}
+
+// ParseIndexed parses the value of a DelayHeader, "<i>:<x>": decimal digits only (no
+// sign), i at most MaxTokenIndex, x below 10^18, nothing else. It does not allocate.
+func ParseIndexed(b []byte) (i int, x int64, ok bool) {
+	var parts [2]int64
+	at := 0
+	for k := 0; k < 2; k++ {
+		j := at
+		var v int64
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' && j-at < 18 {
+			v = v*10 + int64(b[j]-'0')
+			j++
+		}
+		if j == at {
+			return 0, 0, false
+		}
+		parts[k] = v
+		if k == 0 {
+			if j >= len(b) || b[j] != ':' {
+				return 0, 0, false
+			}
+			j++
+		} else if j != len(b) {
+			return 0, 0, false
+		}
+		at = j
+	}
+	if parts[0] > MaxTokenIndex {
+		return 0, 0, false
+	}
+	return int(parts[0]), parts[1], true
 }

@@ -57,3 +57,23 @@ func TestGuestSideAllocs(t *testing.T) {
 		t.Errorf("%v allocations", n)
 	}
 }
+
+func TestParseIndexed(t *testing.T) {
+	for in, want := range map[string]bool{"0:0": true, "3:250000": true, "0": false, "0:": false, ":1": false, "-1:2": false,
+		"1:-2": false, "1:+2": false, "1:2:3": false, "1:2 ": false, "1048576:1": true, "1048577:1": false,
+		"0:999999999999999999": true, "0:1000000000000000000": false, "": false} {
+		if _, _, ok := ParseIndexed([]byte(in)); ok != want {
+			t.Errorf("ParseIndexed(%q) ok %v", in, ok)
+		}
+	}
+	for _, v := range [][2]int64{{0, 0}, {5, 3_000_000}, {MaxTokenIndex, 999_999_999_999_999_999}} {
+		b := AppendIndexed(nil, int(v[0]), v[1])
+		if i, x, ok := ParseIndexed(b); !ok || int64(i) != v[0] || x != v[1] {
+			t.Errorf("ParseIndexed(%q) = %d %d %v", b, i, x, ok)
+		}
+	}
+	b := []byte("2:250000")
+	if n := testing.AllocsPerRun(100, func() { ParseIndexed(b) }); n != 0 {
+		t.Errorf("%v allocations", n)
+	}
+}
