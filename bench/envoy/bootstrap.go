@@ -24,8 +24,18 @@ type family struct {
 	// sluice only
 	algorithm string // token_bucket, sliding_window
 	headers   string // response headers: none, both
-	// baseline families are measured on one variant only (the filter ignores keys).
+	// baseline families are measured on one variant only (the filter ignores keys):
+	// baselineVariant, or only when set.
 	baseline bool
+	only     string
+}
+
+// variantName is the variant a baseline family is measured on.
+func (f family) variantName() string {
+	if f.only != "" {
+		return f.only
+	}
+	return baselineVariant
 }
 
 // variant is a key spread and an outcome.
@@ -38,6 +48,7 @@ type variant struct {
 var families = []family{
 	{name: "none", what: "no HTTP filter but the router", kind: "none", baseline: true},
 	{name: "noop", what: "no-op standard-Go Proxy-Wasm module (host/testdata/guests/minimal, patched as sluice.wasm)", kind: "noop", baseline: true},
+	{name: "deny-floor", what: "a standard-Go Proxy-Wasm module that refuses every request with a 429 and two headers, nothing else (host/testdata/guests/denier, patched as sluice.wasm): the least a Proxy-Wasm denial costs", kind: "denier", baseline: true, only: "deny-1k"},
 	{name: "native", what: "Envoy's local_ratelimit: a token bucket per x-key value (dynamic descriptor, max_dynamic_descriptors 2000)", kind: "native"},
 	{name: "tb-none", what: "sluice token_bucket on x-key, response headers none", kind: "sluice", algorithm: "token_bucket", headers: "none"},
 	{name: "tb-both", what: "sluice token_bucket on x-key, response headers both", kind: "sluice", algorithm: "token_bucket", headers: "both"},
@@ -104,13 +115,14 @@ type bootstrapSpec struct {
 	title        string // for the header comment
 	upstreamPort int
 	wasm, noop   string // sluice.wasm and the no-op module
+	denier       string // the deny-everything module (family deny-floor)
 	listeners    []listenerSpec
 }
 
 // sharedSpec is the bootstrap of a throughput round: one listener per configuration of
 // every family given, all in one process.
-func sharedSpec(fams []family, wasm, noop string, upstreamPort int) bootstrapSpec {
-	s := bootstrapSpec{title: "every configuration, one listener each", upstreamPort: upstreamPort, wasm: wasm, noop: noop}
+func sharedSpec(fams []family, wasm, noop, denier string, upstreamPort int) bootstrapSpec {
+	s := bootstrapSpec{title: "every configuration, one listener each", upstreamPort: upstreamPort, wasm: wasm, noop: noop, denier: denier}
 	for _, c := range configurations(fams) {
 		s.listeners = append(s.listeners, listenerSpec{c: c})
 	}
@@ -147,6 +159,8 @@ func renderBootstrap(spec bootstrapSpec) ([]byte, error) {
 		case "none":
 		case "noop":
 			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), spec.noop, `""`
+		case "denier":
+			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), spec.denier, `""`
 		case "native":
 			fc.Native, fc.Tokens, fc.FillSecs = true, admitLimit, 1
 			if v.deny {

@@ -83,6 +83,7 @@ type env struct {
 	dir    string
 	wasm   string
 	noop   string
+	denier string
 	load   string
 	target envoyproc.Target
 }
@@ -99,7 +100,7 @@ func main() {
 	flag.StringVar(&o.version, "envoy-version", "1.40.0", "pinned Envoy version when neither -envoy nor $ENVOY is set")
 	flag.StringVar(&o.wasm, "wasm", "", "sluice.wasm to load (default: built and patched into a temporary directory)")
 	flag.StringVar(&o.out, "out", "", "results file (default: bench/envoy/results.txt in the repository; \"-\": none)")
-	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none, noop and native are always run: the ratios need them)")
+	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none, noop, deny-floor and native are always run: the ratios need them)")
 	flag.StringVar(&o.phases, "phases", strings.Join(allPhases, ","), "comma-separated phases to run (latency needs throughput)")
 	flag.IntVar(&o.memRequests, "mem-requests", 300_000, "memory: requests before the RSS readings (in three parts)")
 	flag.IntVar(&o.memKeys, "mem-keys", 200_000, "memory: distinct keys sent after the requests (rate-limiting families)")
@@ -161,10 +162,10 @@ func (e *env) setup() error {
 	if e.root, e.dir, err = build.Workspace("bench-envoy"); err != nil {
 		return err
 	}
-	e.noop, e.load = filepath.Join(e.dir, "noop.wasm"), filepath.Join(e.dir, "sluice-load")
+	e.noop, e.denier, e.load = filepath.Join(e.dir, "noop.wasm"), filepath.Join(e.dir, "denier.wasm"), filepath.Join(e.dir, "sluice-load")
 	var steps []build.Step
-	// Both modules as make build ships sluice.wasm: patched (poll_oneoff answered in the guest).
-	patch := []string{e.noop}
+	// Every module as make build ships sluice.wasm: patched (poll_oneoff answered in the guest).
+	patch := []string{e.noop, e.denier}
 	if e.o.wasm != "" {
 		if e.wasm, err = filepath.Abs(e.o.wasm); err != nil {
 			return err
@@ -174,7 +175,7 @@ func (e *env) setup() error {
 		steps = append(steps, build.SluiceWasm(e.wasm))
 		patch = append(patch, e.wasm)
 	}
-	steps = append(steps, build.NoopWasm(e.noop), build.Command("./bench/cmd/sluice-load", e.load), build.Patch(patch...))
+	steps = append(steps, build.NoopWasm(e.noop), build.DenierWasm(e.denier), build.Command("./bench/cmd/sluice-load", e.load), build.Patch(patch...))
 	if err := build.Run(e.root, e.dir, "bench-envoy", steps...); err != nil {
 		return err
 	}
@@ -243,7 +244,7 @@ func (e *env) selected() []family {
 	if e.o.only == "" {
 		return families
 	}
-	want := map[string]bool{"none": true, "noop": true, "native": true}
+	want := map[string]bool{"none": true, "noop": true, "native": true, "deny-floor": true}
 	for _, n := range strings.Split(e.o.only, ",") {
 		want[strings.TrimSpace(n)] = true
 	}
@@ -260,7 +261,7 @@ func (f family) variants() []variant {
 	if !f.baseline {
 		return variants
 	}
-	return []variant{variantNamed(baselineVariant)}
+	return []variant{variantNamed(f.variantName())}
 }
 
 // configurations are the measured configurations of the families, variant by variant (so
@@ -322,8 +323,16 @@ func (e *env) run(ph map[string]bool) error {
 			}
 		}
 	}
+	// The deny floor is a throughput figure only: it answers every request 429, and the
+	// memory and start-up phases load their listener with admitted requests.
+	var whole []family
+	for _, f := range fams {
+		if f.kind != "denier" {
+			whole = append(whole, f)
+		}
+	}
 	if ph["memory"] {
-		for _, f := range fams {
+		for _, f := range whole {
 			ms, err := e.memory(f)
 			if err != nil {
 				return fmt.Errorf("memory, %s: %v", f.name, err)
@@ -333,8 +342,8 @@ func (e *env) run(ph map[string]bool) error {
 	}
 	if ph["startup"] {
 		for r := range e.o.startupRounds {
-			for _, i := range roundOrder(len(fams), r, e.o.startupRounds) {
-				f := fams[i]
+			for _, i := range roundOrder(len(whole), r, e.o.startupRounds) {
+				f := whole[i]
 				s, err := e.startup(f, r)
 				if err != nil {
 					return fmt.Errorf("start-up, %s, round %d: %v", f.name, r+1, err)
@@ -374,7 +383,7 @@ func (e *env) throughputRound(fams []family, r int, lat bool, res *results) erro
 	if err != nil {
 		return err
 	}
-	y, err := renderBootstrap(sharedSpec(fams, e.wasm, e.noop, port))
+	y, err := renderBootstrap(sharedSpec(fams, e.wasm, e.noop, e.denier, port))
 	if err != nil {
 		return err
 	}

@@ -118,10 +118,12 @@ func parseBootstrap(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
 // router and the limits the variant asks for (sluice's configuration parses as the product
 // parses it), one VM per family.
 func TestBootstraps(t *testing.T) {
-	const port, wasm, noop = 18123, "/tmp/bench-envoy/sluice.wasm", "/tmp/bench-envoy/noop.wasm"
-	specs := map[string]bootstrapSpec{"shared": sharedSpec(families, wasm, noop, port)}
+	const port, wasm, noop, denier = 18123, "/tmp/bench-envoy/sluice.wasm", "/tmp/bench-envoy/noop.wasm", "/tmp/bench-envoy/denier.wasm"
+	specs := map[string]bootstrapSpec{"shared": sharedSpec(families, wasm, noop, denier, port)}
 	for _, f := range families {
-		specs[f.name] = familySpec(f, wasm, noop, port, 18124)
+		if f.kind != "denier" { // throughput only: it has no bootstrap of its own
+			specs[f.name] = familySpec(f, wasm, noop, port, 18124)
+		}
 	}
 	for name, spec := range specs {
 		t.Run(name, func(t *testing.T) {
@@ -180,8 +182,11 @@ func TestBootstraps(t *testing.T) {
 					t.Errorf("%s: not routed to upstream", l.GetName())
 				}
 				module := wasm
-				if want.c.f.kind == "noop" {
+				switch want.c.f.kind {
+				case "noop":
 					module = noop
+				case "denier":
+					module = denier
 				}
 				if id := checkFilter(t, want.c.f, want.c.v, filters, module); id != "" {
 					if m, ok := vms[id]; ok && m != module {
@@ -190,13 +195,13 @@ func TestBootstraps(t *testing.T) {
 					vms[id] = module
 				}
 			}
-			if name == "shared" && len(vms) != 4 {
+			if name == "shared" && len(vms) != 5 {
 				t.Errorf("VMs %v: want one per Wasm family", vms)
 			}
 		})
 	}
 	// The shared bootstrap holds every configuration once; a family's, its admit-1k.
-	if got, want := len(specs["shared"].listeners), 2+4*len(variants); got != want {
+	if got, want := len(specs["shared"].listeners), 3+4*len(variants); got != want {
 		t.Errorf("shared: %d listeners, want %d", got, want)
 	}
 	if l := specs["tb-none"].listeners; len(l) != 1 || l[0].c.v.name != baselineVariant || !l[0].exact {
@@ -249,7 +254,7 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 			t.Errorf("%s: bucket %v, want %d per %v", v.name, tb, wantTok, wantFill)
 		}
 		return ""
-	case "noop", "sluice":
+	case "noop", "denier", "sluice":
 		var w wasmv3.Wasm
 		if err := filters[0].GetTypedConfig().UnmarshalTo(&w); err != nil {
 			t.Fatal(err)
@@ -262,9 +267,9 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 		if err := w.GetConfig().GetConfiguration().UnmarshalTo(&cfg); err != nil {
 			t.Fatal(err)
 		}
-		if f.kind == "noop" {
+		if f.kind != "sluice" {
 			if cfg.GetValue() != "" {
-				t.Errorf("noop configuration %q, want empty", cfg.GetValue())
+				t.Errorf("%s configuration %q, want empty", f.kind, cfg.GetValue())
 			}
 			return vm.GetVmId()
 		}
@@ -337,11 +342,12 @@ func TestRoundOrder(t *testing.T) {
 	}
 }
 
-// The configurations: every family's variants once (the baselines admit-1k only), grouped
-// by variant so that a variant's configurations neighbour each other.
+// The configurations: every family's variants once (the baselines one each: admit-1k, the
+// deny floor deny-1k), grouped by variant so that a variant's configurations neighbour each
+// other.
 func TestConfigurations(t *testing.T) {
 	cs := configurations(families)
-	if len(cs) != 2+4*len(variants) {
+	if len(cs) != 3+4*len(variants) {
 		t.Fatalf("%d configurations", len(cs))
 	}
 	seen := map[string]bool{}
@@ -350,7 +356,7 @@ func TestConfigurations(t *testing.T) {
 			t.Errorf("%s twice", c.name())
 		}
 		seen[c.name()] = true
-		if c.f.baseline && c.v.name != baselineVariant {
+		if c.f.baseline && c.v.name != c.f.variantName() || c.f.kind == "denier" && c.v.name != "deny-1k" {
 			t.Errorf("baseline %s on %s", c.f.name, c.v.name)
 		}
 		if i > 0 && cs[i-1].v.name != c.v.name && seen["x "+c.v.name] {

@@ -55,6 +55,13 @@ func NoopWasm(out string) Step {
 		[]string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "."}}
 }
 
+// DenierWasm builds the Proxy-Wasm module that refuses every request
+// (host/testdata/guests/denier).
+func DenierWasm(out string) Step {
+	return Step{filepath.Join("host", "testdata", "guests", "denier"), wasip1,
+		[]string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "."}}
+}
+
 // Patch patches modules as `make build` does (internal/wasmpatch: poll_oneoff answered in
 // the guest).
 func Patch(modules ...string) Step {
