@@ -3,6 +3,7 @@ package filter
 import (
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
@@ -60,6 +61,16 @@ import (
 // service's all-or-nothing refund of a denied call never touches a grant,
 // and a request denied after a pool admitted it gives that admission back
 // to the pool.
+//
+// A rule with "delay" shapes on the service (rlswire): its descriptor
+// carries sluice.max_delay_us (none once the rule holds delay.max_held
+// requests on this VM: a meter), the service's script takes the slot on
+// Redis, and an admission into a later slot comes back with an
+// x-sluice-delay header, which holds the request (hold.go) from the
+// reply's arrival. A delay beyond the max sent, or on a refusal, fails the
+// rule (failure_mode decides). As for Redis, a held request whose client
+// leaves gives nothing back (its slot passes unused); a refund goes back
+// at the slot; the local fallback decides without a queue.
 
 // GrpcHost is what the rls backend needs from the host beyond abi.Host:
 // the unary gRPC call and the calls that resume a paused stream from a
@@ -114,8 +125,9 @@ type rlsRule struct {
 
 // rlsWait is the RLS side of a paused request (remoteWait.x).
 type rlsWait struct {
-	keys [][]byte    // by rule index: the key sent (for refunds)
-	res  []rlsResult // by rule index
+	keys  [][]byte    // by rule index: the key sent (for refunds)
+	res   []rlsResult // by rule index
+	maxUS []int64     // by rule index: the max delay sent (µs; 0: none)
 }
 
 // rlsResult is what a rule's descriptor status said beyond the decision.
@@ -162,7 +174,7 @@ func newRLSState(p *Plugin, cfg *config.Config, rules []*rule) (*rlsState, *remo
 }
 
 func (rs *rlsState) newWait(n int) any {
-	w := &rlsWait{keys: make([][]byte, n), res: make([]rlsResult, n)}
+	w := &rlsWait{keys: make([][]byte, n), res: make([]rlsResult, n), maxUS: make([]int64, n)}
 	for i, r := range rs.p.rules {
 		if r.rls != nil {
 			w.keys[i] = make([]byte, 0, 64)
@@ -180,6 +192,7 @@ func (rs *rlsState) prepare(w *remoteWait, i int, r *rule, _ bool) ([]byte, rout
 	x := w.x.(*rlsWait)
 	x.res[i] = rlsResult{}
 	x.keys[i] = append(x.keys[i][:0], r.key...)
+	x.maxUS[i] = int64(r.delay.maxDelay() / time.Microsecond)
 	if r.cfg.Mode == config.ModeEnforce {
 		return x.keys[i], routeShared
 	}
@@ -274,17 +287,23 @@ func (rs *rlsState) record(c *remoteCall) {
 		i := sl.i
 		st := &rs.res.st[k]
 		lim := rs.p.rules[i].cfg.Burst // Decision.Limit: the capacity (Burst = Limit for the window algorithms)
+		x := &sl.w.x.(*rlsWait).res[i]
 		var d algorithms.Decision
+		if dl := &rs.res.delays[k]; dl.ok && (st.code != rlsCodeOK || dl.us > sl.w.x.(*rlsWait).maxUS[i]) {
+			rs.e.failRule(sl.w, i, "descriptor "+strconv.Itoa(k)+": "+rlswire.DelayHeader+" "+strconv.FormatInt(dl.us, 10)+
+				"µs beyond the max delay sent ("+strconv.FormatInt(sl.w.x.(*rlsWait).maxUS[i], 10)+"µs) or on a refusal", false)
+			continue
+		}
 		switch st.code {
 		case rlsCodeOK:
-			d = algorithms.Decision{Allowed: true, Limit: lim, Remaining: int64(st.remaining), ResetAfter: st.dur}
+			d = algorithms.Decision{Allowed: true, Limit: lim, Remaining: int64(st.remaining), ResetAfter: st.dur,
+				Delay: time.Duration(rs.res.delays[k].us) * time.Microsecond}
 		case rlsCodeOverLimit:
 			d = algorithms.Decision{Limit: lim, Remaining: int64(st.remaining), ResetAfter: st.dur, RetryAfter: st.dur}
 		default:
 			rs.e.failRule(sl.w, i, "descriptor "+strconv.Itoa(k)+": status code "+strconv.FormatUint(st.code, 10), false)
 			continue
 		}
-		x := &sl.w.x.(*rlsWait).res[i]
 		if rs.res.overall != rlsCodeOK {
 			// The service refunded every admission of this call before answering.
 			x.undone = true

@@ -151,6 +151,11 @@ func (rs *rlsState) appendRequest(b []byte, w *rlsWait, rules []int, refund bool
 	b = rs.appendDomain(b)
 	for _, i := range rules {
 		if !refund {
+			if us := w.maxUS[i]; us > 0 {
+				rs.num = strconv.AppendInt(rs.num[:0], us, 10)
+				b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlswire.MaxDelayUS, rs.num)
+				continue
+			}
 			b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], "", nil)
 			continue
 		}
@@ -219,6 +224,13 @@ type rlsResponse struct {
 	st      []rlsStatus // by descriptor index (cap: the most descriptors a call has)
 	refunds []rlsRefund // by descriptor index
 	leases  []rlsLease  // by descriptor index
+	delays  []rlsDelay  // by descriptor index
+}
+
+// rlsDelay is an x-sluice-delay header: a shaped admission's wait.
+type rlsDelay struct {
+	ok bool
+	us int64
 }
 
 type rlsStatus struct {
@@ -244,6 +256,7 @@ func (r *rlsResponse) init(maxDescriptors int) {
 	r.st = make([]rlsStatus, maxDescriptors)
 	r.refunds = make([]rlsRefund, maxDescriptors)
 	r.leases = make([]rlsLease, maxDescriptors)
+	r.delays = make([]rlsDelay, maxDescriptors)
 }
 
 var (
@@ -314,8 +327,9 @@ func protoField(b []byte, i int) (num uint64, wt int, v uint64, start, end int, 
 // decode decodes a RateLimitResponse for a call of n descriptors (n ≤ the
 // capacity given to init). A reply that is not a well-formed message, has
 // more statuses than descriptors, or fewer, is an error; unknown fields are
-// skipped. Refund tokens (response_headers_to_add x-sluice-refund) and
-// lease stamps (x-sluice-lease) are recorded by descriptor index.
+// skipped. Refund tokens (response_headers_to_add x-sluice-refund), lease
+// stamps (x-sluice-lease) and delays (x-sluice-delay) are recorded by
+// descriptor index.
 func (r *rlsResponse) decode(b []byte, n int) error {
 	r.overall, r.n = 0, 0
 	if n > len(r.st) {
@@ -325,6 +339,7 @@ func (r *rlsResponse) decode(b []byte, n int) error {
 		r.st[k] = rlsStatus{}
 		r.refunds[k] = rlsRefund{}
 		r.leases[k] = rlsLease{}
+		r.delays[k] = rlsDelay{}
 	}
 	for i := 0; i < len(b); {
 		num, wt, v, s, e, err := protoField(b, i)
@@ -492,6 +507,12 @@ func (r *rlsResponse) header(b []byte, n int) error {
 			return errors.New(rlswire.LeaseHeader + ": malformed value")
 		}
 		r.leases[idx] = rlsLease{ok: true, stamp: stamp, valid: time.Duration(valid) * time.Microsecond}
+	case rlswire.DelayHeader:
+		idx, us, ok := rlswire.ParseIndexed(val)
+		if !ok || idx >= n {
+			return errors.New(rlswire.DelayHeader + ": malformed value")
+		}
+		r.delays[idx] = rlsDelay{ok: true, us: us}
 	}
 	return nil
 }
