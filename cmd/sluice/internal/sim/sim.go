@@ -90,6 +90,8 @@ type Result struct {
 	// in any interval (t−Window, t] — computed exactly over the admitted
 	// timestamps, so the 2× burst of a fixed window across its boundary
 	// shows as a number. It equals a request count when every cost is 1.
+	// With shaping (Options.Delay) it is over the times the requests
+	// reached the upstream: a held request at its release.
 	MaxInWindow int64
 	// MaxInWindowKey, MaxInWindowFrom and MaxInWindowTo say where it
 	// happened: the key and the first and last admitted request (Unix ns)
