@@ -5,6 +5,12 @@
 // Run it from bench/rls (make bench-rls does):
 //
 //	go run ./cmd/rlsbench [-rounds 3] [-duration 5s] [-concurrency 32]
+//	go run ./cmd/rlsbench -envoy [-rounds 5] [-lease 50]   # make bench-rls-envoy
+//
+// With -envoy it compares them where users run them instead, behind a real Envoy
+// (envoy.go): Envoy's own ratelimit filter calling either service, and sluice.wasm's
+// backend "rls" with a lease against its local backend; the goals are checked and a
+// dated block is added to results.txt.
 //
 // It builds envoyproxy/ratelimit from this module (pinned in go.mod) and
 // sluice from the main module, starts a cluster of Debian's redis-server
@@ -43,6 +49,11 @@ type options struct {
 	peerBin, sluiceBin         string
 	algorithms                 []string
 	keep                       bool
+	// -envoy (envoy.go)
+	envoy                  bool
+	envoyBin, envoyVersion string
+	wasm, out              string
+	lease, leaseKeys       int
 }
 
 func main() {
@@ -61,13 +72,24 @@ func main() {
 	flag.StringVar(&o.sluiceBin, "sluice-bin", "", "a prebuilt sluice (default: build it from ../..)")
 	flag.StringVar(&algs, "algorithms", strings.Join(algorithmNames, ","), "sluice algorithms to measure (fixed_window is always measured)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, configurations)")
+	flag.BoolVar(&o.envoy, "envoy", false, "compare through a real Envoy instead (envoy.go): its ratelimit filter to either service, and sluice.wasm rls+lease against local; -concurrency is then sluice-load's connections")
+	flag.StringVar(&o.envoyBin, "envoy-bin", "", "-envoy: the Envoy binary (default: $ENVOY, else the pinned -envoy-version, fetched when missing)")
+	flag.StringVar(&o.envoyVersion, "envoy-version", "1.40.0", "-envoy: the pinned Envoy version when neither -envoy-bin nor $ENVOY is set")
+	flag.StringVar(&o.wasm, "wasm", "", "-envoy: a prebuilt sluice.wasm (default: built and patched as make build does)")
+	flag.IntVar(&o.lease, "lease", 50, "-envoy: the rls rule's lease")
+	flag.IntVar(&o.leaseKeys, "lease-keys", 100, "-envoy: x-key values of the sluice.wasm pair")
+	flag.StringVar(&o.out, "out", "results.txt", "-envoy: results file the dated block is added to, newest first (relative to bench/rls; \"-\": none)")
 	flag.Parse()
 	var err error
 	if o.algorithms, err = parseAlgorithms(algs); err == nil {
 		err = checkOptions(o)
 	}
 	if err == nil {
-		err = run(o)
+		if o.envoy {
+			err = runEnvoy(o)
+		} else {
+			err = run(o)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rlsbench:", err)
@@ -108,6 +130,12 @@ func checkOptions(o options) error {
 		return fmt.Errorf("-conns %d: 1..concurrency", o.conns)
 	case o.okKeys < 1 || o.deniedKeys < 1:
 		return fmt.Errorf("-ok-keys and -denied-keys must be positive")
+	case o.envoy && (o.lease < 1 || o.lease > wasmLimit):
+		return fmt.Errorf("-lease %d: 1..%d", o.lease, wasmLimit)
+	case o.envoy && (o.leaseKeys < 1 || o.leaseKeys > 10000):
+		return fmt.Errorf("-lease-keys %d: 1..10000 (the rule's max_keys)", o.leaseKeys)
+	case o.envoy && o.peerOnly:
+		return fmt.Errorf("-peer-only does not apply to -envoy")
 	}
 	return nil
 }
