@@ -31,6 +31,7 @@ var wantProxyImports = []string{
 	"proxy_grpc_cancel",
 	"proxy_increment_metric",
 	"proxy_log",
+	"proxy_record_metric",
 	"proxy_send_local_response",
 	"proxy_set_effective_context",
 	"proxy_set_shared_data",
