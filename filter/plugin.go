@@ -90,7 +90,11 @@ type rule struct {
 	rls      *rlsRule   // the RLS side (backend "rls"); nil for a local rule
 	remote   bool       // decided by p.remote (backend "redis" or "rls")
 	delay    *ruleDelay // "delay" (hold.go); nil without
-	matchAll bool       // the rule has no match conditions (keyFor skips them)
+	// The denial cache (denycache.go): for a local rule without delay
+	// (cacheable), made at its first denial.
+	cacheable bool
+	dcache    *denyCache
+	matchAll  bool // the rule has no match conditions (keyFor skips them)
 
 	// Per request.
 	applies bool
@@ -229,6 +233,9 @@ func (p *Plugin) setup(cfg *config.Config) error {
 			return err
 		}
 	}
+	for _, r := range rules {
+		r.cacheable = !r.remote && r.delay == nil
+	}
 	return nil
 }
 
@@ -323,8 +330,16 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 			continue
 		}
 		r.by = r.store
+		if r.dcache != nil && r.dcache.get(r.hash, now, &r.d) {
+			continue // denied until later: nothing to read (denycache.go)
+		}
 		if err := p.evaluate(r, now); err != nil {
 			p.storeFailed(r, err)
+		} else if !r.d.Allowed && r.cacheable {
+			if r.dcache == nil {
+				r.dcache = new(denyCache)
+			}
+			r.dcache.put(r.hash, now, &r.d)
 		}
 	}
 	if !applied {

@@ -1,0 +1,55 @@
+package filter
+
+import (
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+)
+
+// The denial cache: a VM remembers, per local rule, the keys it denied and until when, and
+// denies them again without reading shared data until then.
+//
+// It is exact. A local rule's denial says the same request would be admitted no earlier than
+// RetryAfter; until then no request of the key can be admitted on any worker (each would be
+// denied, and a denial writes nothing), so the key's state stays as it is and every
+// decision in between is the same denial, with its waits shorter by the time passed:
+// RetryAfter and ResetAfter run down, Remaining stays 0, Limit stays. Three things could
+// change a state meanwhile, and none reaches a cached rule: a refund (remote rules only), a
+// held request giving its slot back (rules with delay), and a new configuration (a new
+// Plugin, a new cache). The fourth is the key table evicting the key's slot for another
+// key (store.go): the key would then start afresh, and the cache keeps denying it until its
+// RetryAfter — the stricter of the two, and what the key would have got had it not been
+// evicted.
+//
+// A cache is a direct-mapped table of denyCacheSize entries by key hash, made on the rule's
+// first denial (a configuration of many rules that never deny costs nothing); a colliding
+// key replaces the entry. A hit saves the slot's proxy_get_shared_data and the decision.
+
+const denyCacheSize = 1024 // a power of two
+
+type denyCache [denyCacheSize]denyEntry
+
+type denyEntry struct {
+	hash             uint64
+	retryAt, resetAt int64 // Unix ns; retryAt 0: empty
+	limit            int64
+}
+
+// get sets *d to the cached denial of key hash h at now, if there is one.
+func (c *denyCache) get(h uint64, now int64, d *algorithms.Decision) bool {
+	e := &c[h&(denyCacheSize-1)]
+	if e.hash != h || now >= e.retryAt {
+		return false
+	}
+	*d = algorithms.Decision{Limit: e.limit, ResetAfter: time.Duration(max(e.resetAt-now, 0)), RetryAfter: time.Duration(e.retryAt - now)}
+	return true
+}
+
+// put remembers denial d of key hash h, decided at now. Only a denial with nothing
+// remaining and a wait is kept.
+func (c *denyCache) put(h uint64, now int64, d *algorithms.Decision) {
+	if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
+		return
+	}
+	c[h&(denyCacheSize-1)] = denyEntry{hash: h, retryAt: now + int64(d.RetryAfter), resetAt: now + int64(d.ResetAfter), limit: d.Limit}
+}

@@ -1,0 +1,108 @@
+package filter_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/filter"
+	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/filter/filtertest"
+)
+
+// TestDecisionsMatchTheAlgorithm: three workers over one shared data, random arrivals of
+// four keys, every algorithm: each response — status, Retry-After, the RateLimit header's
+// remaining and reset, on admissions and denials — is the one the algorithm gives deciding
+// the same requests in the same order on one state per key. It holds with the denial cache
+// (denycache.go), which answers most denials here without reading shared data.
+func TestDecisionsMatchTheAlgorithm(t *testing.T) {
+	for _, kind := range algorithms.Kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			p := algorithms.Params{Limit: 3, Window: time.Second, Burst: 3}
+			burst := ""
+			if kind == algorithms.TokenBucket || kind == algorithms.LeakyBucket {
+				p.Burst = 2
+				burst = `,"burst":2`
+			}
+			ref, err := algorithms.New(kind, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := fmt.Sprintf(`{"rules":[{"name":"r","key":[{"header":"x-key"}],"algorithm":%q,"limit":3,"window":"1s"%s}],"response":{"headers":"draft"}}`, kind, burst)
+			shared, metrics := filtertest.NewSharedData(), filtertest.NewMetrics()
+			var ws []*filtertest.Worker
+			var hosts []*countingHost
+			for i := 0; i < 3; i++ {
+				h := &countingHost{Host: &filtertest.Host{Shared: shared, Metrics: metrics, Now_: t0}}
+				w := filtertest.NewWorker(h.Host, filter.NewVM(h))
+				hosts = append(hosts, h)
+				if !w.Start(cfg) {
+					t.Fatalf("start: %v", w.Host.Logs)
+				}
+				ws = append(ws, w)
+			}
+			rng := rand.New(rand.NewPCG(uint64(kind), 3))
+			states := map[string][]byte{}
+			now := t0
+			denied := 0
+			for i := 0; i < 3000; i++ {
+				now += rng.Int64N(int64(20 * time.Millisecond)) // dense: most requests are denials, most of those cached
+				key := "k" + strconv.Itoa(rng.IntN(4))
+				w := ws[rng.IntN(len(ws))]
+				w.Host.Now_ = now
+				got := w.Do(filtertest.Request{Headers: [][2]string{{"x-key", key}}})
+				st, d, err := ref.Decide(nil, states[key], now, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					states[key] = st
+				} else {
+					denied++
+				}
+				want := 200
+				if !d.Allowed {
+					want = 429
+				}
+				rl := fmt.Sprintf(`"r";r=%d;t=%d`, d.Remaining, ceilSec(d.ResetAfter))
+				if got.Status != want || got.Header("ratelimit") != rl {
+					t.Fatalf("request %d (%s at +%v): %d %q, want %d %q", i, key, time.Duration(now-t0), got.Status, got.Header("ratelimit"), want, rl)
+				}
+				if !d.Allowed {
+					if ra := strconv.FormatInt(max(ceilSec(d.RetryAfter), 1), 10); got.Header("retry-after") != ra {
+						t.Fatalf("request %d: Retry-After %q, want %s", i, got.Header("retry-after"), ra)
+					}
+				}
+			}
+			if denied < 500 {
+				t.Fatalf("only %d denials: the test is meant to exercise them", denied)
+			}
+			// The cache answered most denials: a request read from shared data costs at
+			// least one get (the seed's reads at start aside).
+			gets := 0
+			for _, h := range hosts {
+				gets += h.gets
+			}
+			if reads := gets - 3*4; reads > 3000-denied/2 {
+				t.Errorf("%d shared-data reads for 3000 requests of which %d denied: the denial cache is not answering", reads, denied)
+			}
+			t.Logf("%d denied; %d shared-data reads", denied, gets)
+		})
+	}
+}
+
+func ceilSec(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// countingHost counts the shared-data reads of a worker.
+type countingHost struct {
+	*filtertest.Host
+	gets int
+}
+
+func (h *countingHost) GetSharedData(key []byte) ([]byte, uint32, abi.Status) {
+	h.gets++
+	return h.Host.GetSharedData(key)
+}
