@@ -323,8 +323,12 @@ func (hs *holds) push(e *heldReq) {
 	hs.up(e.idx)
 }
 
-// remove takes e out of the heap.
+// remove takes e out of the heap (nothing when e is not in it: a record
+// the heap does not hold is never moved).
 func (hs *holds) remove(e *heldReq) {
+	if e.idx < 0 || e.idx >= len(hs.heap) || hs.heap[e.idx] != e {
+		return
+	}
 	i, last := e.idx, len(hs.heap)-1
 	if i != last {
 		hs.swap(i, last)
