@@ -25,7 +25,7 @@ import (
 // first denial (a configuration of many rules that never deny costs nothing); a colliding
 // key replaces the entry. A hit saves the slot's proxy_get_shared_data and the decision.
 
-const denyCacheSize = 1024 // a power of two
+const denyCacheSize = 4096 // a power of two: 128 KiB a rule, so a thousand hot keys rarely share an entry
 
 type denyCache [denyCacheSize]denyEntry
 
