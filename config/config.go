@@ -58,6 +58,9 @@ type Rule struct {
 	// state (the script decides with the max delay); under failure_mode
 	// "local" the fallback decides without a queue. See filter/hold.go.
 	Delay Delay
+	// Cost is what a request reserves and, for token budgets, what its
+	// response says it cost (cost.go); nil: 1 per request.
+	Cost *Cost
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter
 	// Fallback is a remote rule's local limiter, used while Redis (or the

@@ -266,7 +266,7 @@ func (c *Config) HasRLSRules() bool {
 
 var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls"}
-	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay"}
+	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost"}
 	delayFields    = []string{"max", "max_held"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
 	headerFields   = []string{"name", "exact", "absent"}
@@ -395,6 +395,9 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 	if x, ok := f["delay"]; ok {
 		_, lease := f["lease"]
 		p.delay(path+".delay", x, r, algOK, lease)
+	}
+	if x, ok := f["cost"]; ok {
+		p.cost(path+".cost", x, r, algOK, backendOK)
 	}
 	if algOK && limitOK {
 		// The bounds between fields. With a bad window or burst the

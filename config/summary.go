@@ -128,6 +128,10 @@ func (r *Rule) Summary() string {
 		b.WriteString(" lease=")
 		b.WriteString(strconv.FormatInt(r.Lease, 10))
 	}
+	if r.Cost != nil {
+		b.WriteByte(' ')
+		b.WriteString(r.Cost.String())
+	}
 	if r.Delay.Max > 0 {
 		b.WriteString(" delay<=")
 		b.WriteString(FormatDuration(r.Delay.Max))
