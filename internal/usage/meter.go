@@ -322,6 +322,23 @@ func NewMeter(p Provider, w Weights, lim Limits) (*Meter, error) {
 	return m, nil
 }
 
+// NewFieldMeter returns a Meter that reads one field, the dotted path (see
+// Compile), as the Total of any body — a JSON document, or each event of a
+// stream (the last value found wins; an event whose data is "[DONE]" ends
+// the stream as OpenAI's does) — costing it once (Weights: Total 1).
+func NewFieldMeter(path string, lim Limits) (*Meter, error) {
+	paths, err := Compile(path)
+	if err != nil {
+		return nil, err
+	}
+	f := &format{paths: paths, doneData: true}
+	f.field[0] = Total
+	m := &Meter{f: f, lim: lim}
+	m.w.W[Total] = 1
+	m.Start(ModeNone)
+	return m, nil
+}
+
 // Start readies m for a new body read in mode (see ModeFor).
 func (m *Meter) Start(mode Mode) {
 	m.mode = mode

@@ -336,3 +336,31 @@ func TestStateSize(t *testing.T) {
 		t.Fatalf("state grew: Extractor %d B, Splitter %d B, Meter %d B", e, s, m)
 	}
 }
+
+// NewFieldMeter: one path, read from a JSON body or from every event of a stream (the last
+// value wins), costing it once; an absent field is not Seen.
+func TestFieldMeter(t *testing.T) {
+	m, err := NewFieldMeter("usage.units", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start(ModeJSON)
+	m.Write([]byte(`{"id":"x","usage":{"units":`))
+	m.Write([]byte(`42,"other":7}}`))
+	if r := m.Finish(); !r.Seen || r.Cost != 42 {
+		t.Fatalf("JSON: %+v", r)
+	}
+	m.Start(ModeSSE)
+	m.Write([]byte("data: {\"usage\":{\"units\":5}}\n\ndata: {\"usage\":{\"units\":9}}\n\ndata: [DONE]\n\n"))
+	if r := m.Finish(); !r.Seen || r.Cost != 9 || !r.Done || r.BadEvents != 0 {
+		t.Fatalf("SSE: %+v", r)
+	}
+	m.Start(ModeJSON)
+	m.Write([]byte(`{"usage":{"tokens":3}}`))
+	if r := m.Finish(); r.Seen || r.Cost != 0 {
+		t.Fatalf("absent: %+v", r)
+	}
+	if _, err := NewFieldMeter("a[0]", Limits{}); err == nil {
+		t.Fatal("a path with an index compiled")
+	}
+}
