@@ -105,6 +105,8 @@ func TestCallbacksForUnknownContexts(t *testing.T) {
 	}{
 		{"proxy_on_request_headers", []uint64{42, 3, 1}, 0},
 		{"proxy_on_response_headers", []uint64{42, 3, 1}, 0},
+		{"proxy_on_response_body", []uint64{42, 100, 1}, 0},
+		{"proxy_on_response_trailers", []uint64{42, 2}, 0},
 		{"proxy_on_done", []uint64{42}, 1},
 		{"proxy_on_vm_start", []uint64{1, 0}, 1},
 	} {

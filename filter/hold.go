@@ -155,11 +155,11 @@ func (d *ruleDelay) maxDelay() time.Duration {
 // decide decides r (a rule with delay, on its own store) against state:
 // with a queue while the rule holds fewer than max_held requests on this
 // VM, else as a meter.
-func (d *ruleDelay) decide(dst, state []byte, now int64) ([]byte, algorithms.Decision, error) {
+func (d *ruleDelay) decide(dst, state []byte, now, cost int64) ([]byte, algorithms.Decision, error) {
 	if d.held >= d.maxHeld {
-		return d.shaper.Decide(dst, state, now, 1)
+		return d.shaper.Decide(dst, state, now, cost)
 	}
-	return d.shaper.DecideDelay(dst, state, now, 1, d.max)
+	return d.shaper.DecideDelay(dst, state, now, cost, d.max)
 }
 
 // charged remembers, after r's charge, what a give-back needs: the state

@@ -94,5 +94,10 @@ func MetricHelp(name string) string {
 			return "sluice rule " + rule + ": " + delayMetricHelp[k]
 		}
 	}
+	for k, c := range CostMetrics {
+		if c == counter {
+			return "sluice rule " + rule + ": " + costMetricHelp[k]
+		}
+	}
 	return ""
 }

@@ -126,6 +126,7 @@ func TestMetricHelp(t *testing.T) {
 		"sluice.guest.heap_bytes":         "sluice: bytes of heap objects in the module",
 		"sluice.redis.refund_failures":    "sluice Redis: refunds that did not land",
 		"sluice.db.held":                  "sluice rule db: requests held now (gauge)",
+		"sluice.llm.excess":               "sluice rule llm: cost units charged by settlements beyond the reservation (the key may go into debt)",
 		"sluice.db.delay_ms":              "sluice rule db: time each request was held, in milliseconds (histogram)",
 		"sluice.db.delay_refused":         "sluice rule db: requests refused at once: their wait exceeded delay.max, or the rule held delay.max_held on the worker",
 	} {
@@ -138,3 +139,4 @@ func TestMetricHelp(t *testing.T) {
 // One help text per rule metric: the test does not compile when the two arrays differ in length.
 var _ [len(ruleMetricHelp)]string = MetricNames("")
 var _ [len(delayMetricHelp)]string = DelayMetrics
+var _ [len(costMetricHelp)]string = CostMetrics

@@ -37,25 +37,28 @@ var errCASExhausted = errors.New("compare-and-swap retries exhausted")
 // per-rule stores, metrics and scratch buffers. It is driven by VM; it is
 // not safe for concurrent use (a Proxy-Wasm VM is single-threaded).
 type Plugin struct {
-	host    abi.Host
-	id      uint32
-	name    string // plugin_name property ("" when the host has none)
-	cfg     *config.Config
-	rules   []*rule
-	seed    uint64
-	req     request
-	hdrs    []abi.Header
-	vals    []byte           // scratch for header values
-	body    []byte           // rejection body
-	grpcMsg []byte           // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
-	errors  uint32           // metric id of sluice.errors
-	logNext int64            // store errors: when the next may be logged (Unix ns)
-	logHeld int              // store errors not logged since the last line
-	redis   *redisState      // the Redis codec; nil without Redis rules
-	rls     *rlsState        // the rls codec; nil without RLS rules
-	remote  *remote          // the remote-call engine of redis or rls (a configuration has at most one); nil without remote rules
-	holds   *holds           // the requests held by rules with delay (hold.go); nil without such rules
-	adder   abi.HeadersAdder // host, when it adds several headers in one call (Imports); else nil
+	host     abi.Host
+	id       uint32
+	name     string // plugin_name property ("" when the host has none)
+	cfg      *config.Config
+	rules    []*rule
+	seed     uint64
+	req      request
+	hdrs     []abi.Header
+	vals     []byte           // scratch for header values
+	body     []byte           // rejection body
+	grpcMsg  []byte           // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
+	errors   uint32           // metric id of sluice.errors
+	logNext  int64            // store errors: when the next may be logged (Unix ns)
+	logHeld  int              // store errors not logged since the last line
+	redis    *redisState      // the Redis codec; nil without Redis rules
+	rls      *rlsState        // the rls codec; nil without RLS rules
+	remote   *remote          // the remote-call engine of redis or rls (a configuration has at most one); nil without remote rules
+	holds    *holds           // the requests held by rules with delay (hold.go); nil without such rules
+	hasCost  bool             // a rule has "cost" (cost.go)
+	settling []*rule          // the rules with cost.response, in order (a bill's items)
+	bills    []*bill          // free bills
+	adder    abi.HeadersAdder // host, when it adds several headers in one call (Imports); else nil
 
 	// Scopes (scope.go): a root context's Plugin has one Plugin per entry
 	// of "_rules_" (scopes, by index); a scope's Plugin has its entry
@@ -90,13 +93,15 @@ type rule struct {
 	rls      *rlsRule   // the RLS side (backend "rls"); nil for a local rule
 	remote   bool       // decided by p.remote (backend "redis" or "rls")
 	delay    *ruleDelay // "delay" (hold.go); nil without
+	cost     *ruleCost  // "cost" (cost.go); nil: 1 per request
 	// The denial cache (denycache.go): for a local rule without delay
-	// (cacheable), made at its first denial.
+	// or cost (cacheable), made at its first denial.
 	cacheable bool
 	dcache    *denyCache
 	matchAll  bool // the rule has no match conditions (keyFor skips them)
 
 	// Per request.
+	units   int64 // the cost reserved (1 without "cost")
 	applies bool
 	failed  bool
 	by      *slotStore // the shared data deciding r: store, a remote rule's local fallback, or nil (the remote side decides)
@@ -223,6 +228,9 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	if p.holds, err = newHolds(p, rules); err != nil {
 		return err
 	}
+	if err = p.setupCost(rules); err != nil {
+		return err
+	}
 	switch {
 	case cfg.HasRedisRules():
 		if p.redis, p.remote, err = newRedisState(p, cfg, rules); err != nil {
@@ -233,8 +241,10 @@ func (p *Plugin) setup(cfg *config.Config) error {
 			return err
 		}
 	}
+	p.hasCost = false
 	for _, r := range rules {
-		r.cacheable = !r.remote && r.delay == nil
+		r.cacheable = !r.remote && r.delay == nil && r.cost == nil
+		p.hasCost = p.hasCost || r.cost != nil
 	}
 	return nil
 }
@@ -324,6 +334,10 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 		}
 		r.applies, applied = true, true
 		r.hash = hashKey(p.seed, r.key)
+		r.units = 1
+		if r.cost != nil {
+			r.units = p.units(r)
+		}
 		if r.remote {
 			later = true
 			r.d = algorithms.Decision{Allowed: true} // undecided: not a denial yet
@@ -372,6 +386,10 @@ func (p *Plugin) resume(s *stream, w *remoteWait, now int64) abi.Action {
 		}
 		r.hash = w.hashes[i]
 		r.by = r.store
+		r.units = 1
+		if r.cost != nil {
+			r.units = p.units(r)
+		}
 		if r.remote {
 			var err error
 			if r.by, err = p.remote.take(r, w, i); err != nil {
@@ -456,6 +474,9 @@ func (p *Plugin) admitted(s *stream, now int64) abi.Action {
 		s.hasHeaders = true
 		s.rule = best
 		s.d = best.d
+	}
+	if p.hasCost {
+		p.reserve(s)
 	}
 	if delay > 0 {
 		return p.holds.hold(s, now, delay)
@@ -595,9 +616,9 @@ func (p *Plugin) evaluate(r *rule, now int64) error {
 // r.by's state buffer: with a queue for a rule with delay on its own store.
 func (p *Plugin) decide(r *rule, state []byte, now int64) ([]byte, algorithms.Decision, error) {
 	if r.delay != nil && r.by == r.store {
-		return r.delay.decide(r.by.stateBuf(), state, now)
+		return r.delay.decide(r.by.stateBuf(), state, now, r.units)
 	}
-	return r.by.lim.Decide(r.by.stateBuf(), state, now, 1)
+	return r.by.lim.Decide(r.by.stateBuf(), state, now, r.units)
 }
 
 // commit writes r's new state to r.by, re-deciding after each lost race.
@@ -746,6 +767,9 @@ func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms
 
 // onResponse adds the remembered rate-limit headers to the response.
 func (p *Plugin) onResponse(s *stream) abi.Action {
+	if s.bill != nil && !s.denied {
+		p.billHeaders(s)
+	}
 	if !s.hasHeaders || s.denied || p.cfg == nil {
 		return abi.ActionContinue
 	}

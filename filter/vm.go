@@ -195,6 +195,7 @@ type stream struct {
 	rwait      *remoteWait // the remote decisions this request waits for (nil: none)
 	hold       *heldReq    // held until its slot (hold.go; nil: not held)
 	heldMS     int64       // released after being held this long (ms, rounded up; 0: not held)
+	bill       *bill       // settlements due when the stream ends (cost.go; nil: none)
 	denied     bool        // a local response was sent
 	hasHeaders bool        // rate-limit headers to add to the response
 	rule       *rule
@@ -272,12 +273,35 @@ func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) abi.
 // OnResponseHeaders implements abi.Handler.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) abi.Action {
 	s := vm.streams.get(id)
-	if s == nil || !s.hasHeaders {
-		// Nothing to add (headers "none", a denial, no rule applied):
-		// onResponse would return at once; skip its deferred recover.
+	if s == nil || (!s.hasHeaders && s.bill == nil) {
+		// Nothing to add (headers "none", a denial, no rule applied) and
+		// nothing to settle: onResponse would return at once; skip its
+		// deferred recover.
 		return abi.ActionContinue
 	}
 	return s.plugin.guardedResponse(s)
+}
+
+// OnResponseBody implements abi.BodyHandler: a settling stream's body is read for its
+// cost (cost.go); every chunk goes on as it is.
+func (vm *VM) OnResponseBody(id uint32, size int, endOfStream bool) abi.Action {
+	s := vm.streams.get(id)
+	if s == nil || s.bill == nil || !s.bill.body {
+		return abi.ActionContinue
+	}
+	s.plugin.guarded(func() { s.plugin.billBody(s, size) })
+	return abi.ActionContinue
+}
+
+// OnResponseTrailers implements abi.BodyHandler: a settling stream's cost may be a
+// trailer.
+func (vm *VM) OnResponseTrailers(id uint32, n int) abi.Action {
+	s := vm.streams.get(id)
+	if s == nil || s.bill == nil {
+		return abi.ActionContinue
+	}
+	s.plugin.guarded(func() { s.plugin.billTrailers(s) })
+	return abi.ActionContinue
 }
 
 // OnLog implements abi.Handler. The stream is released here already: the
@@ -420,6 +444,9 @@ func (vm *VM) release(id uint32) bool {
 	if s.hold != nil {
 		s.plugin.holds.abandon(s)
 	}
+	if s.bill != nil {
+		s.plugin.guarded(func() { s.plugin.settle(s) })
+	}
 	*s = stream{}
 	if len(vm.free) < maxFreeStreams {
 		vm.free = append(vm.free, s)
@@ -447,6 +474,16 @@ func (p *Plugin) guardedRequest(s *stream) (act abi.Action) {
 	}
 	s.plugin = q
 	return q.onRequest(s)
+}
+
+// guarded runs f, turning a panic into a logged error.
+func (p *Plugin) guarded(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.recovered(nil, r)
+		}
+	}()
+	f()
 }
 
 func (p *Plugin) guardedResponse(s *stream) (act abi.Action) {

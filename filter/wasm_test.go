@@ -85,7 +85,9 @@ var wantExports = []string{
 	"proxy_on_memory_allocate",
 	"proxy_on_queue_ready",
 	"proxy_on_request_headers",
+	"proxy_on_response_body",
 	"proxy_on_response_headers",
+	"proxy_on_response_trailers",
 	"proxy_on_tick",
 	"proxy_on_vm_start",
 }

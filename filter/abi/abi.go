@@ -152,6 +152,13 @@ type MetricRecorder interface {
 	RecordMetric(id uint32, value uint64) Status
 }
 
+// BodyHandler is implemented by a Handler that reads response bodies and trailers
+// (proxy_on_response_body, proxy_on_response_trailers).
+type BodyHandler interface {
+	OnResponseBody(id uint32, bodySize int, endOfStream bool) Action
+	OnResponseTrailers(id uint32, numTrailers int) Action
+}
+
 // Handler receives the callbacks the host makes into the module. The wasip1
 // exports translate each proxy_on_* call into one Handler call, after
 // recovering from any panic (a panic is logged at critical level and the

@@ -7,13 +7,17 @@ import (
 	"unsafe"
 )
 
-// handler receives the exported callbacks (see SetHandler).
-var handler Handler
+// handler receives the exported callbacks (see SetHandler); bodies, the
+// body callbacks when it has them.
+var (
+	handler Handler
+	bodies  BodyHandler
+)
 
 // SetHandler installs the Handler the exported proxy_on_* callbacks dispatch
 // to. The wasm main package calls it from init (a c-shared module runs
 // package initialisers from _initialize and never runs main).
-func SetHandler(h Handler) { handler = h }
+func SetHandler(h Handler) { handler = h; bodies, _ = h.(BodyHandler) }
 
 // The callbacks the host makes into the module. Each one is a thin wrapper:
 // enter (arena bookkeeping), dispatch to the Handler, and recover from any
@@ -21,13 +25,14 @@ func SetHandler(h Handler) { handler = h }
 // Continue for stream callbacks, false for configure/vm_start, true for
 // on_done). A panic never crosses into the host as a trap.
 //
-// The body and trailer callbacks (proxy_on_request_body, proxy_on_request_trailers,
-// proxy_on_response_body, proxy_on_response_trailers) are not exported: the filter
-// decides at the headers and would only answer Continue, which is what a host does
-// for a callback the module lacks (proxy-wasm-cpp-host checks for each export before
-// calling it, as the embedded host does). Exported, they cost a call into the guest per
-// body chunk of every request and response; in Envoy's V8 the machinery of a call costs
-// more than such a callback's guest code.
+// The request body and trailer callbacks (proxy_on_request_body,
+// proxy_on_request_trailers) are not exported: the filter decides at the headers and
+// would only answer Continue, which is what a host does for a callback the module lacks
+// (proxy-wasm-cpp-host checks for each export before calling it, as the embedded host
+// does). Exported, they cost a call into the guest per body chunk; in Envoy's V8 the
+// machinery of a call costs more than such a callback's guest code. The response body
+// and trailers are exported for token budgets (a rule's cost read from the response,
+// filter/cost.go): a stream that settles nothing returns at once.
 
 //go:wasmexport proxy_abi_version_0_2_1
 func proxyABIVersion() {}
@@ -97,6 +102,38 @@ func proxyOnResponseHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
 		}
 	}()
 	return uint32(handler.OnResponseHeaders(id, int(numHeaders), endOfStream != 0))
+}
+
+//go:wasmexport proxy_on_response_body
+func proxyOnResponseBody(id, bodySize, endOfStream uint32) (ret uint32) {
+	if bodies == nil {
+		return uint32(ActionContinue)
+	}
+	enter()
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			ret = uint32(ActionContinue)
+			recovered(r)
+		}
+	}()
+	return uint32(bodies.OnResponseBody(id, int(bodySize), endOfStream != 0))
+}
+
+//go:wasmexport proxy_on_response_trailers
+func proxyOnResponseTrailers(id, numTrailers uint32) (ret uint32) {
+	if bodies == nil {
+		return uint32(ActionContinue)
+	}
+	enter()
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			ret = uint32(ActionContinue)
+			recovered(r)
+		}
+	}()
+	return uint32(bodies.OnResponseTrailers(id, int(numTrailers)))
 }
 
 //go:wasmexport proxy_on_log
