@@ -73,6 +73,7 @@ func init() {
 		p := strings.Replace(prelude, "if BURST then B = tonumber(ARGV[3]) end\n", "", 1)
 		if s.Kind == algorithms.TokenBucket || s.Kind == algorithms.LeakyBucket {
 			p = strings.Replace(prelude, "if BURST then B = tonumber(ARGV[3]) end\n", "B = tonumber(ARGV[3])\n", 1)
+			p = strings.Replace(p, "local settles = false\n", "local settles = true\n", 1)
 		}
 		s.Source = "-- sluice " + s.Kind.String() + " v2\n" + p + s.Source
 		sum := sha1.Sum([]byte(s.Source))
@@ -218,6 +219,14 @@ type Request struct {
 	// one after the other at the same instant (ParseBatchReply reads the
 	// reply); 0 and 1 decide one. Not with Refund.
 	N int64
+	// Settle, when not zero, settles a token budget's reservation instead
+	// of deciding (token_bucket and leaky_bucket): delta = actual −
+	// reserved, charged when positive (the key may go into debt), refunded
+	// when negative, exactly as algorithms.Settler.Settle on the clock of
+	// whole µs (see the scripts). Cost, N, Refund and MaxDelay are
+	// ignored; ParseReply reads the reply (a refund's). |Settle| is at
+	// most algorithms.MaxSettle.
+	Settle int64
 	// MaxDelay > 0 shapes the decision (token_bucket and leaky_bucket):
 	// a request that fits within MaxDelay, rounded down to whole µs, is
 	// admitted into its slot with Decision.Delay the wait until it
@@ -229,7 +238,7 @@ type Request struct {
 
 // shapes reports whether r's call carries a max delay (ARGV[10]).
 func (r *Request) shapes() bool {
-	return r.MaxDelay >= time.Microsecond && r.Refund == nil && r.N <= 1 &&
+	return r.MaxDelay >= time.Microsecond && r.Refund == nil && r.Settle == 0 && r.N <= 1 &&
 		(r.Kind == algorithms.TokenBucket || r.Kind == algorithms.LeakyBucket)
 }
 
@@ -260,6 +269,7 @@ func (r *Request) appendCall(dst []byte, cmd, script string, heads *[3]string) [
 	}
 	args := 8
 	switch {
+	case r.Settle != 0:
 	case r.shapes():
 		args = 10
 	case r.N > 1 && r.Refund == nil:
@@ -273,6 +283,16 @@ func (r *Request) appendCall(dst []byte, cmd, script string, heads *[3]string) [
 		dst = append(dst, head...)
 	} else {
 		dst = appendCallHead(dst, cmd, script, args)
+	}
+	if r.Settle != 0 {
+		// op 2 charges |delta|, op 3 refunds it; no stamp, no ref.
+		op, n := "$1\r\n2\r\n", r.Settle
+		if n < 0 {
+			op, n = "$1\r\n3\r\n", -n
+		}
+		dst = appendScriptArgs(dst, r.Key, r.Params, burst, n, r.Now)
+		dst = append(dst, op...)
+		return append(dst, "$1\r\n0\r\n$1\r\n0\r\n"...)
 	}
 	dst = appendScriptArgs(dst, r.Key, r.Params, burst, r.Cost, r.Now)
 	if r.Refund == nil {

@@ -12,7 +12,9 @@ package redisrl
 //	ARGV[3]  burst            bucket capacity (token/leaky bucket; = limit otherwise)
 //	ARGV[4]  cost             units this request takes (>= 1)
 //	ARGV[5]  now              Unix microseconds; 0 = Redis TIME (always 0 in production)
-//	ARGV[6]  op               0 = decide, 1 = refund an earlier admission
+//	ARGV[6]  op               0 = decide, 1 = refund an earlier admission;
+//	                          token_bucket and leaky_bucket: 2 = settle a
+//	                          charge of cost, 3 = settle a refund of cost
 //	ARGV[7]  stamp            refund only: the stamp of the admission's reply
 //	ARGV[8]  ref              refund only: the ref of the admission's reply
 //	ARGV[9]  n                optional (default 1): decide n requests of cost
@@ -41,6 +43,26 @@ package redisrl
 // when nothing queued behind it: a key refunded that way decides, from the
 // slot on, exactly as if the admission had never been made; requests that
 // queued behind it keep their slots.
+//
+// Settlement (ops 2 and 3, token_bucket and leaky_bucket: a token
+// budget's reservation settled once its response ended) applies delta =
+// +cost (2: the excess, charged even below zero, the key going into debt)
+// or −cost (3: the unused part, refunded up to a full bucket) exactly as
+// algorithms.Settler.Settle on the clock of whole µs (the conformance test
+// holds the scripts to it, states included): the key's level at now, in
+// units where one cost unit is W (the bucket holds B × W; beyond it is
+// debt, which a state read at a later eff already counts), charge adds
+// cost × W, a refund subtracts it (floored at 0); a level within B × W is
+// written at now, one beyond it at now + ⌈(level − B × W)/L⌉, the instant
+// the debt is paid back (tokens, TAT and last time as Settle writes them),
+// so every decision before that instant is refused with the exact wait.
+// That needs L <= W (at most one unit per µs; config refuses a settling
+// rule on a remote backend otherwise), and the script refuses a charge
+// whose level would reach 2^53 or whose debt would last longer than
+// MaxDebtWait µs ("ERR sluice: settlement out of range": nothing is
+// written). A refund to a key never seen (or expired: fresh) writes
+// nothing. The reply is a refund's: {1, B, remaining, reset_after_us, 0,
+// eff, 0} with eff the state's new last instant.
 //
 // allowed is the number of the n requests admitted (0/1 for one): as n
 // requests decided one after the other at the same time, the first allowed
@@ -76,7 +98,9 @@ local op, n, B, D = ARGV[6], 1, L, 0
 if ARGV[9] then n = tonumber(ARGV[9]) end
 if ARGV[10] then D = tonumber(ARGV[10]) end
 if BURST then B = tonumber(ARGV[3]) end
-if not (L and W and B and c and now and n and D) or L < 1 or W < 1 or B < 1 or c < 1 or now < 0 or n < 1 or (op ~= '0' and op ~= '1') or (n > 1 and op ~= '0')
+local settles = false
+if not (L and W and B and c and now and n and D) or L < 1 or W < 1 or B < 1 or c < 1 or now < 0 or n < 1
+  or (op ~= '0' and op ~= '1' and not (settles and (op == '2' or op == '3'))) or (n > 1 and op ~= '0')
   or D < 0 or D >= 9007199254740992 or (D > 0 and (n > 1 or op ~= '0')) then
   return redis.error_reply('ERR sluice: bad arguments')
 end
@@ -109,6 +133,33 @@ end
 local function cdiv(a, b) return -idiv(-a, b) end
 `
 
+// settleLevel is the settlement shared by the bucket bodies (ops 2 and 3):
+// lv, the level at now, gets cost × W added (2, refused when the level
+// would reach 2^53) or taken away (3, floored at 0), and w is the wait
+// until a level beyond BW is back to BW (0 when it is not beyond), refused
+// for a charge beyond maxDebtUS.
+const settleLevel = `  if L > W then return redis.error_reply('ERR sluice: settlement needs a rate of at most one cost unit per microsecond') end
+  if op == '2' then
+    if cW > 9007199254740991 - lv then return redis.error_reply('ERR sluice: settlement out of range') end
+    lv = lv + cW
+  else
+    lv = lv - cW
+    if lv < 0 then lv = 0 end
+  end
+  local w = 0
+  if lv > BW then
+    local x = lv - BW
+    w = floor(x / L)
+    if w * L > x then w = w - 1 end
+    if w * L < x then w = w + 1 end
+    if op == '2' and w > ` + maxDebtUS + ` then return redis.error_reply('ERR sluice: settlement out of range') end
+  end
+`
+
+// maxDebtUS is algorithms.MaxDebtWait in µs: the longest debt a charge may
+// leave.
+const maxDebtUS = "3162240000000000"
+
 // token_bucket. State: "<s> <ts>": s = tokens × W (scaled, so refill is
 // exact integer arithmetic: dt µs add dt × L), ts = time of s. A refund
 // (op 1) is written like an admission of one; a = 1 stands for it.
@@ -128,6 +179,13 @@ if op == '1' then
   if not exists then return {1, B, B, 0, 0, eff, 0} end
   S = S + cW
   if S > BW then S = BW end
+elseif op ~= '0' then
+  -- Settlement (algorithms.Settle): the level at now, BW - S at eff plus
+  -- the refill from now to eff, charged or refunded; in debt beyond BW.
+  if op == '3' and not exists then return {1, B, B, 0, 0, eff, 0} end
+  local lv = BW - S + lag * L
+` + settleLevel + `  S = BW - (lv - w * L)
+  eff, lag = now + w, w
 elseif c > B then
   a, retry = 0, W
 elseif D > 0 then
@@ -203,6 +261,17 @@ if op == '1' then
   local q = floor(lv / L)
   if q * L > lv then q = q - 1 end
   tat, f = eff + q, lv - q * L
+elseif op ~= '0' then
+  -- Settlement (algorithms.Settle): the level at now, charged or
+  -- refunded; TAT = now + level / L, the last time when the debt (beyond
+  -- BW) is paid back.
+  if op == '3' and not exists then return {1, B, B, 0, 0, eff, 0} end
+  lv = lv + lag * L
+` + settleLevel + `  local q = floor(lv / L)
+  if q * L > lv then q = q - 1 end
+  tat, f = now + q, lv - q * L
+  eff, lag = now + w, w
+  lv = (tat - eff) * L + f
 elseif c > B then
   a, retry = 0, W
 elseif D > 0 then
