@@ -35,6 +35,8 @@ type inline struct {
 	n, inst    int64
 	// A shaped decision (sluice.max_delay_us): the longest wait for a slot.
 	maxDelay time.Duration
+	// A settlement (sluice.settle): actual − reserved, not zero.
+	settle int64
 }
 
 // leaseCall reports whether the descriptor is a lease acquire or return.
@@ -59,7 +61,7 @@ func (e *inlineError) Error() string {
 func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	es := d.GetEntries()
 	if n := len(es); n != rlswire.FixedEntries && n != rlswire.FixedEntries+1 {
-		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor has 6 entries (7 for a refund, a lease, a return or a max delay), not " + strconv.Itoa(n) +
+		return nil, &inlineError{desc: i, entry: -1, msg: "an inline descriptor has 6 entries (7 for a refund, a lease, a return, a max delay or a settlement), not " + strconv.Itoa(n) +
 			"; the order is " + strings.Join(rlswire.Fixed[:], ", ") + " and then " + rlswire.Optional}
 	}
 	if d.GetLimit() != nil {
@@ -67,7 +69,7 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 	}
 	for j, e := range es {
 		if j == rlswire.FixedEntries {
-			if k := e.GetKey(); k != rlswire.Refund && k != rlswire.Lease && k != rlswire.Return && k != rlswire.MaxDelayUS {
+			if k := e.GetKey(); k != rlswire.Refund && k != rlswire.Lease && k != rlswire.Return && k != rlswire.MaxDelayUS && k != rlswire.Settle {
 				return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(k), msg: "expected " + rlswire.Optional + " here"}
 			}
 			break
@@ -138,6 +140,20 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 			return nil, bad(6, "must be at most "+strconv.Itoa(rlswire.MaxDelayLimitUS)+" (one minute), not "+strconv.FormatInt(us, 10))
 		}
 		in.maxDelay = time.Duration(us) * time.Microsecond
+		return in, nil
+	}
+	if len(es) == 7 && es[6].GetKey() == rlswire.Settle {
+		if ok, why := algorithms.Settles(k); !ok {
+			return nil, bad(6, why)
+		}
+		if in.params.Limit > int64(in.params.Window/time.Microsecond) {
+			return nil, bad(6, "settles only at a rate of at most one cost unit per microsecond (limit <= window in µs)")
+		}
+		d, ok := rlswire.ParseDelta(es[6].GetValue())
+		if !ok {
+			return nil, bad(6, "must be a non-zero decimal integer of at most "+strconv.FormatInt(rlswire.MaxSettle, 10)+" in magnitude, not "+strconv.Quote(es[6].GetValue()))
+		}
+		in.settle = d
 		return in, nil
 	}
 	if len(es) == 7 {

@@ -268,7 +268,7 @@ func TestLeaseErrors(t *testing.T) {
 		{with("leaky_bucket", rlswire.Return, "5:1"), "entry 6 (sluice.return): leases apply only to token_bucket and fixed_window"},
 		{with("token_bucket", rlswire.Return, "x"), "entry 6 (sluice.return): must be <n>:<stamp>"},
 		{with("token_bucket", rlswire.Return, "3:-1"), "entry 6 (sluice.return): must be <n>:<stamp>"},
-		{with("token_bucket", "sluice.other", "1"), "entry 6 (\"sluice.other\"): expected sluice.refund, sluice.lease, sluice.return or sluice.max_delay_us here"},
+		{with("token_bucket", "sluice.other", "1"), "entry 6 (\"sluice.other\"): expected sluice.refund, sluice.lease, sluice.return, sluice.max_delay_us or sluice.settle here"},
 	}
 	for _, tc := range cases {
 		_, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "mesh", Descriptors: []*ratelimitv3.RateLimitDescriptor{tc.d}})

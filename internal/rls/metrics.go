@@ -27,6 +27,7 @@ const (
 	outcomeLeaseOver = "lease_over_limit" // a lease acquire that got none
 	outcomeReturn    = "return"           // a lease return
 	outcomeNegative  = "negative_hits"    // is_negative_hits: units given back
+	outcomeSettle    = "settle"           // an inline settlement (sluice.settle)
 )
 
 // latencyBounds are the upper bounds (seconds) of the call latency

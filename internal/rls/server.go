@@ -24,6 +24,13 @@
 // (redisrl Request.MaxDelay; never coalesced), and an admission into a
 // later slot is answered with x-sluice-delay "<i>:<delay_us>" (rlswire).
 //
+// Token budgets (a sluice rule's "cost"): a decision's cost is its
+// descriptor's hits_addend, as for any descriptor; an inline descriptor
+// whose seventh entry is sluice.settle = "<delta>" settles the reservation
+// once the response has ended (redisrl Request.Settle: a charge, the key
+// going into debt, or a refund up to a full bucket), answered OK; like a
+// refund it is no decision (rlswire).
+//
 // Leases (a sluice rule's "lease"): an inline descriptor whose seventh
 // entry is sluice.lease = "<n>:<instances>" runs redisrl's lease script,
 // reserving up to n admissions for the caller (OK with quota.requests =
@@ -241,6 +248,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			if in.refund {
 				it.req.Refund = &redisrl.Result{Stamp: in.stamp, Ref: in.ref}
 			}
+			it.req.Settle = in.settle
 			continue
 		}
 		m, err := cfg.lookup(domain, d)
@@ -288,6 +296,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			// A lease call ignores hits_addend: it reserves or returns n.
 			it.call = true
 			it.lq.Now = now
+		case it.in != nil && it.in.settle != 0:
+			// A settlement ignores hits_addend: it applies its delta.
+			it.call = true
+			it.req.Now = now
 		case it.charged != nil:
 			// Every call, hits_addend 0 and requests_per_unit 0 included,
 			// reads the counter (envoyproxy/ratelimit's INCRBY).
@@ -342,7 +354,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 					return
 				}
 				it.res, it.err = s.decide(dctx, &it.req)
-				if it.err == nil && it.req.Refund == nil {
+				if it.err == nil && it.req.Refund == nil && it.req.Settle == 0 {
 					it.denied = !it.res.Allowed
 				}
 			}()
@@ -445,7 +457,7 @@ func (s *Server) refundAdmitted(ctx context.Context, domain string, items []item
 			}
 			continue
 		}
-		if !it.call || it.err != nil || it.req.Refund != nil || !it.res.Allowed || it.neg || it.charged != nil {
+		if !it.call || it.err != nil || it.req.Refund != nil || it.req.Settle != 0 || !it.res.Allowed || it.neg || it.charged != nil {
 			continue
 		}
 		wg.Add(1)
@@ -502,6 +514,12 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 				Unit: unitOf(it.in.params.Window), Name: it.in.rule}
 			if it.in.refund {
 				outcome = outcomeRefund
+				break
+			}
+			if it.in.settle != 0 {
+				outcome = outcomeSettle
+				st.LimitRemaining = clampU32(it.res.Remaining)
+				st.DurationUntilReset = durationpb.New(it.res.ResetAfter)
 				break
 			}
 			if it.lq != nil {
@@ -616,8 +634,8 @@ func closest(sts []*pb.RateLimitResponse_DescriptorStatus, items []item) *pb.Rat
 	var best *pb.RateLimitResponse_DescriptorStatus
 	minRem := uint32(math.MaxUint32)
 	for i, st := range sts {
-		if it := &items[i]; !it.call && !it.denied || it.in != nil && (it.in.refund || it.in.leaseCall()) {
-			continue // no limit, unlimited, hits_addend 0 (nothing known), a refund or a lease call
+		if it := &items[i]; !it.call && !it.denied || it.in != nil && (it.in.refund || it.in.leaseCall() || it.in.settle != 0) {
+			continue // no limit, unlimited, hits_addend 0 (nothing known), a refund, a lease call or a settlement
 		}
 		if st.CurrentLimit != nil && st.LimitRemaining < minRem {
 			best, minRem = st, st.LimitRemaining

@@ -9,7 +9,8 @@
 // in microseconds), Burst (0 for the window algorithms), Key (the filter's key, escaped to
 // UTF-8, opaque to the service) — and at most one more: Refund "<stamp>:<ref>" (undo an
 // earlier admission), Lease "<n>:<instances>" (an acquire), Return "<n>:<stamp>" (give
-// back n admissions of the grant of that stamp) or MaxDelayUS "<µs>" (a shaped decision).
+// back n admissions of the grant of that stamp), MaxDelayUS "<µs>" (a shaped decision) or
+// Settle "<delta>" (settle a token budget's reservation).
 // An admitted decision is answered with a RefundHeader "<i>:<stamp>:<ref>", a granted
 // acquire with a LeaseHeader "<i>:<stamp>:<valid_us>", i being the descriptor's index in
 // the request.
@@ -25,6 +26,19 @@
 // MaxDelayUS never gets a DelayHeader, and one that does not understand it would only
 // release the request early: plain envoyproxy/ratelimit and Envoy's ratelimit filter
 // neither send nor read either.
+//
+// Token budgets (a sluice rule's "cost"): a decision descriptor's cost is its
+// RateLimitDescriptor.hits_addend (the request's hits_addend when unset), and so is its
+// Refund's, which gives that cost back. When the response has ended, a descriptor whose
+// seventh entry is Settle "<delta>" (token_bucket and leaky_bucket only; delta = actual −
+// reserved, a non-zero decimal integer, |delta| <= MaxSettle) settles the key: a charge
+// when positive, the key going into debt when it does not fit, a refund up to a full
+// bucket when negative (algorithms.Settler.Settle, in the script: redisrl Request.Settle).
+// It is no decision: it takes no part in overall_code or in the service's all-or-nothing
+// refund of a denied call, and is answered OK (limit_remaining and duration_until_reset
+// the key's after it); hits_addend is ignored. A settlement that fails (out of the
+// script's range, Redis down) fails the call (UNAVAILABLE, or INVALID_ARGUMENT for a
+// malformed one): nothing is settled.
 //
 // It imports only the standard library and builds for the guest (GOOS=wasip1); the append
 // and parse helpers of the guest's side do not allocate.
@@ -48,7 +62,12 @@ const (
 	Return    = "sluice.return" // a lease return: "<n>:<stamp>"
 	// MaxDelayUS shapes a decision: "<µs>", the longest wait for a slot.
 	MaxDelayUS = "sluice.max_delay_us"
+	// Settle settles a token budget's reservation: "<delta>", actual − reserved.
+	Settle = "sluice.settle"
 )
+
+// MaxSettle bounds |delta| of a Settle entry (algorithms.MaxSettle).
+const MaxSettle = 1_000_000_000_000
 
 // MaxDelayLimitUS bounds a MaxDelayUS value (one minute: config.MaxDelay).
 const MaxDelayLimitUS = 60_000_000
@@ -74,7 +93,7 @@ const FixedEntries = 6
 var Fixed = [FixedEntries]string{Rule, Algorithm, Limit, WindowUS, Burst, Key}
 
 // Optional are the keys the entry after the fixed ones may have, as a phrase.
-const Optional = Refund + ", " + Lease + ", " + Return + " or " + MaxDelayUS
+const Optional = Refund + ", " + Lease + ", " + Return + ", " + MaxDelayUS + " or " + Settle
 
 // MaxTokenIndex bounds the descriptor index of a header value (ParseToken).
 const MaxTokenIndex = 1 << 20
@@ -187,4 +206,21 @@ func ParseIndexed(b []byte) (i int, x int64, ok bool) {
 		return 0, 0, false
 	}
 	return int(parts[0]), parts[1], true
+}
+
+// ParseDelta parses the value of a Settle entry: a non-zero decimal integer with an
+// optional '-', no leading zero, |delta| at most MaxSettle.
+func ParseDelta(s string) (int64, bool) {
+	d := s
+	if strings.HasPrefix(d, "-") {
+		d = d[1:]
+	}
+	if d == "" || d[0] < '1' || d[0] > '9' || len(d) > 13 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n == 0 || n > MaxSettle || n < -MaxSettle {
+		return 0, false
+	}
+	return n, true
 }

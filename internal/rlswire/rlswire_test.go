@@ -3,6 +3,8 @@ package rlswire
 import (
 	"strconv"
 	"testing"
+
+	"github.com/sluice-proxy/sluice/algorithms"
 )
 
 func TestParseToken(t *testing.T) {
@@ -75,5 +77,18 @@ func TestParseIndexed(t *testing.T) {
 	b := []byte("2:250000")
 	if n := testing.AllocsPerRun(100, func() { ParseIndexed(b) }); n != 0 {
 		t.Errorf("%v allocations", n)
+	}
+}
+
+func TestParseDelta(t *testing.T) {
+	for in, want := range map[string]int64{"1": 1, "-1": -1, "250": 250, "-1000000000000": -1e12, "1000000000000": 1e12,
+		"0": 0, "-0": 0, "01": 0, "+1": 0, "": 0, "-": 0, "1000000000001": 0, "--1": 0, "1 ": 0, "1x": 0, "99999999999999999999": 0} {
+		got, ok := ParseDelta(in)
+		if ok != (want != 0) || got != want {
+			t.Errorf("ParseDelta(%q) = %d %v, want %d", in, got, ok, want)
+		}
+	}
+	if MaxSettle != algorithms.MaxSettle {
+		t.Errorf("MaxSettle %d, algorithms.MaxSettle %d", int64(MaxSettle), int64(algorithms.MaxSettle))
 	}
 }
