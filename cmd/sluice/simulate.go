@@ -23,7 +23,7 @@ func init() {
 }
 
 const simulateUsage = `usage: sluice simulate [--config FILE [--rule NAME] | --algorithm A --limit N --window D]
-                       [--delay D [--max-held N]] [--compare] [--traffic PATTERN [pattern flags] | --csv FILE]
+                       [--delay D [--max-held N]] [--settle [--no-usage refund]] [--compare] [--traffic PATTERN [pattern flags] | --csv FILE]
                        --out REPORT.html
 
 Replays traffic through rate-limiting rules in virtual time (no sleeping:
@@ -52,6 +52,15 @@ Shaping (rules[].delay; token_bucket and leaky_bucket):
                  1000), modelled as one worker: beyond, a request is decided
                  without a queue
 
+Token budgets (rules[].cost with "response"; token_bucket and leaky_bucket):
+  --settle       reserve each request's cost, and settle it with its actual
+                 cost when its response ends (the CSV's actual and duration
+                 columns); a --config rule with cost.response settles without
+                 this flag. The summary and the report show the budget with
+                 settlement next to the same reservations never settled
+  --no-usage M   how a response without an actual cost settles: reservation
+                 (default: it stands) or refund (a --config rule: its own)
+
 Traffic (default --traffic boundary-burst):
   --traffic steady          one request every 1/rate seconds
   --traffic boundary-burst  burst-size requests in the spread before and after
@@ -60,10 +69,13 @@ Traffic (default --traffic boundary-burst):
   --traffic idle-burst      idle, then burst-size requests within spread, repeated
   --traffic flood           a key flood: attacker keys, innocent clients and heavy
                             hitters in one random order (--seed) within --duration
-  --csv FILE                lines "timestamp,key[,cost]"; timestamp is RFC 3339
+  --csv FILE                lines "timestamp,key[,cost[,actual[,duration]]]";
+                            timestamp is RFC 3339
                             or an offset: seconds ("12.5") or a duration ("250ms");
                             '#' comments, a "timestamp,..." header and blank lines
-                            are skipped; timestamps must not decrease
+                            are skipped; timestamps must not decrease; actual
+                            (empty: no usage) and duration (in flight, default
+                            0) are a token budget's
 
 Pattern flags (defaults follow the rule's limit per window):
   --duration D   (10 windows)      --rate R       (2×limit/window; poisson 1.2×)
@@ -113,6 +125,8 @@ type simFlags struct {
 	proxies                     int
 	delay                       time.Duration
 	maxHeld                     int
+	settle                      bool
+	noUsage                     string
 	buckets                     int
 	out                         string
 	set                         map[string]bool // flags given explicitly
@@ -177,6 +191,8 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	fs.IntVar(&f.proxies, "proxies", 3, "")
 	fs.Var(durationFlag{&f.delay}, "delay", "")
 	fs.IntVar(&f.maxHeld, "max-held", config.DefaultMaxHeld, "")
+	fs.BoolVar(&f.settle, "settle", false, "")
+	fs.StringVar(&f.noUsage, "no-usage", "reservation", "")
 	fs.IntVar(&f.buckets, "buckets", sim.DefaultBuckets, "")
 	fs.StringVar(&f.out, "out", "", "")
 	if err := fs.Parse(args); err != nil {
@@ -215,6 +231,20 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	case f.maxHeld < 1 || f.maxHeld > config.MaxMaxHeld:
 		return nil, fmt.Errorf("--max-held %d: want 1..%d", f.maxHeld, config.MaxMaxHeld)
 	}
+	switch {
+	case f.set["no-usage"] && !f.settle:
+		return nil, errors.New("--no-usage needs --settle")
+	case f.noUsage != "reservation" && f.noUsage != "refund":
+		return nil, fmt.Errorf("--no-usage %q: want reservation or refund", f.noUsage)
+	case f.settle && (f.configFile != "" || f.compare):
+		return nil, errors.New("--settle settles a rule given with --algorithm; a --config rule settles when it has cost.response")
+	case f.settle && f.set["delay"]:
+		return nil, errors.New("--settle and --delay exclude each other: a settlement would move the slots of the requests held behind it")
+	case f.settle && f.set["max-keys"]:
+		return nil, errors.New("--settle keeps every key's state: the key table (--max-keys) has no settlement path in the simulator")
+	case f.settle && (f.set["lease"] || f.set["proxies"]):
+		return nil, errors.New("--settle does not apply with --lease")
+	}
 	if f.set["max-keys"] && (f.maxKeys < 1 || f.maxKeys > 1_000_000) {
 		return nil, fmt.Errorf("--max-keys %d: want 1..1000000", f.maxKeys)
 	}
@@ -248,6 +278,10 @@ type target struct {
 	maxKeys int   // the rule's max_keys (--config), else 0
 	lease   int64 // the rule's lease (--config), else 0
 	delay   config.Delay
+	// A token budget: settle (cost.response, or --settle), no_usage
+	// "refund", a fixed cost.request (0: the traffic's cost).
+	settle, refund bool
+	reserve        int64
 }
 
 // tableSize is the key table a run of t uses: --max-keys, else for a flood
@@ -290,7 +324,12 @@ func (f *simFlags) targets() ([]target, error) {
 	if !f.compare && base != nil {
 		out := make([]target, len(rules))
 		for i, r := range rules {
-			out[i] = target{r.Name, r.Limiter, r.MaxKeys, r.Lease, r.Delay}
+			out[i] = target{name: r.Name, lim: r.Limiter, maxKeys: r.MaxKeys, lease: r.Lease, delay: r.Delay}
+			if c := r.Cost; c != nil {
+				out[i].reserve = c.Request.Fixed
+				out[i].settle = c.Response != nil
+				out[i].refund = c.NoUsage == config.NoUsageRefund
+			}
 		}
 		return out, nil
 	}
@@ -340,6 +379,12 @@ func (f *simFlags) targets() ([]target, error) {
 				return nil, fmt.Errorf("--delay applies to token_bucket and leaky_bucket: %s", why)
 			}
 			t.delay = config.Delay{Max: f.delay, MaxHeld: f.maxHeld}
+		}
+		if f.settle {
+			if ok, why := algorithms.SettlesWith(k, kp); !ok {
+				return nil, fmt.Errorf("--settle applies to token_bucket and leaky_bucket: %s", why)
+			}
+			t.settle, t.refund = true, f.noUsage == "refund"
 		}
 		out = append(out, t)
 	}
@@ -421,7 +466,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	rep := &sim.Report{Command: "sluice simulate " + quoteArgs(args), Traffic: tr}
 	for _, t := range targets {
 		res, err := sim.Run(tr, t.name, t.lim, sim.Options{Buckets: f.buckets, MaxKeys: f.tableSize(t),
-			Delay: t.delay.Max, MaxHeld: t.delay.MaxHeld})
+			Delay: t.delay.Max, MaxHeld: t.delay.MaxHeld, Settle: t.settle, NoUsageRefund: t.refund, Reserve: t.reserve})
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", t.name, err))
 		}
@@ -444,7 +489,11 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	for _, r := range rep.Results {
 		bound, _ := sim.WindowBound(r.Kind, r.Params)
 		mark := ""
-		if r.MaxInWindow > bound {
+		switch {
+		case r.MaxInWindow > bound && r.Budget != nil && r.Budget.Settles && r.Budget.Violations == 0:
+			// Reservations: refunds gave capacity back (see the budget's guarantee).
+			mark = " (refunds)"
+		case r.MaxInWindow > bound:
 			mark = " (over!)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%d\t%d\t%d%s\t%d\t%d\n", r.Name, r.Kind, r.Params.Limit, fmtWindow(r.Params.Window),
@@ -452,12 +501,16 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	printShaping(sw, rep.Results)
+	printBudget(sw, rep.Results)
 	printTable(sw, rep.Results)
 	decisions := 0
 	for _, r := range rep.Results {
 		decisions += len(tr.Requests)
 		if r.Shaping != nil {
 			decisions += len(tr.Requests) // and its meter
+		}
+		if r.Budget != nil && r.Budget.Unsettled != nil {
+			decisions += len(tr.Requests) // and its twin never settled
 		}
 	}
 	fmt.Fprintf(sw, "\nsimulated %d decisions in %s", decisions, elapsed.Round(time.Microsecond))
@@ -490,6 +543,45 @@ func printShaping(w io.Writer, results []*sim.Result) {
 			s.Meter.Admitted, s.Meter.Admitted, s.Meter.Denied, s.Meter.MaxArrivals)
 	}
 	tw.Flush()
+}
+
+// printBudget prints, for each token budget, what it admitted and charged
+// with settlement and without (the same reservations never settled), and
+// the guarantee's check.
+func printBudget(w io.Writer, results []*sim.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var notes []string
+	header := false
+	for _, r := range results {
+		b := r.Budget
+		if b == nil || b.Unsettled == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w)
+			fmt.Fprintln(tw, "rule	budget	admitted	refused	reserved	actual	refunded	excess	max debt	max actual in any window")
+			header = true
+		}
+		u := b.Unsettled
+		fmt.Fprintf(tw, "%s	with settlement	%d	%d	%d	%d	%d	%d	%d	%d\n", r.Name, r.Admitted, r.Denied, b.Reserved, b.Actual,
+			b.Refunded, b.Excess, b.MaxDebt, b.MaxActualInWindow)
+		fmt.Fprintf(tw, "%s	without (estimates)	%d	%d	%d	%d	-	-	-	%d\n", r.Name, u.Admitted, u.Denied, u.Budget.Reserved, u.Budget.Actual,
+			u.Budget.MaxActualInWindow)
+		verdict := "holds"
+		if b.Violations > 0 {
+			verdict = fmt.Sprintf("FAILS in %d (first: key %q at +%s)", b.Violations, b.ViolationKey, fmtWindow(time.Duration(b.ViolationAt-r.Start)))
+		}
+		note := fmt.Sprintf("%s: actual <= limit + burst (%d) + in-flight excess + late refunds %s in all %d windows (%d beyond %d); %d settled, %d without usage (%s)",
+			r.Name, b.Bound, verdict, b.Windows, b.Beyond, b.Bound, b.Settled, b.NoUsage, map[bool]string{false: "reservation", true: "refund"}[b.NoUsageRefund])
+		if b.Failed > 0 {
+			note += fmt.Sprintf("; %d refused (debt too long)", b.Failed)
+		}
+		notes = append(notes, note)
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
 }
 
 // printTable prints, for runs through the key table, what the flood's

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-proxy/sluice/algorithms"
 )
 
 // ErrCSV is wrapped by every error about a traffic file's content.
@@ -16,7 +18,7 @@ var ErrCSV = errors.New("bad traffic file")
 
 // ReadCSV reads traffic from CSV lines of the form
 //
-//	timestamp,key[,cost]
+//	timestamp,key[,cost[,actual[,duration]]]
 //
 // name is used in error messages and the description.
 //
@@ -26,7 +28,16 @@ var ErrCSV = errors.New("bad traffic file")
 //     Offsets start at Epoch; absolute files start at their first timestamp,
 //     rounded down to a whole second.
 //   - key is any non-empty string (quote it if it contains a comma).
-//   - cost is an integer >= 1, default 1.
+//   - cost is an integer >= 1, default 1: what the request reserves (for a
+//     token budget, its estimate).
+//   - actual, for a token budget (Options.Settle), is what the response
+//     cost: an integer >= 0. Missing or empty, the response said nothing
+//     (Usage.Actual NoUsage): the run settles it by its no_usage.
+//   - duration is how long the request is in flight before it settles: a
+//     number of seconds or a Go duration, >= 0; default 0, settled at once
+//     (after its own decision).
+//
+// A file with an actual or a duration on any line has Traffic.Usage.
 //
 // Blank lines and lines starting with '#' are skipped, and so is a first line
 // whose first field is "timestamp" (a header). Timestamps must not decrease:
@@ -71,8 +82,8 @@ func ReadCSV(r io.Reader, name string) (*Traffic, error) {
 			seenAny = true // a header line
 			continue
 		}
-		if len(rec) < 2 || len(rec) > 3 {
-			return nil, fail("%d fields, want timestamp,key[,cost]", len(rec))
+		if len(rec) < 2 || len(rec) > 5 {
+			return nil, fail("%d fields, want timestamp,key[,cost[,actual[,duration]]]", len(rec))
 		}
 		at, isAbs, err := parseTimestamp(rec[0])
 		if err != nil {
@@ -98,7 +109,7 @@ func ReadCSV(r io.Reader, name string) (*Traffic, error) {
 			return nil, fail("empty key")
 		}
 		cost := int64(1)
-		if len(rec) == 3 && rec[2] != "" {
+		if len(rec) >= 3 && rec[2] != "" {
 			cost, err = strconv.ParseInt(rec[2], 10, 64)
 			if err != nil || cost < 1 {
 				return nil, fail("cost %q must be an integer >= 1", rec[2])
@@ -115,6 +126,29 @@ func ReadCSV(r io.Reader, name string) (*Traffic, error) {
 		}
 		if len(tr.Requests) >= MaxRequests {
 			return nil, fail("more than %d requests; the simulator holds at most that many", MaxRequests)
+		}
+		u := Usage{Actual: NoUsage}
+		if len(rec) >= 4 && rec[3] != "" {
+			u.Actual, err = strconv.ParseInt(rec[3], 10, 64)
+			if err != nil || u.Actual < 0 || u.Actual > algorithms.MaxSettle {
+				return nil, fail("actual %q must be an integer from 0 to %d", rec[3], int64(algorithms.MaxSettle))
+			}
+		}
+		if len(rec) == 5 && rec[4] != "" {
+			d, isAbs, err := parseTimestamp(rec[4])
+			if err != nil || isAbs {
+				return nil, fail("duration %q must be seconds (\"1.5\") or a duration (\"250ms\"), >= 0", rec[4])
+			}
+			u.In = d
+		}
+		if u != (Usage{Actual: NoUsage}) && tr.Usage == nil {
+			tr.Usage = make([]Usage, len(tr.Requests), cap(tr.Requests))
+			for i := range tr.Usage {
+				tr.Usage[i].Actual = NoUsage
+			}
+		}
+		if tr.Usage != nil {
+			tr.Usage = append(tr.Usage, u)
 		}
 		tr.Requests = append(tr.Requests, Request{At: at, Key: k, Cost: cost})
 		seenAny = true

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -67,13 +68,37 @@ func TestReadCSVAbsolute(t *testing.T) {
 	}
 }
 
+// The token budget's columns: actual (empty: no usage) and duration.
+func TestReadCSVUsage(t *testing.T) {
+	in := "timestamp,key,cost,actual,duration\n0,a\n0.5,a,10,4,1.5\n1,b,3,,250ms\n2,a,2,0\n"
+	tr, err := ReadCSV(strings.NewReader(in), "u.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Usage{{Actual: NoUsage}, {Actual: 4, In: 15e8}, {Actual: NoUsage, In: 25e7}, {Actual: 0}}
+	if fmt.Sprint(tr.Usage) != fmt.Sprint(want) || tr.Requests[1].Cost != 10 || tr.Requests[2].Cost != 3 {
+		t.Errorf("usage %v, want %v; requests %v", tr.Usage, want, tr.Requests)
+	}
+	// Without those columns, no usage at all.
+	tr, err = ReadCSV(strings.NewReader("0,a,2\n1,a,,\n"), "plain.csv")
+	if err != nil || tr.Usage != nil || tr.usage(1) != (Usage{Actual: NoUsage}) {
+		t.Errorf("plain file: usage %v, %v", tr.Usage, err)
+	}
+}
+
 func TestReadCSVErrors(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
 		{"empty", "", "bad traffic file: x.csv: no requests"},
 		{"only comments", "# nothing\n\n", "x.csv: no requests"},
 		{"only header", "timestamp,key,cost\n", "x.csv: no requests"},
-		{"one field", "0,a\n1\n", "x.csv:2: 1 fields, want timestamp,key[,cost]"},
-		{"four fields", "0,a,1,2\n", "x.csv:1: 4 fields"},
+		{"one field", "0,a\n1\n", "x.csv:2: 1 fields, want timestamp,key[,cost[,actual[,duration]]]"},
+		{"six fields", "0,a,1,2,1s,x\n", "x.csv:1: 6 fields"},
+		{"negative actual", "0,a,1,-1\n", `x.csv:1: actual "-1" must be an integer from 0 to`},
+		{"fraction actual", "0,a,1,2.5\n", `actual "2.5" must be`},
+		{"huge actual", "0,a,1,999999999999999999\n", `actual "999999999999999999" must be`},
+		{"negative duration column", "0,a,1,2,-1s\n", `duration "-1s" must be seconds`},
+		{"absolute duration", "0,a,1,2,2026-01-01T00:00:00Z\n", `duration "2026-01-01T00:00:00Z" must be`},
+		{"bad duration", "0,a,1,2,later\n", `x.csv:1: duration "later"`},
 		{"bad time", "0,a\nsoon,a\n", `x.csv:2: timestamp "soon": not an RFC 3339 time, a number of seconds or a duration`},
 		{"bad rfc3339", "2026-13-01T00:00:00Z,a\n", `x.csv:1: timestamp "2026-13-01T00:00:00Z": not an RFC 3339 time`},
 		{"negative offset", "-1,a\n", `x.csv:1: timestamp "-1": negative offset`},

@@ -85,7 +85,15 @@ func satAdd(a, b int64) int64 {
 // of its section, with data-delay-ns and data-max-held), its delays in
 // <dd class="delays" data-p50-ns data-p99-ns data-max-ns>, and the charts
 // "chart-N-arrivals" (series "with" and "without" shaping) and
-// "chart-N-held".
+// "chart-N-held". A token budget (Result.Budget, with its Unsettled twin)
+// has the metrics reserved, actual, settled, no-usage, refunded, excess,
+// max-debt, max-actual-in-window, guarantee-windows, guarantee-beyond,
+// guarantee-violations, unsettled-admitted, unsettled-denied,
+// unsettled-actual and unsettled-max-actual-in-window (the section also
+// has data-settles, data-refunded, data-excess, data-max-debt and
+// data-violations), and the charts "chart-N-budget" (units charged in the
+// last window, series "with" and "without" settlement) and "chart-N-actual"
+// (the actual cost admitted in the last window, the same series).
 func WriteReport(w io.Writer, r *Report) error {
 	if r.Traffic == nil || len(r.Results) == 0 {
 		return fmt.Errorf("sim: report has no traffic or no results")
@@ -130,6 +138,7 @@ type sectionData struct {
 	Bound                    int64  // WindowBound
 	BoundWhy                 string // how WindowBound is reached
 	Over                     bool   // MaxInWindow > Bound: a violation
+	Refunds                  bool   // MaxInWindow > Bound by refunds (a token budget)
 	AboveLimit               bool   // Limit < MaxInWindow <= Bound: by design
 	Where                    string
 	TrafficSVG, RemainingSVG template.HTML
@@ -139,6 +148,20 @@ type sectionData struct {
 	// Sh is a rule with a delay's numbers (R.Shaping), nil without.
 	Sh                   *shapingData
 	ArrivalsSVG, HeldSVG template.HTML
+
+	// Bu is a token budget's numbers (R.Budget), nil without.
+	Bu                   *budgetData
+	BudgetSVG, ActualSVG template.HTML
+}
+
+// budgetData is what a section shows of a token budget: with settlement
+// and without.
+type budgetData struct {
+	*Budget
+	U        *Result // Unsettled
+	Window   string
+	DebtWait string
+	Probe    string
 }
 
 // shapingData is what a section shows of a rule with a delay: the upstream
@@ -163,6 +186,12 @@ func newSection(n int, res *Result) (sectionData, error) {
 	}
 	sd.Bound, sd.BoundWhy = WindowBound(res.Kind, p)
 	sd.Over = res.MaxInWindow > sd.Bound
+	if b := res.Budget; b != nil && b.Settles {
+		// Reservations, with refunds giving capacity back: the budget's
+		// guarantee is the bound (Budget.Violations).
+		sd.Refunds = sd.Over
+		sd.Over = b.Violations > 0
+	}
 	sd.AboveLimit = !sd.Over && res.MaxInWindow > p.Limit
 	if p.Limit > 0 {
 		sd.Ratio = strconv.FormatFloat(float64(res.MaxInWindow)/float64(p.Limit), 'f', 2, 64)
@@ -226,6 +255,10 @@ func newSection(n int, res *Result) (sectionData, error) {
 	if res.Shaping != nil {
 		arr, held := shapingCharts(n, res, &sd)
 		charts = append(charts, chartOut{arr, &sd.ArrivalsSVG}, chartOut{held, &sd.HeldSVG})
+	}
+	if res.Budget != nil && res.Budget.Unsettled != nil {
+		b, a := budgetCharts(n, res, &sd)
+		charts = append(charts, chartOut{b, &sd.BudgetSVG}, chartOut{a, &sd.ActualSVG})
 	}
 	for _, c := range charts {
 		s, err := c.chart.SVG()
@@ -292,6 +325,56 @@ func shapingCharts(n int, res *Result, sd *sectionData) (arrivals, held *svgchar
 		held.Rules = []svgchart.Rule{{Y: float64(s.MaxHeld), Label: "max_held " + strconv.Itoa(s.MaxHeld), Class: "max-held"}}
 	}
 	return arrivals, held
+}
+
+// budgetCharts fills sd's numbers of a token budget and returns its
+// charts: the probe key's units charged, and its actual cost admitted, in
+// the window ending at each bucket's end, with settlement and without.
+func budgetCharts(n int, res *Result, sd *sectionData) (charged, actual *svgchart.Chart) {
+	b := res.Budget
+	u := b.Unsettled.Budget
+	sd.Bu = &budgetData{Budget: b, U: b.Unsettled, Window: sd.Window, DebtWait: fmtDelay(b.MaxDebtWait), Probe: res.ProbeKey}
+	nb := max(len(b.Charged), len(u.Charged))
+	sec := func(i int) float64 { return float64(int64(i+1)*res.BucketWidth) / 1e9 }
+	series := func(v []int64) []svgchart.Point {
+		pts := make([]svgchart.Point, nb)
+		for i := range nb {
+			pts[i] = svgchart.Point{X: sec(i), Y: math.NaN()}
+			if i < len(v) {
+				pts[i].Y = float64(v[i])
+			}
+		}
+		return pts
+	}
+	xMax := sec(nb - 1)
+	ticks := svgchart.DurationTicks(0, xMax, 6)
+	limit := []svgchart.Rule{
+		{Y: float64(res.Params.Limit), Label: "limit " + strconv.FormatInt(res.Params.Limit, 10), Class: "limit"},
+		{Y: float64(b.Bound), Label: "limit + burst " + strconv.FormatInt(b.Bound, 10), Class: "bound"},
+	}
+	charged = &svgchart.Chart{
+		ID:    fmt.Sprintf("chart-%d-budget", n),
+		Title: "Budget charged in the last " + sd.Window + " (key " + res.ProbeKey + ")", Width: 560, Height: 220,
+		XLabel: "time since start", YLabel: "cost units",
+		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
+		Series: []svgchart.Series{
+			{Name: "without settlement (estimates)", Class: "without", Color: "#54a24b", Kind: svgchart.Line, Points: series(u.Charged)},
+			{Name: "with settlement", Class: "with", Color: "#2f7ed8", Dash: "5 4", Kind: svgchart.Line, Points: series(b.Charged)},
+		},
+		Rules: limit,
+	}
+	actual = &svgchart.Chart{
+		ID:    fmt.Sprintf("chart-%d-actual", n),
+		Title: "Actual cost admitted in the last " + sd.Window + " (key " + res.ProbeKey + ")", Width: 560, Height: 220,
+		XLabel: "time since start", YLabel: "cost units",
+		XMin: 0, XMax: xMax, XTicks: ticks, XFormat: svgchart.FormatDuration,
+		Series: []svgchart.Series{
+			{Name: "without settlement", Class: "without", Color: "#e45756", Kind: svgchart.Line, Points: series(u.ActualIn)},
+			{Name: "with settlement", Class: "with", Color: "#2f7ed8", Dash: "5 4", Kind: svgchart.Line, Points: series(b.ActualIn)},
+		},
+		Rules: limit,
+	}
+	return charged, actual
 }
 
 // fmtDelay prints a delay to the microsecond ("0" for none).
@@ -370,7 +453,7 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 </table>
 <p class="legend-note">Guaranteed at most: each algorithm's own bound for one key in any window-length interval — limit for sliding_log; burst + limit for token_bucket and leaky_bucket (a full bucket, then one window's refill); 2 × limit for fixed_window (limit on each side of a boundary) and sliding_window (its estimate, worst case). Above the limit within the bound (brown) is the algorithm's design; above the bound (red) would be a violation.</p>
 <main>
-{{range .Sections}}<section class="algo" id="result-{{.N}}" data-name="{{.R.Name}}" data-algorithm="{{.Algorithm}}" data-limit="{{.R.Params.Limit}}" data-window="{{.Window}}" data-window-ns="{{.R.Params.Window.Nanoseconds}}" data-burst="{{.Burst}}" data-offered="{{.R.Offered}}" data-admitted="{{.R.Admitted}}" data-denied="{{.R.Denied}}" data-max-in-window="{{.R.MaxInWindow}}" data-state-bytes="{{.R.StateBytesMax}}" data-max-state-size="{{.R.MaxStateSize}}"{{with .Sh}} data-delay-ns="{{.Max.Nanoseconds}}" data-max-held="{{.MaxHeld}}" data-at-once="{{.AtOnce}}" data-held="{{.Held}}" data-refused="{{.R.Denied}}" data-most-held="{{.MostHeld}}" data-max-arrivals="{{.R.MaxArrivals}}" data-meter-admitted="{{.Meter.Admitted}}" data-meter-denied="{{.Meter.Denied}}"{{end}}>
+{{range .Sections}}<section class="algo" id="result-{{.N}}" data-name="{{.R.Name}}" data-algorithm="{{.Algorithm}}" data-limit="{{.R.Params.Limit}}" data-window="{{.Window}}" data-window-ns="{{.R.Params.Window.Nanoseconds}}" data-burst="{{.Burst}}" data-offered="{{.R.Offered}}" data-admitted="{{.R.Admitted}}" data-denied="{{.R.Denied}}" data-max-in-window="{{.R.MaxInWindow}}" data-state-bytes="{{.R.StateBytesMax}}" data-max-state-size="{{.R.MaxStateSize}}"{{with .Sh}} data-delay-ns="{{.Max.Nanoseconds}}" data-max-held="{{.MaxHeld}}" data-at-once="{{.AtOnce}}" data-held="{{.Held}}" data-refused="{{.R.Denied}}" data-most-held="{{.MostHeld}}" data-max-arrivals="{{.R.MaxArrivals}}" data-meter-admitted="{{.Meter.Admitted}}" data-meter-denied="{{.Meter.Denied}}"{{end}}{{with .Bu}} data-settles="true" data-refunded="{{.Refunded}}" data-excess="{{.Excess}}" data-max-debt="{{.MaxDebt}}" data-violations="{{.Violations}}"{{end}}>
 <h2>{{.R.Name}} <small>{{.Algorithm}}, {{.R.Params.Limit}} per {{.Window}}{{if .HasBurst}}, burst {{.Burst}}{{end}}{{with .Sh}}, delay ≤ {{.Delay}}{{end}}</small></h2>
 <div class="body">
 <div class="charts">
@@ -378,6 +461,8 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 <figure class="chart remaining-chart">{{.RemainingSVG}}</figure>
 {{if .Sh}}<figure class="chart arrivals-chart">{{.ArrivalsSVG}}</figure>
 <figure class="chart held-chart">{{.HeldSVG}}</figure>
+{{end}}{{if .Bu}}<figure class="chart budget-chart">{{.BudgetSVG}}</figure>
+<figure class="chart actual-chart">{{.ActualSVG}}</figure>
 {{end}}</div>
 <dl class="numbers">
 <dt>Offered</dt><dd data-metric="offered">{{.R.Offered}}</dd>
@@ -385,7 +470,7 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 <dt>Denied</dt><dd data-metric="denied">{{.R.Denied}}</dd>
 <dd class="note">{{.DeniedPct}}% of requests denied</dd>
 <dt>Max admitted in any {{.Window}}</dt><dd data-metric="max-in-window"{{if .Over}} class="over"{{else if .AboveLimit}} class="above-limit"{{end}}>{{.R.MaxInWindow}}</dd>
-<dd class="note">{{.Ratio}}× the limit{{if .CostUnits}}, counted in cost units{{end}}{{with .Where}}; {{.}}{{end}}; {{if .Over}}<strong>over</strong>{{else}}within{{end}} its bound of {{.Bound}} ({{.BoundWhy}})</dd>
+<dd class="note">{{.Ratio}}× the limit{{if .CostUnits}}, counted in cost units{{end}}{{with .Where}}; {{.}}{{end}}; {{if .Over}}<strong>over</strong>{{else if .Refunds}}beyond, by refunds (the reservations' units given back: see the guarantee below),{{else}}within{{end}} its bound of {{.Bound}} ({{.BoundWhy}})</dd>
 <dt>State per key (bytes)</dt><dd data-metric="state-bytes">{{.R.StateBytesMax}}</dd>
 <dd class="note">largest encoded state seen; at most {{.R.MaxStateSize}} bytes for this rule; {{.R.StateBytesEnd}} bytes for all {{.R.Keys}} key(s) at the end</dd>
 {{range .R.Classes}}<dt>{{.Name}} keys: denied</dt><dd data-metric="{{.Name}}-denied">{{.Denied}}</dd>
@@ -402,6 +487,21 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 <dt>Without shaping: admitted</dt><dd data-metric="meter-admitted">{{.Meter.Admitted}}</dd>
 <dt>Without shaping: refused</dt><dd data-metric="meter-denied">{{.Meter.Denied}}</dd>
 <dd class="note">the same traffic through the same rule without a delay: {{.MeterPct}}% refused</dd>
+{{end}}{{with .Bu}}<dt>Reserved (estimates)</dt><dd data-metric="reserved">{{.Reserved}}</dd>
+<dt>Actual cost admitted</dt><dd data-metric="actual">{{.Actual}}</dd>
+<dd class="note">cost units of the admitted requests, as their responses reported them</dd>
+<dt>Settled</dt><dd data-metric="settled">{{.Settled}}</dd>
+<dd class="note"><span data-metric="no-usage">{{.NoUsage}}</span> without a cost, settled by no_usage ({{if .NoUsageRefund}}refund{{else}}reservation{{end}}){{if .Failed}}; {{.Failed}} refused: the debt would last too long{{end}}</dd>
+<dt>Refunded</dt><dd data-metric="refunded">{{.Refunded}}</dd>
+<dt>Excess charged</dt><dd data-metric="excess">{{.Excess}}</dd>
+<dt>Max debt</dt><dd data-metric="max-debt">{{.MaxDebt}}</dd>
+<dd class="note">{{if .MaxDebt}}cost units key {{printf "%q" .MaxDebtKey}} owed after a settlement: {{.DebtWait}} before a request of cost 1 fit{{else}}never in debt{{end}}</dd>
+<dt>Max actual cost in any {{.Window}}</dt><dd data-metric="max-actual-in-window"{{if .Violations}} class="over"{{end}}>{{.MaxActualInWindow}}</dd>
+<dd class="note">guarantee: actual ≤ limit + burst ({{.Bound}}) + in-flight excess + refunds of earlier admissions, checked in <span data-metric="guarantee-windows">{{.Windows}}</span> windows: <span data-metric="guarantee-beyond">{{.Beyond}}</span> beyond {{.Bound}}, <span data-metric="guarantee-violations">{{.Violations}}</span> over the guarantee</dd>
+<dt>Without settlement: admitted</dt><dd data-metric="unsettled-admitted">{{.U.Admitted}}</dd>
+<dt>Without settlement: refused</dt><dd data-metric="unsettled-denied">{{.U.Denied}}</dd>
+<dt>Without settlement: actual</dt><dd data-metric="unsettled-actual">{{.U.Budget.Actual}}</dd>
+<dd class="note">the same reservations never settled; the most actual cost in any {{.Window}}: <span data-metric="unsettled-max-actual-in-window">{{.U.Budget.MaxActualInWindow}}</span></dd>
 {{end}}{{if .R.MaxKeys}}<dt>Shared-data entries</dt><dd data-metric="entries">{{.R.Entries}}</dd>
 <dd class="note">max_keys {{.R.MaxKeys}}; <span data-metric="entry-bytes">{{.R.EntryBytes}}</span> bytes of keys and values</dd>
 <dt>Evicted</dt><dd data-metric="evicted">{{.R.Evicted}}</dd>

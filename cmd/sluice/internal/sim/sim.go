@@ -38,9 +38,25 @@ type Options struct {
 	// traffic on one worker): a request that would be held while MaxHeld
 	// are is decided as by a meter. 0: no bound.
 	MaxHeld int
+	// Settle runs a token budget (see budget.go): each request reserves
+	// its cost and, when its response ends (Traffic.Usage), the rule
+	// settles with its actual cost (token_bucket and leaky_bucket only).
+	// The Result's Budget says what was admitted and charged, next to a
+	// second run of the same traffic whose reservations are never settled
+	// (Budget.Unsettled). Not with MaxKeys or Delay.
+	Settle bool
+	// NoUsageRefund settles a response without a cost (Usage.Actual
+	// NoUsage) by refunding its reservation (no_usage "refund"); else the
+	// reservation stands.
+	NoUsageRefund bool
+	// Reserve, when > 0, is what every request reserves instead of its
+	// Cost (a rule whose cost.request is a number).
+	Reserve int64
 
 	// meter: this run is a shaped run's meter; count MaxArrivals.
 	meter bool
+	// unsettled: this run is a settled run's twin; follow its budget.
+	unsettled bool
 }
 
 // Class is what one class of keys of a flood (see Pattern) was offered and
@@ -133,6 +149,10 @@ type Result struct {
 	// decision; 0 for a run without a delay.
 	MaxArrivals int64
 
+	// Budget is what a token budget admitted and charged (Options.Settle,
+	// and its Unsettled twin); nil otherwise.
+	Budget *Budget
+
 	// Classes are the flood's key classes (keys named "attacker-N",
 	// "innocent-N", "heavy-N"), in that order, for those present; nil when
 	// no key is so named.
@@ -219,6 +239,12 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 		}
 	}
 	r.meter = opt.meter
+	r.reserve = opt.Reserve
+	if opt.Settle || opt.unsettled {
+		if err := r.startBudget(opt); err != nil {
+			return nil, err
+		}
+	}
 	if opt.MaxKeys > 0 {
 		r.shared = newMemShared()
 		r.table = filter.NewKeyTable(r.shared, r.dec, "sluice::"+name+":", opt.MaxKeys, 0x5eed)
@@ -230,6 +256,11 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 	}
 	for i, rq := range tr.Requests {
 		if err := r.decide(i, rq); err != nil {
+			return nil, err
+		}
+	}
+	if r.budget != nil {
+		if err := r.budget.finish(); err != nil {
 			return nil, err
 		}
 	}
@@ -261,6 +292,16 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 		}
 		r.res.Shaping.Meter = m
 	}
+	if opt.Settle {
+		// The same rule, the same reservations, never settled.
+		uopt := opt
+		uopt.Settle, uopt.unsettled = false, true
+		u, err := Run(tr, name, lim, uopt)
+		if err != nil {
+			return nil, err
+		}
+		r.res.Budget.Unsettled = u
+	}
 	return r.res, nil
 }
 
@@ -289,6 +330,18 @@ func checkRun(tr *Traffic, lim algorithms.Limiter, opt Options) (int, error) {
 	if opt.Delay < 0 || opt.MaxHeld < 0 {
 		return 0, fmt.Errorf("sim: delay %s, max_held %d: want >= 0", opt.Delay, opt.MaxHeld)
 	}
+	if opt.Reserve < 0 {
+		return 0, fmt.Errorf("sim: reserve %d: want >= 0", opt.Reserve)
+	}
+	if opt.Settle && opt.MaxKeys > 0 {
+		return 0, errBudgetTable
+	}
+	if opt.Settle && opt.Delay > 0 {
+		return 0, errors.New("sim: a token budget does not hold requests: a settlement would move the slots of the requests held behind it (drop the delay)")
+	}
+	if tr.Usage != nil && len(tr.Usage) != len(tr.Requests) {
+		return 0, fmt.Errorf("sim: %d usages for %d requests", len(tr.Usage), len(tr.Requests))
+	}
 	return nb, nil
 }
 
@@ -308,6 +361,10 @@ type replay struct {
 	table  *filter.KeyTable // the filter's key table (Options.MaxKeys > 0), else nil
 	shared *memShared       // its shared data
 	class  []int8           // each key's index in res.Classes, -1: none
+
+	budget  *budgetRun // Options.Settle or its twin, else nil
+	reserve int64      // Options.Reserve
+	cur     int        // the index of the request being decided
 
 	shape *shapeRun // Options.Delay > 0, else nil
 	meter bool      // Options.meter: count every admission into all
@@ -388,6 +445,15 @@ func (r *replay) probe(upTo int) error {
 func (r *replay) decide(i int, rq Request) error {
 	res := r.res
 	bi := int((rq.At - r.tr.Start) / res.BucketWidth)
+	r.cur = i
+	if r.reserve > 0 {
+		rq.Cost = r.reserve
+	}
+	if r.budget != nil {
+		if err := r.budget.before(rq.At); err != nil {
+			return err
+		}
+	}
 	if err := r.probe(bi); err != nil {
 		return err
 	}
@@ -450,6 +516,9 @@ func (r *replay) count(b *Bucket, rq Request, d algorithms.Decision) {
 	b.Admitted++
 	res.Admitted++
 	res.AdmittedCost += rq.Cost
+	if r.budget != nil {
+		r.budget.admitted(r.cur, rq)
+	}
 	if r.shape != nil {
 		// Upstream at its release: counted in the windows once the
 		// releases are in time order (finishShaping).

@@ -45,6 +45,20 @@ type Request struct {
 	Cost int64
 }
 
+// Usage is what a request of a token budget cost when its response ended,
+// and when that was.
+type Usage struct {
+	// Actual is the response's cost in units (>= 0), or NoUsage: the
+	// response said nothing (settled by the rule's no_usage).
+	Actual int64
+	// In is how long the request is in flight (ns): it settles at
+	// Request.At + In.
+	In int64
+}
+
+// NoUsage is Usage.Actual of a response that gave no cost.
+const NoUsage = -1
+
 // Traffic is a sequence of requests sorted by time.
 type Traffic struct {
 	// Description says where the traffic came from, for the report.
@@ -56,6 +70,18 @@ type Traffic struct {
 	Keys []string
 	// Requests in non-decreasing At order.
 	Requests []Request
+	// Usage, when not nil, is each request's usage (Usage[i] of
+	// Requests[i]): a CSV with actual or duration columns. Nil: every
+	// response says nothing and ends at once.
+	Usage []Usage
+}
+
+// usage is request i's usage.
+func (t *Traffic) usage(i int) Usage {
+	if t.Usage == nil {
+		return Usage{Actual: NoUsage}
+	}
+	return t.Usage[i]
 }
 
 // The names of the built-in patterns.
