@@ -10,7 +10,8 @@
 // for it, found by their guest names ("sluice.RULE.allowed", ".denied", ".shadow_denied",
 // ".store_errors"; for a rule with "delay" also ".delayed", ".delay_refused",
 // ".delay_abandoned", the gauge ".held" and the histogram ".delay_ms", of which the count
-// and sum are kept). The host knows nothing of rules: it only keeps its metrics. When the
+// and sum are kept; for a rule with "cost" ".reserved", ".settled", ".refunded", ".excess"
+// and ".no_usage"). The host knows nothing of rules: it only keeps its metrics. When the
 // snapshot says the host is closed, Run stops.
 //
 // Rates are computed here, in Go: the increase of a counter between consecutive samples
@@ -115,6 +116,18 @@ const (
 var delayDecisions = []struct{ name, color, dash string }{
 	{"delayed", "#2f7ed8", "5 4"},
 	{"delay_refused", "#9467bd", "2 3"},
+}
+
+// The metrics of a rule with "cost" (filter.CostMetrics), read as rates and totals: cost
+// units reserved, refunded and excess (charged beyond the reservations), and requests
+// settled and settled by no_usage.
+var CostCounters = []string{"reserved", "settled", "refunded", "excess", "no_usage"}
+
+// costUnits are drawn, for a rule with cost, on its cost chart: units per second.
+var costUnits = []struct{ name, color, dash string }{
+	{"reserved", "#2f7ed8", ""},
+	{"refunded", "#54a24b", "5 4"},
+	{"excess", "#e45756", "2 3"},
 }
 
 // Series keys of a sample: guest metrics by name, and the host's own values.
@@ -324,6 +337,15 @@ type Rule struct {
 	// HeldChart is an <svg> of the held gauge over the same span as Chart ("" without
 	// delay).
 	HeldChart string `json:"held_chart,omitempty"`
+
+	// A rule with "cost" (from the configuration, or when its reserved counter exists)
+	// also has CostCounters in Metrics, Totals and Rates, and: Cost, config's description
+	// of its cost ("cost=header:x-max-tokens|1000 settle=usage:openai(total)
+	// no_usage=reservation"; "" when the configuration is not read), and CostChart, an
+	// <svg> of its reserved, refunded and excess cost units per second over the same span
+	// as Chart ("" without cost).
+	Cost      string `json:"cost,omitempty"`
+	CostChart string `json:"cost_chart,omitempty"`
 }
 
 // parseConfig reads a plugin configuration: indented for display, and its rules as
@@ -353,6 +375,9 @@ func parseConfig(raw []byte) parsedConfig {
 		if r.Delay.Max > 0 {
 			held := r.Delay.MaxHeld
 			rule.Delay, rule.MaxHeld = config.FormatDuration(r.Delay.Max), &held
+		}
+		if r.Cost != nil {
+			rule.Cost = r.Cost.String()
 		}
 		pc.rules = append(pc.rules, rule)
 	}
@@ -675,8 +700,34 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 		}
 		d.delayState(&r, last, families, span, width)
 	}
+	if r.Cost != "" || families[filter.RuleMetric(r.Name, CostCounters[0])] != "" {
+		d.costState(&r, last, families, span, width)
+	}
 	r.Chart = chart(c)
 	return r
+}
+
+// costState fills in a rule with cost's counters and cost chart.
+func (d *Dashboard) costState(r *Rule, last point, families map[string]string, span time.Duration, width int) {
+	for _, dec := range CostCounters {
+		name := filter.RuleMetric(r.Name, dec)
+		r.Metrics[dec] = families[name]
+		v, ok := last.values[guestKey+name]
+		r.Totals[dec] = optional(v, ok)
+		r.Rates[dec] = optional(d.rate(guestKey+name, d.opts.RateWindow))
+	}
+	c := svgchart.Chart{
+		ID: "cost-chart-" + r.Name, Title: r.Name + " — cost units per second", Width: width, Height: 180,
+		XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
+		YLabel: "units/s",
+	}
+	for _, cu := range costUnits {
+		c.Series = append(c.Series, svgchart.Series{
+			Name: cu.name, Class: cu.name, Color: cu.color, Dash: cu.dash,
+			Points: d.series(guestKey+filter.RuleMetric(r.Name, cu.name), span, 1, true),
+		})
+	}
+	r.CostChart = chart(c)
 }
 
 // delayState fills in a rule with delay's counters, held gauge, mean delay and held

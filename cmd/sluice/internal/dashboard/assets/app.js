@@ -11,6 +11,7 @@ const MIN_CHART = 560, CHART_GAP = 12, CHART_BORDER = 2;
 let ruleCount = 0;
 const DECISIONS = ["allowed", "denied", "shadow_denied"];
 const DELAY_COUNTERS = ["delayed", "delay_refused", "delay_abandoned"];
+const COST_UNITS = ["reserved", "refunded", "excess"], COST_COUNTS = ["settled", "no_usage"];
 const $ = (sel, root = document) => root.querySelector(sel);
 const dash = (s) => s.replace(/_/g, "-");
 
@@ -105,6 +106,7 @@ function renderRules(state) {
 
   fillCharts($("#charts"), state.rules, (r) => r.chart);
   renderHeld(state);
+  renderCost(state);
 }
 
 // fillCharts keeps one div.chart per rule in container, in order, holding the given SVG.
@@ -150,6 +152,32 @@ function renderHeld(state) {
     }
   }
   fillCharts($("#held-charts"), rules, (r) => r.held_chart);
+}
+
+const COST_CELLS = [["name", false], ["cost", false],
+  ["reserved-rate", true], ["refunded-rate", true], ["excess-rate", true],
+  ["reserved-total", true], ["refunded-total", true], ["excess-total", true], ["settled-total", true], ["no-usage-total", true]];
+
+// renderCost shows the rules with cost: the cost units they reserve, refund and charge
+// beyond the reservations, the requests settled, and the cost chart.
+function renderCost(state) {
+  const rules = state.rules.filter((r) => r.cost_chart);
+  $("#cost-section").hidden = rules.length === 0;
+  const tbody = $("#cost tbody");
+  const byName = new Map(rules.map((r) => [r.name, r]));
+  rows(tbody, "data-rule", rules.map((r) => r.name), () => newRow(COST_CELLS));
+  for (const tr of Array.from(tbody.rows)) {
+    const r = byName.get(tr.getAttribute("data-rule"));
+    const c = (m) => tr.querySelector('[data-metric="' + m + '"]');
+    cell(c("name"), r.name, r.name);
+    cell(c("cost"), r.cost || "–", r.cost);
+    for (const d of COST_UNITS) {
+      cell(c(dash(d) + "-rate"), fmtRate(r.rates[d]), r.rates[d]);
+      cell(c(dash(d) + "-total"), fmtCount(r.totals[d]), r.totals[d]);
+    }
+    for (const d of COST_COUNTS) cell(c(dash(d) + "-total"), fmtCount(r.totals[d]), r.totals[d]);
+  }
+  fillCharts($("#cost-charts"), rules, (r) => r.cost_chart);
 }
 
 const WORKER_CELLS = [["name", false], ["healthy", false], ["memory-bytes", true], ["vm-restarts", true], ["requests", true], ["failed-requests", true]];
@@ -223,7 +251,7 @@ function chartLayout(n) {
   const charts = $("#charts"), mem = $("#memory-chart");
   const avail = charts.clientWidth;
   const cols = Math.max(1, Math.min(n || 1, Math.floor((avail + CHART_GAP) / (MIN_CHART + CHART_GAP))));
-  for (const el of [charts, $("#held-charts")]) {
+  for (const el of [charts, $("#held-charts"), $("#cost-charts")]) {
     if (el.style.getPropertyValue("--cols") !== String(cols)) el.style.setProperty("--cols", String(cols));
   }
   const col = Math.floor((avail - (cols - 1) * CHART_GAP) / cols);
