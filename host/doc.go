@@ -55,6 +55,11 @@
 // call response, extension callback), or until the caller's context ends. A local response
 // ends the request phase; the guest's proxy_on_response_headers is then called with the local
 // response's headers (as Envoy runs encoder filters on local replies), then log/done/delete.
+// An upstream that breaks off its response mid-body resets the stream, as Envoy resets the
+// downstream stream on an upstream reset: the filter gets the body bytes that came before the
+// break, no end of the body, then log/done/delete (sluice run's handler recovers
+// httputil.ReverseProxy's http.ErrAbortHandler for it, and re-panics so the client's
+// response is broken off too; before, such a stream was never ended).
 //
 // # Profiles
 //

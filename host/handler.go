@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -113,9 +114,36 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 			}
 		}
 	}
-	upstream.ServeHTTP(iw, out)
+	serveUpstream(upstream, iw, out)
 	iw.end()
 }
+
+// serveUpstream runs the upstream handler. One that breaks off its response panics
+// (httputil.ReverseProxy, when the upstream connection fails mid-body, aborts with
+// http.ErrAbortHandler): the stream is reset as Envoy resets it on an upstream reset — the
+// filter gets the body bytes that came before the break, no end of the body, then
+// proxy_on_log, proxy_on_done and proxy_on_delete — and the panic goes on, so that net/http
+// breaks the client's response off too.
+func serveUpstream(upstream http.Handler, iw *interceptor, out *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			if iw.err == nil {
+				// What the upstream sent before it broke off reaches the filter first,
+				// as Envoy's codec hands it on before the reset.
+				iw.process(false, false)
+			}
+			if iw.err == nil {
+				iw.err = errUpstreamReset
+				iw.s.w.postAsync(job{s: iw.s, abort: true})
+			}
+			panic(p)
+		}
+	}()
+	upstream.ServeHTTP(iw, out)
+}
+
+// errUpstreamReset marks a stream whose upstream broke off the response.
+var errUpstreamReset = errors.New("host: the upstream broke off the response")
 
 // maxCanonicalKeys bounds Host.canonicalKey's cache.
 const maxCanonicalKeys = 256

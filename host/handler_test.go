@@ -289,3 +289,44 @@ func TestHandlerPauseAndContinue(t *testing.T) {
 		t.Errorf("local reply from the callback: %d %q", resp.StatusCode, body)
 	}
 }
+
+// An upstream that breaks off its response mid-body (httputil.ReverseProxy aborts the
+// handler with http.ErrAbortHandler) resets the stream as Envoy does on an upstream reset:
+// the guest still gets proxy_on_log and proxy_on_delete for it, and the client's response is
+// broken off.
+func TestHandlerUpstreamBreaksOff(t *testing.T) {
+	h, _ := newHost(t, "kitchen", Options{Workers: 1})
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "part of it")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	srv := httptest.NewServer(h.Handler(up))
+	defer srv.Close()
+	before := map[string]int64{}
+	for _, name := range []string{"kitchen_logs_total", "kitchen_deletes_total"} {
+		m, _ := h.Metric(name)
+		before[name] = m.Value
+	}
+	resp, err := srv.Client().Get(srv.URL + "/plain")
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("the client's response was not broken off")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, name := range []string{"kitchen_logs_total", "kitchen_deletes_total"} {
+		for {
+			m, _ := h.Metric(name)
+			if m.Value == before[name]+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d, want %d: the stream was not ended", name, m.Value, before[name]+1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
