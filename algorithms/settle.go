@@ -272,3 +272,31 @@ func (l *leakyBucket) Settle(dst, state []byte, now, delta int64) ([]byte, error
 	dst = appendU64(dst, uint64(last))
 	return dst, nil
 }
+
+// SettleCapped is Settle, except that a charge whose debt would be deeper than a state can
+// hold (beyond MaxDebtWait, or past the latest instant) charges the deepest debt it can
+// instead of failing: an over-use is never dropped, only bounded at a wait of a century. It
+// returns the new state and the delta it applied. dst must not overlap state.
+func SettleCapped(s Settler, dst, state []byte, now, delta int64) ([]byte, int64, error) {
+	out, err := s.Settle(dst, state, now, delta)
+	if err == nil || delta <= 0 || delta > MaxSettle || !errors.Is(err, ErrSettleRange) {
+		return out, delta, err
+	}
+	// Settle(lo) succeeds (0 copies the state), Settle(hi) fails on range: the largest
+	// charge that fits is found by bisection (at most 40 steps for MaxSettle).
+	lo, hi := int64(0), delta
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		_, err := s.Settle(dst, state, now, mid)
+		switch {
+		case err == nil:
+			lo = mid
+		case errors.Is(err, ErrSettleRange):
+			hi = mid
+		default:
+			return dst, 0, err
+		}
+	}
+	out, err = s.Settle(dst, state, now, lo)
+	return out, lo, err
+}

@@ -886,3 +886,34 @@ func fuzzSettle(f *testing.F, k Kind) {
 
 func FuzzSettleTokenBucket(f *testing.F) { fuzzSettle(f, TokenBucket) }
 func FuzzSettleLeakyBucket(f *testing.F) { fuzzSettle(f, LeakyBucket) }
+
+// SettleCapped charges the deepest debt a state can hold when a charge goes beyond it,
+// exactly as Settle of that largest charge; within the bounds it is Settle.
+func TestSettleCapped(t *testing.T) {
+	for _, k := range bucketKinds {
+		slow := mustSettler(t, k, Params{Limit: 1, Window: MaxWindow, Burst: 100})
+		want := settle(t, slow, nil, t0, 200) // the deepest debt: 100 windows
+		for _, delta := range []int64{201, 5000, MaxSettle} {
+			got, charged, err := SettleCapped(slow, nil, nil, t0, delta)
+			if err != nil || charged != 200 || string(got) != string(want) {
+				t.Fatalf("%v: SettleCapped(%d) = %x, %d, %v; want %x, 200", k, delta, got, charged, err, want)
+			}
+		}
+		for _, delta := range []int64{-3, 0, 7, 200} {
+			got, charged, err := SettleCapped(slow, nil, want, t0+1, delta)
+			ref, rerr := slow.Settle(nil, want, t0+1, delta)
+			if delta > 0 { // beyond the depth from the deepest debt: capped, nothing dropped silently
+				if err != nil || charged >= delta || charged < 0 || rerr == nil {
+					t.Fatalf("%v: from the deepest debt, SettleCapped(%d) charged %d, %v (Settle: %v)", k, delta, charged, err, rerr)
+				}
+				continue
+			}
+			if err != rerr || charged != delta || string(got) != string(ref) {
+				t.Fatalf("%v: SettleCapped(%d) = %x %d %v, Settle %x %v", k, delta, got, charged, err, ref, rerr)
+			}
+		}
+		if _, _, err := SettleCapped(slow, nil, nil, t0, MaxSettle+1); !errors.Is(err, ErrSettleRange) {
+			t.Fatalf("%v: beyond MaxSettle: %v", k, err)
+		}
+	}
+}
