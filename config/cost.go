@@ -3,6 +3,7 @@ package config
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config/internal/jsonv"
@@ -86,7 +87,10 @@ var (
 )
 
 // cost reads a rule's "cost" into r.Cost (nil on an error), refusing it on a
-// rule that cannot settle (algOK, backendOK: as for delay).
+// rule that cannot settle (algOK, backendOK: as for delay). Every backend
+// takes a cost: local on shared data, redis in the scripts (the decision's
+// cost, a settle op), rls through sluice serve (hits_addend, sluice.settle);
+// a remote backend settles at up to one cost unit per µs.
 func (p *parser) cost(path string, v jsonv.Value, r *Rule, algOK, backendOK bool) {
 	f, ok := p.object(path, v, costFields)
 	if !ok {
@@ -114,10 +118,6 @@ func (p *parser) cost(path string, v jsonv.Value, r *Rule, algOK, backendOK bool
 			good = false
 		}
 	}
-	if backendOK && r.Backend != BackendLocal {
-		p.fail(v, path, `applies only to backend "local" for now: the Redis scripts and sluice serve do not take a request's cost yet`)
-		good = false
-	}
 	if r.Lease > 0 {
 		p.fail(v, path, `does not apply with "lease": a lease's admissions are spent one unit at a time`)
 		good = false
@@ -131,6 +131,12 @@ func (p *parser) cost(path string, v jsonv.Value, r *Rule, algOK, backendOK bool
 			ok, why := algorithms.Settles(r.Algorithm)
 			if ok && r.Limit > 0 && r.Window > 0 {
 				ok, why = algorithms.SettlesWith(r.Algorithm, algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst})
+			}
+			// The remote backends settle in the scripts, on a clock of whole
+			// µs: a debt is held exactly at up to one unit per µs.
+			if ok && backendOK && r.Backend != BackendLocal && r.Limit > int64(r.Window/time.Microsecond) {
+				ok, why = false, r.Algorithm.String()+` settles on backend "`+r.Backend.String()+`" only at a rate of at most one cost unit per microsecond (limit <= window in µs): `+
+					"the scripts count time in whole microseconds, so a key in debt could not be held until it is paid back"
 			}
 			if !ok {
 				p.fail(v, path+".response", "cannot be settled: "+why)

@@ -26,6 +26,9 @@ func TestCostParse(t *testing.T) {
 		{tb(`{"request":1000,"response":{"usage":"openai","weights":{"input":1,"output":4,"cache_read":-1},"divisor":2}}`), func(c *Cost) bool { return c.Response.Weights == [5]int64{1, 4, 0, -1, 0} && c.Response.Divisor == 2 }, "settle=usage:openai(input+4*output+-1*cache_read)/2"},
 		{doc("", rule("algorithm", `"leaky_bucket"`, "cost", `{"request":2,"response":{"header":"x-cost"}}`)), func(c *Cost) bool { return c.Response != nil }, "cost=2 settle=header:x-cost"},
 		{doc("", rule("algorithm", `"sliding_log"`, "cost", `{"request":{"header":"x-n","default":1}}`)), func(c *Cost) bool { return c.Response == nil }, "cost=header:x-n|1"},
+		{doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "limit", `1000000`, "window", `"1s"`, "cost", `{"request":{"header":"x-max-tokens","default":100},"response":{"usage":"openai"}}`)), func(c *Cost) bool { return c.Response != nil }, "settle=usage:openai(total)"},
+		{doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"leaky_bucket"`, "cost", `{"request":5,"response":{"header":"x-cost"}}`)), func(c *Cost) bool { return c.Response != nil }, "cost=5 settle=header:x-cost"},
+		{doc(redisObj, rule("backend", `"redis"`, "algorithm", `"fixed_window"`, "cost", `{"request":{"query":"n","default":1}}`)), func(c *Cost) bool { return c.Response == nil }, "cost=query:n|1"},
 	}
 	for _, tc := range ok {
 		c, err := Parse([]byte(tc.json))
@@ -60,7 +63,10 @@ func TestCostParse(t *testing.T) {
 		{"deep path", tb(`{"request":1,"response":{"json":"a.b.c.d.e.f.g.h.i"}}`), `has more than 8 keys`},
 		{"no_usage alone", tb(`{"request":1,"no_usage":"refund"}`), `rules[0].cost.no_usage: applies only with "response"`},
 		{"no_usage bad", tb(`{"request":1,"response":{"header":"x"},"no_usage":"free"}`), `rules[0].cost.no_usage: "free" is not one of reservation, refund`},
-		{"redis", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "cost", `{"request":1}`)), `rules[0].cost: applies only to backend "local" for now`},
+		{"redis too fast", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "limit", `2000000`, "window", `"1s"`, "cost", `{"request":1,"response":{"header":"x"}}`)),
+			`rules[0].cost.response: cannot be settled: token_bucket settles on backend "redis" only at a rate of at most one cost unit per microsecond`},
+		{"rls lease", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"token_bucket"`, "lease", `10`, "cost", `{"request":1}`)), `rules[0].cost: does not apply with "lease"`},
+		{"rls window", doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"sliding_window"`, "cost", `{"request":1,"response":{"header":"x"}}`)), `rules[0].cost.response: cannot be settled: sliding_window`},
 		{"delay", tb(`{"request":1,"response":{"header":"x"}}`, "delay", `{"max":"1s"}`), `rules[0].cost: "response" does not apply with "delay"`},
 	}
 	for _, tc := range bad {

@@ -32,6 +32,15 @@ import (
 //
 // A rule with cost is not answered from the denial cache: a reservation varies from
 // request to request and a refund can reopen a key before its Retry-After.
+//
+// Remote rules (backend redis, rls) reserve on the remote side: the decision's cost is
+// the reservation (redis_backend.go, rls_backend.go). Their settlement goes there too:
+// a call of the backend's (the scripts' settle op, sluice serve's sluice.settle), fire
+// and forget, counted in the backend's settlements and settlement_failures (a failed
+// one leaves the reservation as the cost); the rule's settled, refunded and excess count
+// the settlements sent. A remote rule's request admitted by failure_mode "local" settles
+// on the local fallback it was decided on (with CAS), one let through by "open" was
+// charged nowhere and settles nothing.
 
 // CostMetrics are the metrics a rule with "cost" has besides RuleCounters, named as
 // RuleMetric names them.
@@ -57,7 +66,11 @@ type ruleCost struct {
 // billItem is one rule's pending settlement of a stream.
 type billItem struct {
 	r        *rule
-	on       bool // the rule admitted the stream and settles it
+	ri       int        // r's index in the Plugin's rules
+	on       bool       // the rule admitted the stream and settles it
+	remote   bool       // admitted by the remote backend: settled there (key)
+	by       *slotStore // else the store that admitted it (the rule's, or failure_mode local's fallback)
+	key      []byte     // a remote admission's key, as its decision's call named it (remoteResult.key)
 	hash     uint64
 	reserved int64
 	actual   int64
@@ -133,6 +146,16 @@ func (p *Plugin) units(r *rule) int64 {
 	return s.Default
 }
 
+// fixedUnits is what every request reserves under rule r when that does not
+// vary: 1 without cost, cost.request's number; 0 for a header or query
+// source.
+func fixedUnits(r *rule) int64 {
+	if r.cost == nil {
+		return 1
+	}
+	return r.cost.src.Fixed
+}
+
 // wholeNumber parses decimal digits (no sign, at most max; surrounding
 // spaces and tabs allowed, as in a header value).
 func wholeNumber(b []byte, max int64) (int64, bool) {
@@ -176,6 +199,17 @@ func (p *Plugin) reserve(s *stream) {
 			it := &s.bill.items[i]
 			if it.r == r {
 				it.on, it.hash, it.reserved, it.actual, it.found = true, r.hash, r.units, 0, false
+				it.remote, it.by = r.remote && r.by == nil, r.by
+				if it.remote {
+					// The key the decision's call named (the rule's scratch
+					// key belongs to whichever request came last).
+					w := p.remote.current
+					if w == nil {
+						it.on = false // cannot happen: a remote admission is resumed by its wait
+						continue
+					}
+					it.key = append(it.key[:0], w.res[it.ri].key...)
+				}
 			}
 		}
 	}
@@ -190,6 +224,11 @@ func (p *Plugin) newBill() *bill {
 	b := &bill{items: make([]billItem, len(p.settling))}
 	for i, r := range p.settling {
 		b.items[i].r = r
+		for k, q := range p.rules {
+			if q == r {
+				b.items[i].ri = k
+			}
+		}
 		resp := r.cost.resp
 		var err error
 		switch {
@@ -213,7 +252,7 @@ func (p *Plugin) newBill() *bill {
 
 func (p *Plugin) freeBill(b *bill) {
 	for i := range b.items {
-		b.items[i].on = false
+		b.items[i].on, b.items[i].by = false, nil
 	}
 	b.body = false
 	if len(p.bills) < maxFreeStreams {
@@ -311,8 +350,10 @@ func (p *Plugin) settle(s *stream) {
 			p.host.IncrementMetric(c.m.noUsage, 1)
 		}
 		delta = max(min(delta, algorithms.MaxSettle), -algorithms.MaxSettle)
-		if delta != 0 {
-			if err := p.settleOn(it.r, it.hash, delta, now); err != nil {
+		if delta != 0 && it.remote {
+			p.remote.sendSettle(it.ri, it.key, delta, now)
+		} else if delta != 0 {
+			if err := p.settleOn(it.r, it.by, it.hash, delta, now); err != nil {
 				p.storeFailed(it.r, err)
 				continue
 			}
@@ -327,18 +368,26 @@ func (p *Plugin) settle(s *stream) {
 	p.freeBill(b)
 }
 
-// settleOn applies delta to the key hash of rule r on its shared-data slot, with
-// compare-and-swap (deciding again after a lost race).
-func (p *Plugin) settleOn(r *rule, hash uint64, delta, now int64) error {
-	st := r.store
+// settleOn applies delta to the key hash of rule r on its shared-data slot in st
+// (the rule's store, or a remote rule's local fallback), with compare-and-swap
+// (deciding again after a lost race).
+func (p *Plugin) settleOn(r *rule, st *slotStore, hash uint64, delta, now int64) error {
+	settler := r.cost.settler
+	if st != r.store {
+		s, ok := algorithms.AsSettler(st.lim)
+		if !ok {
+			return errors.New("the local fallback cannot settle a cost")
+		}
+		settler = s
+	}
 	var e entry
 	for i := 0; i < MaxCASRetries; i++ {
 		if err := st.load(hash, now, &e); err != nil {
 			return err
 		}
-		ns, err := r.cost.settler.Settle(st.stateBuf(), e.state, now, delta)
+		ns, err := settler.Settle(st.stateBuf(), e.state, now, delta)
 		if err != nil && errors.Is(err, algorithms.ErrCorruptState) {
-			ns, err = r.cost.settler.Settle(st.stateBuf(), nil, now, delta)
+			ns, err = settler.Settle(st.stateBuf(), nil, now, delta)
 		}
 		if err != nil {
 			return err

@@ -26,6 +26,8 @@ var metricHelp = [...]struct{ name, help string }{
 	{MetricRedisRefundFailures, "sluice Redis: refunds that did not land"},
 	{MetricRedisLeased, "sluice Redis: admissions granted to this proxy's leases"},
 	{MetricRedisReturned, "sluice Redis: unspent leased admissions sent back to Redis"},
+	{MetricRedisSettlements, "sluice Redis: token-budget settlements sent (cost.response: actual - reserved charged or refunded)"},
+	{MetricRedisSettleFailures, "sluice Redis: settlements that did not land (the reservation stands as the cost)"},
 
 	{MetricRLSCalls, "sluice RLS: ShouldRateLimit calls sent for decisions and leases (acquires, returns)"},
 	{MetricRLSFailures, "sluice RLS: rule decisions the rate-limit service could not make"},
@@ -37,6 +39,8 @@ var metricHelp = [...]struct{ name, help string }{
 	{MetricRLSRefundFailures, "sluice RLS: admissions not refunded (no refund token, or the call failed)"},
 	{MetricRLSLeased, "sluice RLS: admissions the rate-limit service granted to this proxy's leases"},
 	{MetricRLSReturned, "sluice RLS: unspent leased admissions sent back through the rate-limit service"},
+	{MetricRLSSettlements, "sluice RLS: token-budget settlements sent (sluice.settle descriptors)"},
+	{MetricRLSSettleFailures, "sluice RLS: settlements that did not land (the reservation stands as the cost)"},
 }
 
 // ruleMetricHelp describes a rule's counters, in MetricNames's order.

@@ -52,6 +52,21 @@ import (
 // flight are not, so a VM can hold up to the number of its concurrent
 // calls beyond it.
 //
+// A rule with "cost" reserves in the script: its call's cost is the
+// request's reservation (redisrl Request.Cost; a refund gives that much
+// back). Requests of a fixed cost are coalesced by (rule, key) as any
+// other (one call decides N of that cost); a cost from a header or a query
+// parameter varies per request, so such a rule's decisions are calls of
+// their own. With cost.response, the stream's end settles a remote
+// admission with a call of the script's settle op (redisrl
+// Request.Settle, delta = actual − reserved: a charge into debt or a
+// refund up to a full bucket), fire and forget: counted in
+// sluice.redis.settlements, and in sluice.redis.settlement_failures when
+// refused, failed (an error reply, out of the script's range) or
+// unanswered; the reservation then stands. A request admitted by
+// failure_mode "local" settles on the local fallback, one let through by
+// "open" settles nothing (nothing was reserved).
+//
 // A decision fails on a nonzero callback status (proxywasm.RedisStatus:
 // network error, timeout), an error reply other than NOSCRIPT (MOVED that
 // outlived the host's redirects, CLUSTERDOWN, …), a reply of the wrong
@@ -90,6 +105,8 @@ const (
 	MetricRedisFailLocal      = "sluice.redis.fail_local"      // failures decided locally (local)
 	MetricRedisRefunds        = "sluice.redis.refunds"         // refunds sent (denied multi-rule requests)
 	MetricRedisRefundFailures = "sluice.redis.refund_failures" // refunds that did not land
+	MetricRedisSettlements    = "sluice.redis.settlements"     // token-budget settlements sent (cost.response)
+	MetricRedisSettleFailures = "sluice.redis.settlement_failures"
 )
 
 // noScriptEvalPeriod is how long calls of an algorithm go out as EVAL after
@@ -176,6 +193,7 @@ func newRedisState(p *Plugin, cfg *config.Config, rules []*rule) (*redisState, *
 			failOpen: MetricRedisFailOpen, failClosed: MetricRedisFailClosed, failLocal: MetricRedisFailLocal,
 			refunds: MetricRedisRefunds, refundFailures: MetricRedisRefundFailures,
 			leased: MetricRedisLeased, returned: MetricRedisReturned,
+			settlements: MetricRedisSettlements, settleFailures: MetricRedisSettleFailures,
 		},
 		extra: []counterDef{{&rs.noscript, MetricRedisNoScript}},
 	})
@@ -219,13 +237,16 @@ func (rs *redisState) prepare(w *remoteWait, i int, r *rule, lease bool) ([]byte
 		return d.key, routeKey
 	}
 	d.key = rr.keys.Append(d.key[:0], unsafeString(r.key))
-	d.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: d.key, Cost: 1}
+	d.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: d.key, Cost: r.units}
 	d.res, d.eval = redisrl.Result{}, false
 	if md := r.delay.maxDelay(); md > 0 {
 		// A shaped decision is a call of its own: the script takes one
 		// slot per call (see the top of this file).
 		d.req.MaxDelay = md
 		return d.key, routeOwn
+	}
+	if fixedUnits(r) == 0 {
+		return d.key, routeOwn // a cost that varies per request: not coalesced
 	}
 	return d.key, routeKey
 }
@@ -241,6 +262,8 @@ func (rs *redisState) script(c *remoteCall) int {
 		return leaseScript
 	case c.kind == callRefund:
 		return int(c.x.(*redisRefund).req.Kind & 7)
+	case c.kind == callSettle:
+		return int(rs.p.rules[c.rule].redis.kind & 7)
 	}
 	return int(rs.p.rules[c.slots[0].i].redis.kind & 7)
 }
@@ -265,6 +288,10 @@ func (rs *redisState) send(c *remoteCall, now int64) (uint32, string) {
 	var req *redisrl.Request
 	var batch redisrl.Request
 	switch {
+	case c.kind == callSettle:
+		rr := rs.p.rules[c.rule].redis
+		batch = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.key, Settle: c.delta}
+		req = &batch
 	case c.lr != nil:
 		if c.alt {
 			rs.cmd = c.lr.AppendEval(rs.cmd[:0])
@@ -275,7 +302,7 @@ func (rs *redisState) send(c *remoteCall, now int64) (uint32, string) {
 		req = &c.x.(*redisRefund).req
 	case c.q != nil:
 		rr := rs.p.rules[c.q.rule].redis
-		batch = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.q.key, Cost: 1, N: int64(len(c.slots))}
+		batch = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.q.key, Cost: fixedUnits(rs.p.rules[c.q.rule]), N: int64(len(c.slots))}
 		req = &batch
 	default:
 		sl := c.slots[0]
@@ -336,6 +363,8 @@ func (rs *redisState) reply(c *remoteCall, size int, now int64) outcome {
 	case callAcquire:
 		rs.scriptSeen[leaseScript] = true
 		return outcome{lease: lres}
+	case callSettle:
+		rs.scriptSeen[k] = true
 	case callDecide:
 		rs.scriptSeen[k] = true
 		for n, sl := range c.slots {
@@ -375,16 +404,23 @@ func (vm *VM) OnRedisCallResponse(rootID, token, status uint32, size int) {
 		if p.redis == nil || p.remote.calls[token] == nil {
 			continue
 		}
-		defer func() {
-			if r := recover(); r != nil {
-				p.recovered(nil, r)
-			}
-		}()
-		if abi.RedisStatus(status) != abi.RedisStatusOK {
-			p.remote.onFailure(token, status)
-		} else {
-			p.remote.onReply(token, size)
-		}
+		p.onRedisCallResponse(token, status, size)
 		return
+	}
+}
+
+// onRedisCallResponse hands the reply (or failure) of token to p's engine,
+// recovering a panic (a function of its own: a defer in the caller's loop
+// would be allocated on every reply).
+func (p *Plugin) onRedisCallResponse(token, status uint32, size int) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.recovered(nil, r)
+		}
+	}()
+	if abi.RedisStatus(status) != abi.RedisStatusOK {
+		p.remote.onFailure(token, status)
+	} else {
+		p.remote.onReply(token, size)
 	}
 }

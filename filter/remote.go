@@ -53,6 +53,13 @@ import (
 //   - Refunds. A denied request is charged to no rule: each remote rule
 //     that admitted it is sent a refund (fire and forget), a lease's
 //     admission goes back to its pool (lease.go).
+//   - Settlements. A remote rule with cost.response whose request was
+//     admitted remotely settles when the stream ends (cost.go): a call of
+//     its own with delta = actual − reserved (fire and forget, like a
+//     refund), counted in the backend's settlements; one refused, failed
+//     or unanswered within the guard is counted in settlement_failures
+//     (the reservation then stands as the cost: an excess is not charged,
+//     an unused part not given back).
 //
 // Calls belong to the root context (as in Envoy and Higress's Envoy):
 // replies arrive with the root context id, the token is mapped back to the
@@ -125,6 +132,7 @@ const (
 	callRefund                  // admissions of a denied request given back
 	callAcquire                 // a lease acquire (lease, fetch, lr)
 	callReturn                  // a lease return (lease, lr)
+	callSettle                  // a token budget's settlement (rule, key, delta)
 )
 
 // outcome is what a codec made of a reply, or the failure of a call.
@@ -150,6 +158,12 @@ type remoteCall struct {
 	fetch *leaseFetch  // an acquire
 	lr    *redisrl.LeaseRequest
 	x     any // the codec's own data for the call (Redis: a refund's request)
+	// A settlement: rule index, the key its decision's call named
+	// (remoteResult.key: Redis, the Redis key; rls, the rule's key) and
+	// delta = actual − reserved (not zero).
+	rule  int
+	key   []byte
+	delta int64
 }
 
 // callSlot is rule i of wait w.
@@ -203,12 +217,15 @@ type failMetrics struct{ failures, timeouts, failOpen, failClosed, failLocal uin
 type remoteMetrics struct {
 	failMetrics
 	calls, refunds, refundFailures uint32
+	settlements, settleFailures    uint32
 }
 
-// remoteNames are a backend's counter names.
+// remoteNames are a backend's counter names (settlements and
+// settleFailures defined only when named).
 type remoteNames struct {
 	calls, failures, timeouts, failOpen, failClosed, failLocal, refunds, refundFailures string
 	leased, returned                                                                    string
+	settlements, settleFailures                                                         string
 }
 
 // counterDef is a counter to define and where its id goes.
@@ -259,6 +276,9 @@ type remote struct {
 	own          []*remoteCall // dispatch's scratch
 	m            remoteMetrics
 	leases       *leases // nil without a rule with "lease"
+	// current is the wait being resumed (complete): a settling rule's
+	// bill takes the key its decision named from it (cost.go reserve).
+	current *remoteWait
 }
 
 // remoteGuardMargin is added to timeout_ms for the guard that fails a call
@@ -309,6 +329,9 @@ func newRemote(p *Plugin, codec remoteCodec, h resumer, rules []*rule, spec remo
 		{&e.m.failClosed, n.failClosed}, {&e.m.failLocal, n.failLocal}, {&e.m.refunds, n.refunds},
 		{&e.m.refundFailures, n.refundFailures},
 	}...)
+	if n.settlements != "" {
+		defs = append(defs, counterDef{&e.m.settlements, n.settlements}, counterDef{&e.m.settleFailures, n.settleFailures})
+	}
 	for _, m := range defs {
 		id, st := p.host.DefineMetric(abi.MetricCounter, m.name)
 		if st != abi.StatusOK {
@@ -425,7 +448,7 @@ func (e *remote) post(c *remoteCall, now int64) string {
 	if why != "" {
 		return why
 	}
-	if c.kind != callRefund {
+	if c.kind != callRefund && c.kind != callSettle {
 		e.p.host.IncrementMetric(e.m.calls, 1)
 	}
 	c.token, c.due = token, now+e.guard
@@ -612,6 +635,10 @@ func (e *remote) settle(c *remoteCall, out outcome, now int64) {
 			err = errString(out.why)
 		}
 		e.leases.onAcquire(c.lease, c.fetch, out.lease, err, out.timeout, now)
+	case callSettle:
+		if out.why != "" {
+			e.p.host.IncrementMetric(e.m.settleFailures, 1)
+		}
 	default:
 		if out.why != "" {
 			e.p.host.IncrementMetric(e.m.refundFailures, c.n)
@@ -718,7 +745,10 @@ func (e *remote) complete(w *remoteWait, now int64) {
 		return
 	}
 	s.rwait = nil
-	if e.p.resume(s, w, now) == abi.ActionContinue {
+	e.current = w
+	act := e.p.resume(s, w, now)
+	e.current = nil
+	if act == abi.ActionContinue {
 		e.h.ContinueStream()
 	}
 	e.release(w)
@@ -790,6 +820,20 @@ func (e *remote) refundAdmitted(w *remoteWait, now int64) {
 	}
 }
 
+// sendSettle sends the settlement of rule i's key (delta = actual −
+// reserved, not zero) in a call of its own, fire and forget; a call the
+// host refuses is counted in settlement_failures.
+func (e *remote) sendSettle(i int, key []byte, delta, now int64) {
+	c := e.newCall(callSettle)
+	c.rule, c.delta, c.n = i, delta, 1
+	c.key = append(c.key[:0], key...)
+	e.p.host.IncrementMetric(e.m.settlements, 1)
+	if why := e.post(c, now); why != "" {
+		e.p.host.IncrementMetric(e.m.settleFailures, 1)
+		e.freeCall(c)
+	}
+}
+
 // sendRefund sends refund call c.
 func (e *remote) sendRefund(c *remoteCall, now int64) {
 	c.n = int64(len(c.slots))
@@ -836,7 +880,7 @@ func (e *remote) newCall(k callKind) *remoteCall {
 // freeCall recycles c, which nothing refers to any more.
 func (e *remote) freeCall(c *remoteCall) {
 	clear(c.slots)
-	*c = remoteCall{slots: c.slots[:0]}
+	*c = remoteCall{slots: c.slots[:0], key: c.key[:0]}
 	if len(e.cfree) < maxFreeStreams {
 		e.cfree = append(e.cfree, c)
 	}

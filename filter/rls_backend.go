@@ -72,6 +72,19 @@ import (
 // leaves gives nothing back (its slot passes unused); a refund goes back
 // at the slot; the local fallback decides without a queue.
 
+// A rule with "cost" reserves on the service: its descriptor carries the
+// request's reservation as its own hits_addend (RateLimitDescriptor field
+// 3; the request's hits_addend stays 1, so the rules sharing a call each
+// have their cost), and so does its refund descriptor, which gives that
+// much back. With cost.response, the stream's end settles a remote
+// admission in a call of its own: one descriptor, the rule's entries and
+// key and sluice.settle = "<delta>" (rlswire; sluice serve runs the
+// script's settle op), fire and forget: counted in sluice.rls.settlements,
+// and in sluice.rls.settlement_failures when the call is refused, fails or
+// is not answered OK; the reservation then stands. Plain envoyproxy/
+// ratelimit takes hits_addend but not sluice.settle (inline descriptors
+// need sluice serve anyway).
+
 // GrpcHost is what the rls backend needs from the host beyond abi.Host:
 // the unary gRPC call and the calls that resume a paused stream from a
 // later callback. abi.Imports implements it (except in the nogrpc test
@@ -101,6 +114,8 @@ const (
 	MetricRLSFailLocal      = "sluice.rls.fail_local"      // failures decided locally (local)
 	MetricRLSRefunds        = "sluice.rls.refunds"         // refund descriptors sent
 	MetricRLSRefundFailures = "sluice.rls.refund_failures" // admissions not refunded (no token, or the call failed)
+	MetricRLSSettlements    = "sluice.rls.settlements"     // token-budget settlements sent (sluice.settle)
+	MetricRLSSettleFailures = "sluice.rls.settlement_failures"
 )
 
 // gRPC status codes the backend tells apart.
@@ -128,6 +143,7 @@ type rlsWait struct {
 	keys  [][]byte    // by rule index: the key sent (for refunds)
 	res   []rlsResult // by rule index
 	maxUS []int64     // by rule index: the max delay sent (µs; 0: none)
+	cost  []int64     // by rule index: the cost reserved (the descriptor's hits_addend)
 }
 
 // rlsResult is what a rule's descriptor status said beyond the decision.
@@ -164,6 +180,7 @@ func newRLSState(p *Plugin, cfg *config.Config, rules []*rule) (*rlsState, *remo
 			failOpen: MetricRLSFailOpen, failClosed: MetricRLSFailClosed, failLocal: MetricRLSFailLocal,
 			refunds: MetricRLSRefunds, refundFailures: MetricRLSRefundFailures,
 			leased: MetricRLSLeased, returned: MetricRLSReturned,
+			settlements: MetricRLSSettlements, settleFailures: MetricRLSSettleFailures,
 		},
 	})
 	if err != nil {
@@ -174,7 +191,7 @@ func newRLSState(p *Plugin, cfg *config.Config, rules []*rule) (*rlsState, *remo
 }
 
 func (rs *rlsState) newWait(n int) any {
-	w := &rlsWait{keys: make([][]byte, n), res: make([]rlsResult, n), maxUS: make([]int64, n)}
+	w := &rlsWait{keys: make([][]byte, n), res: make([]rlsResult, n), maxUS: make([]int64, n), cost: make([]int64, n)}
 	for i, r := range rs.p.rules {
 		if r.rls != nil {
 			w.keys[i] = make([]byte, 0, 64)
@@ -193,6 +210,7 @@ func (rs *rlsState) prepare(w *remoteWait, i int, r *rule, _ bool) ([]byte, rout
 	x.res[i] = rlsResult{}
 	x.keys[i] = append(x.keys[i][:0], r.key...)
 	x.maxUS[i] = int64(r.delay.maxDelay() / time.Microsecond)
+	x.cost[i] = r.units
 	if r.cfg.Mode == config.ModeEnforce {
 		return x.keys[i], routeShared
 	}
@@ -221,6 +239,8 @@ func (rs *rlsState) send(c *remoteCall, _ int64) (uint32, string) {
 			rs.rules = append(rs.rules, sl.i)
 		}
 		rs.msg = rs.appendRequest(rs.msg[:0], c.slots[0].w.x.(*rlsWait), rs.rules, c.kind == callRefund)
+	case callSettle:
+		rs.msg = rs.appendSettleRequest(rs.msg[:0], c.rule, c.key, c.delta)
 	default:
 		rs.msg = rs.appendLeaseRequest(rs.msg[:0], c.lease, c.lr)
 	}
@@ -234,7 +254,7 @@ func (rs *rlsState) send(c *remoteCall, _ int64) (uint32, string) {
 // reply implements remoteCodec: proxy_on_grpc_receive's message.
 func (rs *rlsState) reply(c *remoteCall, size int, _ int64) outcome {
 	n := len(c.slots)
-	if c.lr != nil {
+	if c.lr != nil || c.kind == callSettle {
 		n = 1
 	}
 	b, st := rs.p.host.GetBuffer(abi.BufferGrpcReceive, 0, size)
@@ -259,9 +279,9 @@ func (rs *rlsState) reply(c *remoteCall, size int, _ int64) outcome {
 			return outcome{why: "lease acquire: " + err.Error(), lease: res}
 		}
 		return outcome{lease: res}
-	case callReturn: // counted in returned when sent
+	case callReturn, callSettle: // counted in returned, settlements when sent
 		if err == nil && rs.res.st[0].code != rlsCodeOK {
-			err = errors.New("a return answered " + strconv.FormatUint(rs.res.st[0].code, 10))
+			err = errors.New("answered " + strconv.FormatUint(rs.res.st[0].code, 10))
 		}
 		if err != nil {
 			return outcome{why: err.Error()}

@@ -21,7 +21,8 @@ import (
 // generated code, checked by the round-trip tests).
 //
 //	RateLimitRequest     { string domain = 1; repeated RateLimitDescriptor descriptors = 2; uint32 hits_addend = 3; }
-//	RateLimitDescriptor  { repeated Entry entries = 1; ... }   Entry { string key = 1; string value = 2; }
+//	RateLimitDescriptor  { repeated Entry entries = 1; ...; google.protobuf.UInt64Value hits_addend = 3; }
+//	Entry                { string key = 1; string value = 2; }   UInt64Value { uint64 value = 1; }
 //	RateLimitResponse    { Code overall_code = 1; repeated DescriptorStatus statuses = 2;
 //	                       repeated config.core.v3.HeaderValue response_headers_to_add = 3; ... }
 //	DescriptorStatus     { Code code = 1; RateLimit current_limit = 2; uint32 limit_remaining = 3;
@@ -146,22 +147,23 @@ func escapedKeyLen(key []byte) int {
 }
 
 // appendRequest appends the RateLimitRequest for the rules (indices) of w:
-// one descriptor each, with its refund entry when refund is set.
+// one descriptor each, with its refund entry when refund is set, and its
+// cost as its hits_addend when above 1.
 func (rs *rlsState) appendRequest(b []byte, w *rlsWait, rules []int, refund bool) []byte {
 	b = rs.appendDomain(b)
 	for _, i := range rules {
 		if !refund {
 			if us := w.maxUS[i]; us > 0 {
 				rs.num = strconv.AppendInt(rs.num[:0], us, 10)
-				b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlswire.MaxDelayUS, rs.num)
+				b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlswire.MaxDelayUS, rs.num, w.cost[i])
 				continue
 			}
-			b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], "", nil)
+			b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], "", nil, w.cost[i])
 			continue
 		}
 		res := &w.res[i]
 		rs.num = rlswire.AppendPair(rs.num[:0], res.stamp, res.ref)
-		b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlswire.Refund, rs.num)
+		b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlswire.Refund, rs.num, w.cost[i])
 	}
 	b = append(b, 3<<3|wireVarint)
 	return append(b, 1) // hits_addend
@@ -174,11 +176,22 @@ func (rs *rlsState) appendLeaseRequest(b []byte, lr *leaseRule, q *redisrl.Lease
 	b = rs.appendDomain(b)
 	if q.Return {
 		rs.num = rlswire.AppendPair(rs.num[:0], q.N, q.Stamp)
-		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlswire.Return, rs.num)
+		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlswire.Return, rs.num, 0)
 	} else {
 		rs.num = rlswire.AppendPair(rs.num[:0], q.N, q.Instances)
-		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlswire.Lease, rs.num)
+		b = appendDescriptor(b, rs.p.rules[lr.rule].rls.entries, q.Key, rlswire.Lease, rs.num, 0)
 	}
+	b = append(b, 3<<3|wireVarint)
+	return append(b, 1) // hits_addend
+}
+
+// appendSettleRequest appends the RateLimitRequest settling rule i's key:
+// one descriptor, the rule's entries and key and sluice.settle =
+// "<delta>".
+func (rs *rlsState) appendSettleRequest(b []byte, i int, key []byte, delta int64) []byte {
+	b = rs.appendDomain(b)
+	rs.num = strconv.AppendInt(rs.num[:0], delta, 10)
+	b = appendDescriptor(b, rs.p.rules[i].rls.entries, key, rlswire.Settle, rs.num, 0)
 	b = append(b, 3<<3|wireVarint)
 	return append(b, 1) // hits_addend
 }
@@ -190,15 +203,19 @@ func (rs *rlsState) appendDomain(b []byte) []byte {
 }
 
 // appendDescriptor appends a descriptor (field 2 of RateLimitRequest): the
-// rule's fixed entries, sluice.key (escaped), and the entry extra = val
-// when extra is not empty.
-func appendDescriptor(b, fixed, key []byte, extra string, val []byte) []byte {
+// rule's fixed entries, sluice.key (escaped), the entry extra = val when
+// extra is not empty, and hits_addend = hits when hits > 1 (the request's
+// hits_addend, 1, applies otherwise).
+func appendDescriptor(b, fixed, key []byte, extra string, val []byte, hits int64) []byte {
 	kl := escapedKeyLen(key)
 	keyEntry := 1 + varintLen(uint64(len(rlswire.Key))) + len(rlswire.Key) + 1 + varintLen(uint64(kl)) + kl
 	n := len(fixed) + 1 + varintLen(uint64(keyEntry)) + keyEntry
 	if extra != "" {
 		e := 1 + varintLen(uint64(len(extra))) + len(extra) + 1 + varintLen(uint64(len(val))) + len(val)
 		n += 1 + varintLen(uint64(e)) + e
+	}
+	if hits > 1 {
+		n += 2 + 1 + varintLen(uint64(hits))
 	}
 	b = append(b, 2<<3|wireLen)
 	b = appendVarint(b, uint64(n))
@@ -213,6 +230,10 @@ func appendDescriptor(b, fixed, key []byte, extra string, val []byte) []byte {
 	b = escapeKey(b, key)
 	if extra != "" {
 		b = appendEntry(b, extra, val)
+	}
+	if hits > 1 {
+		b = append(b, 3<<3|wireLen, byte(1+varintLen(uint64(hits))), 1<<3|wireVarint)
+		b = appendVarint(b, uint64(hits))
 	}
 	return b
 }

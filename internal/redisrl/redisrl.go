@@ -621,6 +621,12 @@ func (b *Batch) At(i, c int64) Result {
 // IsNoScript reports whether err is Redis's NOSCRIPT error: the node does not
 // have the script cached, and the caller must send AppendEval instead.
 func IsNoScript(err error) bool {
+	if err == nil {
+		return false
+	}
+	if re, ok := err.(*resp.ReplyError); ok { // the usual case, without errors.As's allocation
+		return re.Code == resp.CodeNoScript
+	}
 	var re *resp.ReplyError
 	return errors.As(err, &re) && re.Code == resp.CodeNoScript
 }
