@@ -353,7 +353,8 @@ func (p *Plugin) settle(s *stream) {
 		if delta != 0 && it.remote {
 			p.remote.sendSettle(it.ri, it.key, delta, now)
 		} else if delta != 0 {
-			if err := p.settleOn(it.r, it.by, it.hash, delta, now); err != nil {
+			var err error
+			if delta, err = p.settleOn(it.r, it.by, it.hash, delta, now); err != nil {
 				p.storeFailed(it.r, err)
 				continue
 			}
@@ -370,35 +371,37 @@ func (p *Plugin) settle(s *stream) {
 
 // settleOn applies delta to the key hash of rule r on its shared-data slot in st
 // (the rule's store, or a remote rule's local fallback), with compare-and-swap
-// (deciding again after a lost race).
-func (p *Plugin) settleOn(r *rule, st *slotStore, hash uint64, delta, now int64) error {
+// (deciding again after a lost race), and returns the delta applied: a charge
+// deeper than a state can hold charges the deepest debt instead
+// (algorithms.SettleCapped: a century's wait), never nothing.
+func (p *Plugin) settleOn(r *rule, st *slotStore, hash uint64, delta, now int64) (int64, error) {
 	settler := r.cost.settler
 	if st != r.store {
 		s, ok := algorithms.AsSettler(st.lim)
 		if !ok {
-			return errors.New("the local fallback cannot settle a cost")
+			return 0, errors.New("the local fallback cannot settle a cost")
 		}
 		settler = s
 	}
 	var e entry
 	for i := 0; i < MaxCASRetries; i++ {
 		if err := st.load(hash, now, &e); err != nil {
-			return err
+			return 0, err
 		}
-		ns, err := settler.Settle(st.stateBuf(), e.state, now, delta)
+		ns, applied, err := algorithms.SettleCapped(settler, st.stateBuf(), e.state, now, delta)
 		if err != nil && errors.Is(err, algorithms.ErrCorruptState) {
-			ns, err = settler.Settle(st.stateBuf(), nil, now, delta)
+			ns, applied, err = algorithms.SettleCapped(settler, st.stateBuf(), nil, now, delta)
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if len(ns) == 0 {
-			return nil // a refund to a key that is fresh again: nothing to write
+			return applied, nil // a refund to a key that is fresh again: nothing to write
 		}
 		ok, err := st.store(&e, ns)
 		if err != nil || ok {
-			return err
+			return applied, err
 		}
 	}
-	return errCASExhausted
+	return 0, errCASExhausted
 }
