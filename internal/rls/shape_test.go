@@ -44,8 +44,10 @@ func delayOf(t *testing.T, r *pb.RateLimitResponse, i int) time.Duration {
 // slots 0, 100 ms, …, 3 s (each once), 9 refused with duration_until_reset
 // the wait beyond the max delay; the delays travel in x-sluice-delay.
 func TestShapedQueueAcrossReplicas(t *testing.T) {
-	_, r1 := serve(t, Options{InlineDomains: []string{"mesh"}})
-	_, r2 := serve(t, Options{InlineDomains: []string{"mesh"}})
+	now := time.Now().UnixMicro()
+	pinned := func() int64 { return now }
+	_, r1 := serve(t, Options{InlineDomains: []string{"mesh"}, Now: pinned})
+	_, r2 := serve(t, Options{InlineDomains: []string{"mesh"}, Now: pinned})
 	for _, alg := range []string{"leaky_bucket", "token_bucket"} {
 		t.Run(alg, func(t *testing.T) {
 			d := shapedDesc(alg, 10, time.Second, 1, uniq("k"), 3*time.Second)
@@ -97,7 +99,9 @@ func TestShapedQueueAcrossReplicas(t *testing.T) {
 // A shaped descriptor in a call another descriptor denies is refunded with
 // the call: its slot goes back, and the next call takes it.
 func TestShapedRefundedWithTheCall(t *testing.T) {
-	_, c := serve(t, Options{InlineDomains: []string{"mesh"}})
+	// The scripts' clock pinned: the delays are exact whatever time the calls take.
+	now := time.Now().UnixMicro()
+	_, c := serve(t, Options{InlineDomains: []string{"mesh"}, Now: func() int64 { return now }})
 	d := shapedDesc("leaky_bucket", 10, time.Second, 1, uniq("k"), 3*time.Second)
 	if r := call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OK || delayOf(t, r, 0) != 0 {
 		t.Fatalf("first: %v", r)
