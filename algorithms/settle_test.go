@@ -430,11 +430,9 @@ func TestPropertySettleGuarantee(t *testing.T) {
 					} else {
 						r += max(-em.amount, 0)
 					}
-					ti := ej.at
+					ti := events[0].at
 					if m > 0 {
 						ti = events[m-1].at
-					} else {
-						ti = events[0].at
 					}
 					capW := B*W + L*(ej.at-ti)
 					if net*W > capW {

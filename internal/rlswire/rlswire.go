@@ -211,10 +211,7 @@ func ParseIndexed(b []byte) (i int, x int64, ok bool) {
 // ParseDelta parses the value of a Settle entry: a non-zero decimal integer with an
 // optional '-', no leading zero, |delta| at most MaxSettle.
 func ParseDelta(s string) (int64, bool) {
-	d := s
-	if strings.HasPrefix(d, "-") {
-		d = d[1:]
-	}
+	d := strings.TrimPrefix(s, "-")
 	if d == "" || d[0] < '1' || d[0] > '9' || len(d) > 13 {
 		return 0, false
 	}

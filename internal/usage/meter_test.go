@@ -291,7 +291,8 @@ func TestMeterAllocs(t *testing.T) {
 		if ModeFor("text/event-stream; charset=utf-8") != ModeSSE {
 			t.Fatal("ModeFor")
 		}
-		if n := testing.AllocsPerRun(100, func() { ModeFor("Application/Problem+JSON; charset=utf-8") }); n != 0 {
+		var mode Mode
+		if n := testing.AllocsPerRun(100, func() { mode = ModeFor("Application/Problem+JSON; charset=utf-8") }); n != 0 || mode != ModeJSON {
 			t.Errorf("ModeFor: %v allocations", n)
 		}
 	}
