@@ -104,12 +104,9 @@ func (p *Plugin) setupCost(rules []*rule) error {
 		}
 		ids := [5]*uint32{&rc.m.reserved, &rc.m.settled, &rc.m.refunded, &rc.m.excess, &rc.m.noUsage}
 		for i, n := range CostMetrics {
-			name := RuleMetric(r.id, n)
-			id, st := p.host.DefineMetric(abi.MetricCounter, name)
-			if st != abi.StatusOK {
-				return errors.New("defining metric " + name + ": " + st.String())
+			if err := defineMetric(p.host, abi.MetricCounter, RuleMetric(r.id, n), ids[i]); err != nil {
+				return err
 			}
-			*ids[i] = id
 		}
 		r.cost = rc
 	}

@@ -121,12 +121,9 @@ func newHolds(p *Plugin, rules []*rule) (*holds, error) {
 		ids := [5]*uint32{&r.delay.m.delayed, &r.delay.m.refused, &r.delay.m.abandoned, &r.delay.m.held, &r.delay.m.hist}
 		kinds := [5]abi.MetricType{abi.MetricCounter, abi.MetricCounter, abi.MetricCounter, abi.MetricGauge, abi.MetricHistogram}
 		for i, c := range DelayMetrics {
-			name := RuleMetric(r.id, c)
-			id, st := p.host.DefineMetric(kinds[i], name)
-			if st != abi.StatusOK {
-				return nil, errors.New("defining metric " + name + ": " + st.String())
+			if err := defineMetric(p.host, kinds[i], RuleMetric(r.id, c), ids[i]); err != nil {
+				return nil, err
 			}
-			*ids[i] = id
 		}
 		n++
 	}

@@ -255,11 +255,9 @@ func (ls *leases) newRule(r *rule, i, instances, keyMax int, leasedName, returne
 		id   *uint32
 		name string
 	}{{&lr.leased, leasedName}, {&lr.ret, returnedName}} {
-		id, st := ls.p.host.DefineMetric(abi.MetricCounter, m.name)
-		if st != abi.StatusOK {
-			return nil, errString("defining metric " + m.name + ": " + st.String())
+		if err := defineMetric(ls.p.host, abi.MetricCounter, m.name, m.id); err != nil {
+			return nil, err
 		}
-		*m.id = id
 	}
 	return lr, nil
 }

@@ -1,6 +1,11 @@
 package filter
 
-import "strings"
+import (
+	"errors"
+	"strings"
+
+	"github.com/sluice-proxy/sluice/filter/abi"
+)
 
 // The help texts of the metrics the filter defines, for the # HELP lines of a Prometheus
 // exposition (the embedded host's /metrics, through host.Options.MetricHelp; Envoy writes
@@ -67,6 +72,17 @@ var delayMetricHelp = [...]string{
 	"held requests whose client went away before their slot",
 	"requests held now (gauge)",
 	"time each request was held, in milliseconds (histogram)",
+}
+
+// defineMetric defines (or looks up) metric name of type mt and puts its id in *id; the
+// error names the metric and the host's status.
+func defineMetric(h abi.Host, mt abi.MetricType, name string, id *uint32) error {
+	v, st := h.DefineMetric(mt, name)
+	if st != abi.StatusOK {
+		return errors.New("defining metric " + name + ": " + st.String())
+	}
+	*id = v
+	return nil
 }
 
 // MetricHelp returns the # HELP text of a metric the filter defines: a description of

@@ -155,11 +155,9 @@ func (p *Plugin) configure(data []byte) error {
 	if v, st := p.host.GetProperty(propPluginName); st == abi.StatusOK {
 		p.name = string(v)
 	}
-	id, st := p.host.DefineMetric(abi.MetricCounter, ErrorsMetric)
-	if st != abi.StatusOK {
-		return errors.New("defining metric " + ErrorsMetric + ": " + st.String())
+	if err := defineMetric(p.host, abi.MetricCounter, ErrorsMetric, &p.errors); err != nil {
+		return err
 	}
-	p.errors = id
 	p.seed = p.sharedSeed()
 	p.scope, p.scopes = nil, nil
 	if err := p.setup(cfg); err != nil {
@@ -201,11 +199,9 @@ func (p *Plugin) setup(cfg *config.Config) error {
 		names := MetricNames(r.id)
 		ids := [6]*uint32{&r.metrics.allowed, &r.metrics.denied, &r.metrics.shadowDenied, &r.metrics.storeErrors, &r.metrics.evicted, &r.metrics.evictedUsed}
 		for i, n := range names {
-			id, st := p.host.DefineMetric(abi.MetricCounter, n)
-			if st != abi.StatusOK {
-				return errors.New("defining metric " + n + ": " + st.String())
+			if err := defineMetric(p.host, abi.MetricCounter, n, ids[i]); err != nil {
+				return err
 			}
-			*ids[i] = id
 		}
 		rules = append(rules, r)
 	}

@@ -333,11 +333,9 @@ func newRemote(p *Plugin, codec remoteCodec, h resumer, rules []*rule, spec remo
 		defs = append(defs, counterDef{&e.m.settlements, n.settlements}, counterDef{&e.m.settleFailures, n.settleFailures})
 	}
 	for _, m := range defs {
-		id, st := p.host.DefineMetric(abi.MetricCounter, m.name)
-		if st != abi.StatusOK {
-			return nil, errors.New("defining metric " + m.name + ": " + st.String())
+		if err := defineMetric(p.host, abi.MetricCounter, m.name, m.id); err != nil {
+			return nil, err
 		}
-		*m.id = id
 	}
 	return e, nil
 }
