@@ -8,16 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/host"
 )
-
-// The metric names the dashboard reads are the filter's.
-func TestCostMetricNames(t *testing.T) {
-	if strings.Join(CostCounters, ",") != strings.Join(filter.CostMetrics[:], ",") {
-		t.Errorf("dashboard reads %v, the filter defines %v", CostCounters, filter.CostMetrics)
-	}
-}
 
 const costConfig = `{"rules":[{"name":"tokens","key":[{"header":"x-team"}],"algorithm":"token_bucket","limit":10000,"window":"1m","burst":10000,` +
 	`"cost":{"request":{"header":"x-max-tokens","default":1000},"response":{"usage":"openai"}}},` +

@@ -101,14 +101,14 @@ var chartDecisions = []struct{ name, color string }{
 	{"shadow_denied", "#f58518"},
 }
 
-// The metrics of a rule with "delay" (filter.DelayMetrics): DelayCounters are read as
-// rates and totals, like Decisions; the gauge heldMetric is the requests held now
-// (summed over workers); the histogram delayHistogram the time each was held, in ms.
-var DelayCounters = []string{"delayed", "delay_refused", "delay_abandoned"}
-
-const (
-	heldMetric     = "held"
-	delayHistogram = "delay_ms"
+// The metrics of a rule with "delay", filter.DelayMetrics: DelayCounters (delayed,
+// delay_refused, delay_abandoned) are read as rates and totals, like Decisions; the gauge
+// heldMetric is the requests held now (summed over workers); the histogram delayHistogram
+// the time each was held, in ms.
+var (
+	DelayCounters  = filter.DelayMetrics[:3]
+	heldMetric     = filter.DelayMetrics[3]
+	delayHistogram = filter.DelayMetrics[4]
 )
 
 // delayDecisions are drawn, for a rule with delay, on its chart with the decisions:
@@ -118,10 +118,10 @@ var delayDecisions = []struct{ name, color, dash string }{
 	{"delay_refused", "#9467bd", "2 3"},
 }
 
-// The metrics of a rule with "cost" (filter.CostMetrics), read as rates and totals: cost
+// The metrics of a rule with "cost", filter.CostMetrics, read as rates and totals: cost
 // units reserved, refunded and excess (charged beyond the reservations), and requests
 // settled and settled by no_usage.
-var CostCounters = []string{"reserved", "settled", "refunded", "excess", "no_usage"}
+var CostCounters = filter.CostMetrics[:]
 
 // costUnits are drawn, for a rule with cost, on its cost chart: units per second.
 var costUnits = []struct{ name, color, dash string }{
@@ -673,13 +673,7 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 	r.Metrics = map[string]string{}
 	r.Totals = map[string]*float64{}
 	r.Rates = map[string]*float64{}
-	for _, dec := range Decisions {
-		name := filter.RuleMetric(r.Name, dec)
-		r.Metrics[dec] = families[name]
-		v, ok := last.values[guestKey+name]
-		r.Totals[dec] = optional(v, ok)
-		r.Rates[dec] = optional(d.rate(guestKey+name, d.opts.RateWindow))
-	}
+	d.counters(&r, Decisions, last, families)
 	c := svgchart.Chart{
 		ID: "chart-" + r.Name, Title: r.Name + " — requests per second", Width: width, Height: 220,
 		XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
@@ -707,15 +701,20 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 	return r
 }
 
-// costState fills in a rule with cost's counters and cost chart.
-func (d *Dashboard) costState(r *Rule, last point, families map[string]string, span time.Duration, width int) {
-	for _, dec := range CostCounters {
+// counters fills in the rule's counters names: each one's family, total and rate.
+func (d *Dashboard) counters(r *Rule, names []string, last point, families map[string]string) {
+	for _, dec := range names {
 		name := filter.RuleMetric(r.Name, dec)
 		r.Metrics[dec] = families[name]
 		v, ok := last.values[guestKey+name]
 		r.Totals[dec] = optional(v, ok)
 		r.Rates[dec] = optional(d.rate(guestKey+name, d.opts.RateWindow))
 	}
+}
+
+// costState fills in a rule with cost's counters and cost chart.
+func (d *Dashboard) costState(r *Rule, last point, families map[string]string, span time.Duration, width int) {
+	d.counters(r, CostCounters, last, families)
 	c := svgchart.Chart{
 		ID: "cost-chart-" + r.Name, Title: r.Name + " — cost units per second", Width: width, Height: 180,
 		XMin: -span.Seconds(), XMax: 0, XTicks: xTicks(span), XFormat: xFormat,
@@ -733,13 +732,7 @@ func (d *Dashboard) costState(r *Rule, last point, families map[string]string, s
 // delayState fills in a rule with delay's counters, held gauge, mean delay and held
 // chart.
 func (d *Dashboard) delayState(r *Rule, last point, families map[string]string, span time.Duration, width int) {
-	for _, dec := range DelayCounters {
-		name := filter.RuleMetric(r.Name, dec)
-		r.Metrics[dec] = families[name]
-		v, ok := last.values[guestKey+name]
-		r.Totals[dec] = optional(v, ok)
-		r.Rates[dec] = optional(d.rate(guestKey+name, d.opts.RateWindow))
-	}
+	d.counters(r, DelayCounters, last, families)
 	held := filter.RuleMetric(r.Name, heldMetric)
 	r.Metrics[heldMetric] = families[held]
 	v, ok := last.values[guestKey+held]

@@ -9,17 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/host"
 )
-
-// The metric names the dashboard reads are the filter's.
-func TestDelayMetricNames(t *testing.T) {
-	got := append(append([]string{}, DelayCounters...), heldMetric, delayHistogram)
-	if strings.Join(got, ",") != strings.Join(filter.DelayMetrics[:], ",") {
-		t.Errorf("dashboard reads %v, the filter defines %v", got, filter.DelayMetrics)
-	}
-}
 
 const delayConfig = `{"rules":[{"name":"queue","key":[{"remote_ip":true}],"algorithm":"leaky_bucket","limit":10,"window":"1s","burst":1,"delay":{"max":"3s","max_held":50}},` +
 	`{"name":"plain","key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":5,"window":"1m"}]}`
