@@ -290,8 +290,9 @@ func defaultWeights(provider string) (w [len(UsageFields)]int64) {
 	return w
 }
 
-// jsonPath accepts a dotted path of 1..8 object keys of 1..64 bytes (no
-// array indices), as internal/usage compiles it.
+// jsonPath accepts a dotted path of 1..8 object keys of 1..64 bytes of printable ASCII
+// (no array indices), as internal/usage compiles it (filter's TestCostPathsCompile holds
+// the two to the same paths).
 func (p *parser) jsonPath(path string, v jsonv.Value) (string, bool) {
 	s, ok := p.str(path, v)
 	if !ok {
@@ -304,6 +305,8 @@ func (p *parser) jsonPath(path string, v jsonv.Value) (string, bool) {
 		bad = "has more than " + strconv.Itoa(maxPathKeys) + " keys"
 	case strings.ContainsAny(s, "[]"):
 		bad = "has an array index: a path names object keys only"
+	case strings.IndexFunc(s, func(c rune) bool { return c < 0x20 || c > 0x7e }) >= 0:
+		bad = "has a key that is not printable ASCII"
 	}
 	for _, k := range keys {
 		if bad == "" && (k == "" || len(k) > maxPathKey) {

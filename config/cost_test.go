@@ -61,6 +61,8 @@ func TestCostParse(t *testing.T) {
 		{"array path", tb(`{"request":1,"response":{"json":"choices[0].usage"}}`), `rules[0].cost.response.json: "choices[0].usage" has an array index`},
 		{"empty key", tb(`{"request":1,"response":{"json":"usage..total"}}`), `rules[0].cost.response.json: "usage..total" has an empty key`},
 		{"deep path", tb(`{"request":1,"response":{"json":"a.b.c.d.e.f.g.h.i"}}`), `has more than 8 keys`},
+		{"non-ASCII key", tb(`{"request":1,"response":{"json":"usage.tötal"}}`), `rules[0].cost.response.json: "usage.tötal" has a key that is not printable ASCII`},
+		{"non-ASCII key", tb(`{"request":1,"response":{"json":"usage.tötal"}}`), `rules[0].cost.response.json: "usage.tötal" has a key that is not printable ASCII`},
 		{"no_usage alone", tb(`{"request":1,"no_usage":"refund"}`), `rules[0].cost.no_usage: applies only with "response"`},
 		{"no_usage bad", tb(`{"request":1,"response":{"header":"x"},"no_usage":"free"}`), `rules[0].cost.no_usage: "free" is not one of reservation, refund`},
 		{"redis too fast", doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "limit", `2000000`, "window", `"1s"`, "cost", `{"request":1,"response":{"header":"x"}}`)),
