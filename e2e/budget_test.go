@@ -49,7 +49,7 @@ type budgetProxy struct {
 	next    int
 	// metrics returns the cost metrics by "rule.metric" (llm.reserved...).
 	metrics func(t *testing.T) map[string]int64
-	// resets: run budgetResets (see TestBudgetRun for why sluice run does not).
+	// resets: run budgetResets (TestBudgetRunUpstreamReset runs them for sluice run).
 	resets bool
 }
 
@@ -748,10 +748,7 @@ func startBudgetEnvoy(t *testing.T, tg envoyproc.Target, up *llmUpstream, name, 
 }
 
 // TestBudgetRun: the token-budget scenarios through `sluice run` with two workers, all but
-// budgetResets: when the upstream cuts a response short, sluice run's reverse proxy
-// (httputil.ReverseProxy) panics with http.ErrAbortHandler out of host.serveHTTP, which
-// then never calls proxy_on_log/done/delete for the stream, so nothing is settled (the
-// host's bug, not the filter's; Envoy settles such a stream).
+// budgetResets, which TestBudgetRunUpstreamReset runs on a sluice run of its own.
 func TestBudgetRun(t *testing.T) {
 	up := startLLMUpstream(t)
 	p := startBudgetRun(t, up, budgetConfig)

@@ -59,7 +59,11 @@
 // downstream stream on an upstream reset: the filter gets the body bytes that came before the
 // break, no end of the body, then log/done/delete (sluice run's handler recovers
 // httputil.ReverseProxy's http.ErrAbortHandler for it, and re-panics so the client's
-// response is broken off too; before, such a stream was never ended).
+// response is broken off too; before, such a stream was never ended). The request body
+// streams upstream while the response streams down, as in Envoy (the handler enables
+// net/http's full duplex, and answers the end of a request body again without reading it
+// again: before, net/http closed the body once the response started, the upstream
+// transport's last read of it failed, and the upstream connection broke off mid-response).
 //
 // # Profiles
 //

@@ -100,6 +100,14 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 		iw.writeLocal(lr)
 		return
 	}
+	if hasBody {
+		// The request body streams upstream while the response streams down, as in
+		// Envoy: without full duplex net/http closes the request body once the response
+		// starts, and the upstream transport's last read (its check for the end of the
+		// body) then fails and breaks the upstream connection off mid-response.
+		http.NewResponseController(rw).EnableFullDuplex()
+		r.Body = &onceEOF{src: r.Body}
+	}
 	out := r
 	if !s.failed {
 		filterBody := hasBody && s.vm != nil && s.vm.onRequestBody != nil
@@ -278,6 +286,27 @@ func (b *bodyFilter) Read(p []byte) (int, error) {
 }
 
 func (b *bodyFilter) Close() error { return b.src.Close() }
+
+// onceEOF reads src until its end and then answers io.EOF without reading src again:
+// the server may close a request body it has seen the end of (HTTP/2, or HTTP/1 where full
+// duplex is not available), and a read after that close is an error, not the end.
+type onceEOF struct {
+	src io.ReadCloser
+	eof bool
+}
+
+func (b *onceEOF) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	n, err := b.src.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *onceEOF) Close() error { return b.src.Close() }
 
 type filterError struct{}
 

@@ -330,3 +330,47 @@ func TestHandlerUpstreamBreaksOff(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerRequestBodyEndsOnce: an upstream that reads the request body to its end,
+// starts its response and then reads the body again (as http.Transport does, checking for
+// bytes beyond the Content-Length, while the response already streams down) gets io.EOF
+// again, not net/http's "invalid Read on closed Body", which made the upstream transport
+// break its connection off mid-response.
+func TestHandlerRequestBodyEndsOnce(t *testing.T) {
+	for _, guestName := range []string{"minimal", "kitchen"} {
+		t.Run(guestName, func(t *testing.T) {
+			h, _ := newHost(t, guestName, Options{Workers: 1})
+			again := make(chan error, 1)
+			up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(r.Body)
+				if err != nil || string(body) != "the request" {
+					again <- fmt.Errorf("the body: %q, %v", body, err)
+					return
+				}
+				io.WriteString(w, "the start of the answer")
+				w.(http.Flusher).Flush()
+				n, err := r.Body.Read(make([]byte, 16))
+				if n != 0 || err != io.EOF {
+					again <- fmt.Errorf("a read after the end, once the response started: %d, %v; want 0, io.EOF", n, err)
+					return
+				}
+				again <- nil
+				io.WriteString(w, ", and its end")
+			})
+			srv := httptest.NewServer(h.Handler(up))
+			defer srv.Close()
+			resp, err := srv.Client().Post(srv.URL+"/plain", "text/plain", strings.NewReader("the request"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err := <-again; err != nil {
+				t.Fatal(err)
+			}
+			if err != nil || string(got) != "the start of the answer, and its end" {
+				t.Fatalf("the client got %q, %v", got, err)
+			}
+		})
+	}
+}
