@@ -53,15 +53,27 @@ func (f redisClusterFlag) Set(v string) error {
 func redisFlags(fs *flag.FlagSet) {
 	redisClusters = redisClusterFlag{}
 	fs.Var(redisClusters, "redis-cluster", "NAME=HOST:PORT[,HOST:PORT...]: a Redis Cluster for the filter's proxy_redis_call, NAME being its redis.cluster (repeatable)")
+	runRedisTLS = redisTLSFlags{}
+	runRedisTLS.register(fs) // the --redis-tls flags of `sluice serve` (serve_tls.go)
 }
+
+// runRedisTLS holds the --redis-tls flags of the current `sluice run`.
+var runRedisTLS redisTLSFlags
 
 func redisApply(opts *host.Options) (func(), error) {
 	if len(redisClusters) == 0 {
 		return nil, nil
 	}
-	c := redisclient.New(redisClusters, redisclient.Options{})
+	tlsConfig, warnings, err := runRedisTLS.config()
+	if err != nil {
+		return nil, err
+	}
+	c := redisclient.New(redisClusters, redisclient.Options{TLS: tlsConfig})
 	opts.Extensions = append(opts.Extensions, redis.NewExtension(c, nil))
 	if opts.Logger != nil {
+		for _, w := range warnings {
+			opts.Logger.Warn("redis extension: " + w)
+		}
 		opts.Logger.Info("redis extension", "clusters", redisClusters.String())
 		// go-redis's own messages (failed dials while a node is down) go to the run's log.
 		goredis.SetLogger(redisLogger{opts.Logger})

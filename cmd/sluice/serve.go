@@ -32,8 +32,8 @@ func init() {
 const serveUsage = `usage: sluice serve --redis-cluster HOST:PORT[,HOST:PORT...] [flags]
        sluice serve --check --config FILE|DIR
 
-Serves envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (gRPC, cleartext
-HTTP/2) and decides on the Redis Cluster with sluice's Redis scripts. Stateless: run any
+Serves envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (gRPC: HTTP/2,
+cleartext or, with --tls-cert, TLS) and decides on the Redis Cluster with sluice's Redis scripts. Stateless: run any
 number of replicas on one cluster. Two kinds of descriptors:
 
   inline       sent by sluice.wasm (backend "rls"), accepted for --inline-domains only
@@ -44,6 +44,7 @@ A Redis failure answers UNAVAILABLE (Envoy's failure_mode_deny decides). The adm
 address serves /metrics (Prometheus) and /healthz; the gRPC port also serves grpc.health.v1.
 SIGTERM or SIGINT stops gracefully (calls in flight finish, up to --shutdown-timeout).
 The Redis password, if any, is read from the environment variable SLUICE_REDIS_PASSWORD.
+--redis-tls connects to Redis over TLS; --tls-cert serves TLS (mTLS with --tls-client-ca).
 
 Flags:
 `
@@ -61,6 +62,7 @@ type serveConfig struct {
 	shadow                    bool
 	chargeDenied              bool
 	confOpts                  rls.ConfigOptions
+	tls                       serveTLS // serve_tls.go
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -105,6 +107,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful stop waits for calls in flight")
 	fs.BoolVar(&headers, "response-headers", os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true",
 		"add RateLimit-Limit, -Remaining and -Reset to responses as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED (names from LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)")
+	tlsFlags := registerServeTLSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, serveUsage)
@@ -140,6 +143,11 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 			return nil, usageError(stderr, "serve", fmt.Errorf("--redis-cluster: bad address %q", a))
 		}
 		cfg.redisAddrs = append(cfg.redisAddrs, a)
+	}
+	var err error
+	if cfg.tls, err = tlsFlags.parse(); err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return nil, 2
 	}
 	if inline != "" {
 		for _, d := range strings.Split(inline, ",") {
@@ -189,7 +197,7 @@ var newServeBackend = func(cfg serveConfig) (interface {
 	Close() error
 }, error) {
 	return rls.NewClusterBackend(cfg.redisAddrs, cfg.redisUser, os.Getenv("SLUICE_REDIS_PASSWORD"),
-		redisclient.Options{PoolSize: cfg.poolSize}, cfg.redisTimeout)
+		redisclient.Options{PoolSize: cfg.poolSize, TLS: cfg.tls.redis}, cfg.redisTimeout)
 }
 
 // serveAddrs are the addresses a started `sluice serve` bound.
@@ -214,6 +222,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	}
 	defer backend.Close()
 	goredis.SetLogger(redisLogger{logger})
+	cfg.tls.check(logger, backend)
 	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
 		Headers: cfg.headers, GlobalShadow: cfg.shadow, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
 
@@ -221,7 +230,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(cfg.tls.serverOptions()...)
 	pb.RegisterRateLimitServiceServer(g, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -257,8 +266,10 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	if conf != nil {
 		domains = strings.Join(conf.Domains(), ",")
 	}
+	grpcTLS, redisTLS := cfg.tls.modes()
 	logger.Info("sluice serve: serving envoy.service.ratelimit.v3.RateLimitService", "grpc", addrs.grpc, "admin", addrs.admin,
-		"redis_cluster", strings.Join(cfg.redisAddrs, ","), "inline_domains", strings.Join(cfg.inlineDomains, ","), "config_domains", domains)
+		"redis_cluster", strings.Join(cfg.redisAddrs, ","), "inline_domains", strings.Join(cfg.inlineDomains, ","), "config_domains", domains,
+		"grpc_transport", grpcTLS, "redis_transport", redisTLS)
 	if ready != nil {
 		ready(addrs)
 	}

@@ -20,6 +20,7 @@ package redisclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strconv"
@@ -76,6 +77,12 @@ type Options struct {
 	PoolSize int
 	// MaxRedirects bounds MOVED/ASK/retry hops per command (default 3).
 	MaxRedirects int
+	// TLS, if set, makes every connection a TLS one: to the seed nodes and
+	// to every node learnt from CLUSTER SLOTS, MOVED or ASK, on the
+	// go-redis path and the script path alike. An empty ServerName is the
+	// host of the address dialled (an IP for the nodes a cluster announces);
+	// the config must not be modified once passed (tls.go).
+	TLS *tls.Config
 }
 
 // Clusters holds the configured Redis clusters and the clients bound to
@@ -171,9 +178,10 @@ func (c *Clusters) Init(name, username, password string, timeout time.Duration) 
 			MaxRetries:   -1,
 			MaxRedirects: maxRedirects,
 			PoolSize:     c.opts.PoolSize,
+			TLSConfig:    c.opts.TLS,
 		})
 		c.clients[k] = cl
-		c.routers[k] = newRouter(k, cl, maxRedirects)
+		c.routers[k] = newRouter(k, cl, maxRedirects, c.opts.TLS)
 	}
 	c.bound[name] = &binding{client: cl, router: c.routers[k], timeout: timeout}
 	return nil

@@ -29,6 +29,7 @@ package redisclient
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -62,6 +63,8 @@ type router struct {
 	k            clientKey
 	client       *goredis.ClusterClient // for CLUSTER SLOTS
 	maxRedirects int
+	tls          *tls.Config           // nil: cleartext
+	lastErr      atomic.Pointer[error] // why the last connection failed (tls.go)
 
 	slotsMu    sync.RWMutex
 	slots      []string // node address by slot; nil until the first CLUSTER SLOTS
@@ -76,8 +79,8 @@ type router struct {
 	stop   chan struct{}
 }
 
-func newRouter(k clientKey, client *goredis.ClusterClient, maxRedirects int) *router {
-	r := &router{k: k, client: client, maxRedirects: maxRedirects, conns: map[string]*pconn{}, stop: make(chan struct{})}
+func newRouter(k clientKey, client *goredis.ClusterClient, maxRedirects int, tlsConfig *tls.Config) *router {
+	r := &router{k: k, client: client, maxRedirects: maxRedirects, tls: tlsConfig, conns: map[string]*pconn{}, stop: make(chan struct{})}
 	r.refresh()
 	go r.janitor()
 	return r
@@ -444,8 +447,9 @@ func (pc *pconn) fail(st Status) {
 
 func (pc *pconn) run() {
 	k := pc.r.k
-	nc, err := net.DialTimeout("tcp", pc.addr, k.timeout)
+	nc, err := dialNode(pc.addr, k.timeout, pc.r.tls)
 	if err != nil {
+		pc.r.connFailed(pc.addr, err)
 		pc.fail(dialStatus(err))
 		return
 	}
@@ -466,6 +470,7 @@ func (pc *pconn) run() {
 		if err != nil || line != "+OK\r\n" {
 			// A refused AUTH: every call fails, as on a connection
 			// that could not be made.
+			pc.r.connFailed(pc.addr, authError(err, line))
 			nc.Close()
 			pc.fail(StatusNetworkError)
 			return
@@ -497,12 +502,25 @@ func dialStatus(err error) Status {
 // read delivers replies in order until the connection breaks.
 func (pc *pconn) read(br *bufio.Reader) {
 	var raw []byte
+	answered := false
 	for {
 		var err error
 		raw, err = readReply(br, raw[:0], 0)
 		if err != nil {
+			pc.mu.Lock()
+			closed := pc.dead
+			pc.mu.Unlock()
+			if !answered && !closed {
+				// Before any reply: the handshake's end (a server
+				// refusing the client's certificate says so here).
+				pc.r.connFailed(pc.addr, err)
+			}
 			pc.fail(StatusNetworkError)
 			return
+		}
+		if !answered {
+			answered = true
+			pc.r.lastErr.Store(nil)
 		}
 		pc.mu.Lock()
 		if pc.dead || len(pc.queue) == 0 {

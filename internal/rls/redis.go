@@ -44,10 +44,17 @@ func (b *ClusterBackend) Do(ctx context.Context, cmd []byte) ([]byte, error) {
 		return nil, err
 	}
 	if st != redisclient.StatusOK {
+		if cerr := b.c.ConnError(clusterName); st == redisclient.StatusNetworkError && cerr != nil {
+			return nil, fmt.Errorf("redis: %s: %w", st, cerr)
+		}
 		return nil, errors.New("redis: " + st.String())
 	}
 	return reply, nil
 }
+
+// Ping checks that every master answers (TLS and AUTH included) and says
+// why not: for a start-up check.
+func (b *ClusterBackend) Ping() error { return b.c.Ping(clusterName) }
 
 // Close closes the cluster's connections.
 func (b *ClusterBackend) Close() error { return b.c.Close() }
