@@ -35,6 +35,12 @@ type CostSource struct {
 	// longer than that is decided with what its first MaxBody bytes
 	// hold (Default if the field is not among them).
 	MaxBody int
+	// BodyTimeout bounds the wait for the request body (JSON): a body
+	// not in (or not MaxBody bytes long) by then is decided with what
+	// has come (Default if the field is not among it). It is also the
+	// guard for a host that holds the body with the headers (Envoy
+	// without allow_on_headers_stop_iteration): no request waits longer.
+	BodyTimeout time.Duration
 }
 
 // CostResponse is where a response's cost comes from: one of a response
@@ -73,8 +79,10 @@ func (n NoUsage) String() string { return noUsageNames[n] }
 
 // Bounds of "cost".
 const (
-	DefaultMaxBody = 64 << 10
-	MaxMaxBody     = 1 << 20
+	DefaultMaxBody     = 64 << 10
+	MaxMaxBody         = 1 << 20
+	DefaultBodyTimeout = time.Second
+	MaxBodyTimeout     = time.Minute
 	MaxWeight      = 1 << 32
 	maxPathKeys    = 8
 	maxPathKey     = 64
@@ -82,7 +90,7 @@ const (
 
 var (
 	costFields         = []string{"request", "response", "no_usage"}
-	costSourceFields   = []string{"header", "query", "json", "default", "max_body"}
+	costSourceFields   = []string{"header", "query", "json", "default", "max_body", "body_timeout"}
 	costResponseFields = []string{"header", "json", "usage", "weights", "divisor"}
 )
 
@@ -185,13 +193,10 @@ func (p *parser) costSource(path string, v jsonv.Value, s *CostSource) bool {
 		}
 	}
 	if x, ok := f["json"]; ok {
-		// Reading the request body before the router sees the headers needs the
-		// filter to hold the headers while the body comes in (Envoy's
-		// allow_on_headers_stop_iteration): not built yet.
-		if _, ok := p.jsonPath(path+".json", x); ok {
-			p.fail(x, path+".json", `is not supported yet: use "header" or "query" (a reservation from the request body needs the filter to read the body before the upstream sees the request)`)
-		}
-		good = false
+		// Read from the body while the headers wait (filter/bodycost.go).
+		s.JSON, ok = p.jsonPath(path+".json", x)
+		s.MaxBody, s.BodyTimeout = DefaultMaxBody, DefaultBodyTimeout
+		good = good && ok
 	}
 	if x, ok := f["max_body"]; ok {
 		if !f["json"].Exists() {
@@ -200,6 +205,19 @@ func (p *parser) costSource(path string, v jsonv.Value, s *CostSource) bool {
 		} else if n, ok := p.integer(path+".max_body", x, 1, MaxMaxBody); ok {
 			s.MaxBody = int(n)
 		} else {
+			good = false
+		}
+	}
+	if x, ok := f["body_timeout"]; ok {
+		if !f["json"].Exists() {
+			p.fail(x, path+".body_timeout", `applies only with "json"`)
+			good = false
+		} else if d, ok := p.duration(path+".body_timeout", x); ok && d >= time.Millisecond && d <= MaxBodyTimeout {
+			s.BodyTimeout = d
+		} else {
+			if ok {
+				p.fail(x, path+".body_timeout", show(x)+" is not between 1ms and 1m")
+			}
 			good = false
 		}
 	}
@@ -331,6 +349,8 @@ func (c *Cost) String() string {
 		b.WriteString("header:" + s.Header + "|" + strconv.FormatInt(s.Default, 10))
 	case s.Query != "":
 		b.WriteString("query:" + s.Query + "|" + strconv.FormatInt(s.Default, 10))
+	case s.JSON != "":
+		b.WriteString("json:" + s.JSON + "|" + strconv.FormatInt(s.Default, 10) + " body<=" + strconv.Itoa(s.MaxBody) + "B/" + s.BodyTimeout.String())
 	default:
 		b.WriteString(strconv.FormatInt(s.Fixed, 10))
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCostParse: "cost" takes a reservation (a number, a request header or a
@@ -29,6 +30,12 @@ func TestCostParse(t *testing.T) {
 		{doc(redisObj, rule("backend", `"redis"`, "algorithm", `"token_bucket"`, "limit", `1000000`, "window", `"1s"`, "cost", `{"request":{"header":"x-max-tokens","default":100},"response":{"usage":"openai"}}`)), func(c *Cost) bool { return c.Response != nil }, "settle=usage:openai(total)"},
 		{doc(rlsObj, rule("backend", `"rls"`, "algorithm", `"leaky_bucket"`, "cost", `{"request":5,"response":{"header":"x-cost"}}`)), func(c *Cost) bool { return c.Response != nil }, "cost=5 settle=header:x-cost"},
 		{doc(redisObj, rule("backend", `"redis"`, "algorithm", `"fixed_window"`, "cost", `{"request":{"query":"n","default":1}}`)), func(c *Cost) bool { return c.Response == nil }, "cost=query:n|1"},
+		{tb(`{"request":{"json":"max_tokens","default":1000},"response":{"usage":"openai"}}`), func(c *Cost) bool {
+			return c.Request.JSON == "max_tokens" && c.Request.MaxBody == DefaultMaxBody && c.Request.BodyTimeout == DefaultBodyTimeout
+		}, "cost=json:max_tokens|1000 body<=65536B/1s settle=usage:openai(total)"},
+		{tb(`{"request":{"json":"params.budget","default":5,"max_body":4096,"body_timeout":"250ms"}}`), func(c *Cost) bool {
+			return c.Request.JSON == "params.budget" && c.Request.MaxBody == 4096 && c.Request.BodyTimeout == 250*time.Millisecond
+		}, "cost=json:params.budget|5 body<=4096B/250ms"},
 	}
 	for _, tc := range ok {
 		c, err := Parse([]byte(tc.json))
@@ -48,7 +55,11 @@ func TestCostParse(t *testing.T) {
 		{"two sources", tb(`{"request":{"header":"a","query":"b","default":1}}`), `rules[0].cost.request: needs exactly one of a number, "header", "query" or "json"`},
 		{"no default", tb(`{"request":{"header":"a"}}`), `rules[0].cost.request.default: is required`},
 		{"bad query", tb(`{"request":{"query":"a=b","default":1}}`), `rules[0].cost.request.query: "a=b" is not a query parameter name`},
-		{"request json", tb(`{"request":{"json":"max_tokens","default":1}}`), `rules[0].cost.request.json: is not supported yet`},
+		{"request json array", tb(`{"request":{"json":"messages[0]","default":1}}`), `rules[0].cost.request.json: "messages[0]" has an array index`},
+		{"json no default", tb(`{"request":{"json":"max_tokens"}}`), `rules[0].cost.request.default: is required`},
+		{"max_body huge", tb(`{"request":{"json":"max_tokens","default":1,"max_body":2000000}}`), `rules[0].cost.request.max_body: 2000000 is out of range 1..1048576`},
+		{"body_timeout alone", tb(`{"request":{"header":"a","default":1,"body_timeout":"1s"}}`), `rules[0].cost.request.body_timeout: applies only with "json"`},
+		{"body_timeout long", tb(`{"request":{"json":"a","default":1,"body_timeout":"2m"}}`), `rules[0].cost.request.body_timeout: "2m" is not between 1ms and 1m`},
 		{"max_body alone", tb(`{"request":{"header":"a","default":1,"max_body":10}}`), `rules[0].cost.request.max_body: applies only with "json"`},
 		{"fixed_window settle", doc("", rule("algorithm", `"fixed_window"`, "cost", `{"request":1,"response":{"header":"x"}}`)), `rules[0].cost.response: cannot be settled: fixed_window holds at most limit per window`},
 		{"too fast", doc("", rule("algorithm", `"token_bucket"`, "limit", `1000000000`, "window", `"1ms"`, "cost", `{"request":1,"response":{"header":"x"}}`)), `rules[0].cost.response: cannot be settled: token_bucket settles only at a rate of at most one cost unit per nanosecond`},

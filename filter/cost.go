@@ -61,6 +61,10 @@ type ruleCost struct {
 	noUsage config.NoUsage
 	settler algorithms.Settler // resp != nil
 	m       struct{ reserved, settled, refunded, excess, noUsage uint32 }
+	// A reservation read from the request body (src.JSON, bodycost.go): the
+	// path's index in the Plugin's bodyWaits, and the body_timeouts metric.
+	bodyIdx int
+	mBody   *uint32
 }
 
 // billItem is one rule's pending settlement of a stream.
@@ -113,8 +117,9 @@ func (p *Plugin) setupCost(rules []*rule) error {
 	return nil
 }
 
-// units is what the current request reserves under rule r: 1 without cost.
-func (p *Plugin) units(r *rule) int64 {
+// units is what the current request, st, reserves under rule r: 1 without
+// cost.
+func (p *Plugin) units(st *stream, r *rule) int64 {
 	c := r.cost
 	if c == nil {
 		return 1
@@ -122,6 +127,8 @@ func (p *Plugin) units(r *rule) int64 {
 	s := &c.src
 	var v []byte
 	switch {
+	case s.JSON != "":
+		return p.bodies.units(st, r)
 	case s.Header != "":
 		h, st := p.host.GetHeader(abi.MapRequestHeaders, s.Header)
 		if st != abi.StatusOK {
@@ -144,8 +151,8 @@ func (p *Plugin) units(r *rule) int64 {
 }
 
 // fixedUnits is what every request reserves under rule r when that does not
-// vary: 1 without cost, cost.request's number; 0 for a header or query
-// source.
+// vary: 1 without cost, cost.request's number; 0 for a header, query or
+// body source.
 func fixedUnits(r *rule) int64 {
 	if r.cost == nil {
 		return 1

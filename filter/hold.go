@@ -398,6 +398,9 @@ func (p *Plugin) retick(now, at int64) {
 			if t := p.configAt(i).holds.next(); t != 0 && (at == 0 || t < at) {
 				at = t
 			}
+			if t := p.configAt(i).bodies.next(); t != 0 && (at == 0 || t < at) {
+				at = t
+			}
 		}
 	}
 	p.wake = at

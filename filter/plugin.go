@@ -55,6 +55,7 @@ type Plugin struct {
 	rls      *rlsState        // the rls codec; nil without RLS rules
 	remote   *remote          // the remote-call engine of redis or rls (a configuration has at most one); nil without remote rules
 	holds    *holds           // the requests held by rules with delay (hold.go); nil without such rules
+	bodies   *bodyWaits       // the requests whose reservation comes from their body (bodycost.go); nil without such rules
 	hasCost  bool             // a rule has "cost" (cost.go)
 	settling []*rule          // the rules with cost.response, in order (a bill's items)
 	bills    []*bill          // free bills
@@ -227,6 +228,9 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	if err = p.setupCost(rules); err != nil {
 		return err
 	}
+	if p.bodies, err = newBodyWaits(p, rules); err != nil {
+		return err
+	}
 	switch {
 	case cfg.HasRedisRules():
 		if p.redis, p.remote, err = newRedisState(p, cfg, rules); err != nil {
@@ -307,6 +311,10 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 	}
 	var now int64 // read once, when the first rule applies
 	p.req.reset(p.host)
+	if p.bodies != nil && p.bodies.needs(s) {
+		// A reservation comes from the body: decided once it is in (bodycost.go).
+		return p.bodies.await(s, p.host.Now())
+	}
 	applied, later := false, false
 	for _, r := range p.rules {
 		r.applies, r.failed, r.by = false, false, nil
@@ -332,7 +340,7 @@ func (p *Plugin) onRequest(s *stream) abi.Action {
 		r.hash = hashKey(p.seed, r.key)
 		r.units = 1
 		if r.cost != nil {
-			r.units = p.units(r)
+			r.units = p.units(s, r)
 		}
 		if r.remote {
 			later = true
@@ -384,7 +392,7 @@ func (p *Plugin) resume(s *stream, w *remoteWait, now int64) abi.Action {
 		r.by = r.store
 		r.units = 1
 		if r.cost != nil {
-			r.units = p.units(r)
+			r.units = p.units(s, r)
 		}
 		if r.remote {
 			var err error

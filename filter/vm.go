@@ -196,6 +196,8 @@ type stream struct {
 	hold       *heldReq    // held until its slot (hold.go; nil: not held)
 	heldMS     int64       // released after being held this long (ms, rounded up; 0: not held)
 	bill       *bill       // settlements due when the stream ends (cost.go; nil: none)
+	body       *bodyWait   // its body is read for a reservation (bodycost.go; nil: not)
+	reqEnd     bool        // the request ended with its headers (no body)
 	denied     bool        // a local response was sent
 	hasHeaders bool        // rate-limit headers to add to the response
 	rule       *rule
@@ -267,7 +269,26 @@ func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) abi.
 	if s == nil {
 		return abi.ActionContinue
 	}
+	s.reqEnd = endOfStream
 	return s.plugin.guardedRequest(s)
+}
+
+// OnRequestBody implements abi.BodyHandler: a request whose reservation comes from its
+// body is decided once it is in (bodycost.go); one still undecided (waiting for its
+// remote decisions or its slot) keeps its body with its headers; every other chunk goes
+// on as it is.
+func (vm *VM) OnRequestBody(id uint32, size int, endOfStream bool) abi.Action {
+	s := vm.streams.get(id)
+	if s == nil {
+		return abi.ActionContinue
+	}
+	if w := s.body; w != nil && w.reading {
+		return s.plugin.guardedBody(s, size, endOfStream)
+	}
+	if s.rwait != nil || s.hold != nil {
+		return abi.ActionPause
+	}
+	return abi.ActionContinue
 }
 
 // OnResponseHeaders implements abi.Handler.
@@ -337,6 +358,9 @@ func (vm *VM) OnDone(id uint32) bool {
 	for i := 0; i < root.configs(); i++ {
 		if hs := root.configAt(i).holds; hs != nil {
 			hs.refuseAll(vm.host.Now())
+		}
+		if bw := root.configAt(i).bodies; bw != nil {
+			bw.expire(vm.host.Now(), true)
 		}
 	}
 	vm.returnLeases(root)
@@ -425,6 +449,10 @@ func (vm *VM) OnTick(rootID uint32) {
 				p.holds.release(vm.host.Now())
 				held = true
 			}
+			if p.bodies != nil {
+				p.bodies.expire(vm.host.Now(), false)
+				held = true
+			}
 		}
 		if held {
 			root.retick(vm.host.Now(), 0)
@@ -443,6 +471,9 @@ func (vm *VM) release(id uint32) bool {
 	}
 	if s.hold != nil {
 		s.plugin.holds.abandon(s)
+	}
+	if s.body != nil {
+		s.plugin.bodies.drop(s)
 	}
 	if s.bill != nil {
 		s.plugin.guarded(func() { s.plugin.settle(s) })
@@ -474,6 +505,20 @@ func (p *Plugin) guardedRequest(s *stream) (act abi.Action) {
 	}
 	s.plugin = q
 	return q.onRequest(s)
+}
+
+// guardedBody reads a body chunk of s for its reservation, turning a panic into a
+// logged error and the failure_mode outcome (as at the headers).
+func (p *Plugin) guardedBody(s *stream, size int, eos bool) (act abi.Action) {
+	defer func() {
+		if r := recover(); r != nil {
+			if s.body != nil {
+				s.body.reading = false
+			}
+			act = p.recovered(s, r)
+		}
+	}()
+	return p.bodies.read(s, size, eos)
 }
 
 // guarded runs f, turning a panic into a logged error.

@@ -84,6 +84,7 @@ var wantExports = []string{
 	"proxy_on_log",
 	"proxy_on_memory_allocate",
 	"proxy_on_queue_ready",
+	"proxy_on_request_body",
 	"proxy_on_request_headers",
 	"proxy_on_response_body",
 	"proxy_on_response_headers",

@@ -152,9 +152,11 @@ type MetricRecorder interface {
 	RecordMetric(id uint32, value uint64) Status
 }
 
-// BodyHandler is implemented by a Handler that reads response bodies and trailers
-// (proxy_on_response_body, proxy_on_response_trailers).
+// BodyHandler is implemented by a Handler that reads request bodies, response bodies and
+// trailers (proxy_on_request_body, proxy_on_response_body, proxy_on_response_trailers).
+// For a body callback ActionPause is StopIterationAndBuffer.
 type BodyHandler interface {
+	OnRequestBody(id uint32, bodySize int, endOfStream bool) Action
 	OnResponseBody(id uint32, bodySize int, endOfStream bool) Action
 	OnResponseTrailers(id uint32, numTrailers int) Action
 }

@@ -25,14 +25,13 @@ func SetHandler(h Handler) { handler = h; bodies, _ = h.(BodyHandler) }
 // Continue for stream callbacks, false for configure/vm_start, true for
 // on_done). A panic never crosses into the host as a trap.
 //
-// The request body and trailer callbacks (proxy_on_request_body,
-// proxy_on_request_trailers) are not exported: the filter decides at the headers and
+// The request trailer callback (proxy_on_request_trailers) is not exported: the filter
 // would only answer Continue, which is what a host does for a callback the module lacks
 // (proxy-wasm-cpp-host checks for each export before calling it, as the embedded host
-// does). Exported, they cost a call into the guest per body chunk; in Envoy's V8 the
-// machinery of a call costs more than such a callback's guest code. The response body
-// and trailers are exported for token budgets (a rule's cost read from the response,
-// filter/cost.go): a stream that settles nothing returns at once.
+// does); exported, it would cost a call into the guest. The body callbacks are exported
+// for token budgets: the request body for a reservation read from it (filter/bodycost.go),
+// the response body and trailers for a cost read from the response (filter/cost.go); a
+// stream that reads neither returns at once — one call into the guest per body chunk.
 
 //go:wasmexport proxy_abi_version_0_2_1
 func proxyABIVersion() {}
@@ -102,6 +101,22 @@ func proxyOnResponseHeaders(id, numHeaders, endOfStream uint32) (ret uint32) {
 		}
 	}()
 	return uint32(handler.OnResponseHeaders(id, int(numHeaders), endOfStream != 0))
+}
+
+//go:wasmexport proxy_on_request_body
+func proxyOnRequestBody(id, bodySize, endOfStream uint32) (ret uint32) {
+	if bodies == nil {
+		return uint32(ActionContinue)
+	}
+	enter()
+	defer func() {
+		depth--
+		if r := recover(); r != nil {
+			ret = uint32(ActionContinue)
+			recovered(r)
+		}
+	}()
+	return uint32(bodies.OnRequestBody(id, int(bodySize), endOfStream != 0))
 }
 
 //go:wasmexport proxy_on_response_body
