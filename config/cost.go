@@ -83,9 +83,9 @@ const (
 	MaxMaxBody         = 1 << 20
 	DefaultBodyTimeout = time.Second
 	MaxBodyTimeout     = time.Minute
-	MaxWeight      = 1 << 32
-	maxPathKeys    = 8
-	maxPathKey     = 64
+	MaxWeight          = 1 << 32
+	maxPathKeys        = 8
+	maxPathKey         = 64
 )
 
 var (
