@@ -63,7 +63,7 @@ func TestEnvoyShapingRemote(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		checkShapedBurst(t, res, last.Sub(first), up.of("alice"))
+		checkShapedBurst(t, res, first, last.Sub(first), up.of("alice"))
 		admitted := int64(len(up.of("alice")))
 		var delayed, refused, held, allowed int64
 		for _, e := range es {

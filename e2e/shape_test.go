@@ -32,10 +32,11 @@ const (
 	shapeBurstN  = 50
 	shapeSpacing = 100 * time.Millisecond
 	shapeMax     = 3 * time.Second
-	// shapeEarly is how much earlier than its slot (measured from the first arrival) the
+	// shapeEarly is how much earlier than its slot measured from the first arrival the
 	// upstream may see a request: the first request's own trip through the proxy, which
 	// the others do not repeat (the slot is taken at the proxy, the arrival recorded at
-	// the upstream).
+	// the upstream). checkShapedBurst holds each arrival to no earlier than its slot
+	// measured from the burst's first send, which no slot can precede.
 	shapeEarly = 15 * time.Millisecond
 	// shapeLate bounds how much later than its slot a request may arrive: a tick (1 ms)
 	// plus the proxy's and the machine's scheduling, on 2 loaded cores.
@@ -143,7 +144,11 @@ func shapeBurst(t *testing.T, base, user string, n int) ([]shapeResult, time.Tim
 // checkShapedBurst checks the burst of shapeBurst: how many reached the upstream, their
 // spacing as the upstream saw it, the held time each response reports, and how fast the
 // rest were refused.
-func checkShapedBurst(t *testing.T, res []shapeResult, spread time.Duration, at []time.Time) {
+//
+// start is when the burst's first request was sent: the first slot cannot be earlier, so
+// the k-th arrival can be no earlier than start + k spacings. The first arrival is the
+// reference for lateness (at most shapeLate after its slot).
+func checkShapedBurst(t *testing.T, res []shapeResult, start time.Time, spread time.Duration, at []time.Time) {
 	t.Helper()
 	admitted, refused := 0, 0
 	var slowestRefusal time.Duration
@@ -183,8 +188,11 @@ func checkShapedBurst(t *testing.T, res []shapeResult, spread time.Duration, at 
 	var early, late time.Duration // the furthest an arrival was from its slot, each way
 	for k := 1; k < len(at); k++ {
 		slot := at[0].Add(time.Duration(k) * shapeSpacing)
-		if at[k].Before(slot.Add(-shapeEarly)) || at[k].After(slot.Add(shapeLate)) {
-			t.Errorf("arrival %d at +%v, its slot +%v", k, at[k].Sub(at[0]), slot.Sub(at[0]))
+		if earliest := start.Add(time.Duration(k) * shapeSpacing); at[k].Before(earliest) {
+			t.Errorf("arrival %d at +%v of the burst's start, before its slot (at least +%v)", k, at[k].Sub(start), earliest.Sub(start))
+		}
+		if at[k].After(slot.Add(shapeLate)) {
+			t.Errorf("arrival %d at +%v of the first arrival, its slot +%v", k, at[k].Sub(at[0]), slot.Sub(at[0]))
 		}
 		early, late = max(early, slot.Sub(at[k])), max(late, at[k].Sub(slot))
 		gap := at[k].Sub(at[k-1])
@@ -274,8 +282,8 @@ func TestRunShaping(t *testing.T) {
 	cmd := sluiceCmd(t, path, 2)
 	cmd.Args = append(cmd.Args, "--upstream", "http://127.0.0.1:"+strconv.Itoa(up.port))
 	p := startHostCmd(t, cmd)
-	res, _, spread := shapeBurst(t, p.url, "alice", shapeBurstN)
-	checkShapedBurst(t, res, spread, up.of("alice"))
+	res, start, spread := shapeBurst(t, p.url, "alice", shapeBurstN)
+	checkShapedBurst(t, res, start, spread, up.of("alice"))
 	shapeAbandon(t, p.url, up)
 	m := adminGet(t, p.admin+"/metrics")
 	admitted := int64(len(up.of("alice")))
@@ -311,7 +319,7 @@ func TestEnvoyShaping(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, _, spread := shapeBurst(t, p.url, "alice", shapeBurstN)
+		res, start, spread := shapeBurst(t, p.url, "alice", shapeBurstN)
 		after, err := e.WorkerConnections()
 		if err != nil {
 			t.Fatal(err)
@@ -321,7 +329,7 @@ func TestEnvoyShaping(t *testing.T) {
 				t.Errorf("worker %d accepted no connection of the burst (%v → %v)", w, before, after)
 			}
 		}
-		checkShapedBurst(t, res, spread, up.of("alice"))
+		checkShapedBurst(t, res, start, spread, up.of("alice"))
 		shapeAbandon(t, p.url, up)
 		admitted := int64(len(up.of("alice")))
 		st, err := e.Stats(`wasmcustom\.sluice\.db\.`)
