@@ -37,6 +37,7 @@ type llmUpstream struct {
 	mu    sync.Mutex
 	count map[string]int
 	sent  map[string][]byte
+	got   map[string][]byte // the request bodies received, by x-test-id
 	gates map[string]chan struct{}
 	held  map[string]int // requests waiting at a gate, by x-api-key
 }
@@ -51,6 +52,7 @@ func startLLMUpstream(t *testing.T) *llmUpstream {
 		port:  l.Addr().(*net.TCPAddr).Port,
 		count: map[string]int{},
 		sent:  map[string][]byte{},
+		got:   map[string][]byte{},
 		gates: map[string]chan struct{}{},
 		held:  map[string]int{},
 	}
@@ -91,6 +93,13 @@ func (u *llmUpstream) body(id string) []byte {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.sent[id]
+}
+
+// received is the request body the upstream got for x-test-id id (nil: none came).
+func (u *llmUpstream) received(id string) []byte {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.got[id]
 }
 
 func (u *llmUpstream) gate(name string) chan struct{} {
@@ -160,6 +169,11 @@ func (u *llmUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.count[key]++
 	u.mu.Unlock()
 	reqBody, _ := io.ReadAll(r.Body)
+	if id := r.Header.Get("X-Test-Id"); id != "" {
+		u.mu.Lock()
+		u.got[id] = reqBody
+		u.mu.Unlock()
+	}
 	var req struct {
 		Stream bool `json:"stream"`
 	}

@@ -44,6 +44,9 @@ type envoyBootstrap struct {
 	// matches), before the unnamed catch-all unless one of them is "/".
 	Routes   []Route
 	CatchAll bool
+	// AllowStopIteration sets the Wasm PluginConfig's allow_on_headers_stop_iteration
+	// (Envoy ≥ 1.35): paused request headers let the body through to the filter.
+	AllowStopIteration bool
 }
 
 // RenderEnvoy returns the Envoy bootstrap (YAML) that serves sc: a listener "ingress" on a
