@@ -2,6 +2,7 @@ package filter_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,5 +222,36 @@ func TestBudgetReservationSources(t *testing.T) {
 			t.Errorf("x-max-tokens %q reserved %d, want %d", c.v, got, c.want)
 		}
 		r.h.Now_ += int64(time.Hour) // refilled for the next
+	}
+}
+
+// Shadow mode: a shadow budget lets every request through and keeps the account
+// enforcement would have kept — reserving and settling what it would have admitted,
+// counting in shadow_denied what it would have refused (which reserves nothing, as a
+// refusal would not have).
+func TestBudgetShadow(t *testing.T) {
+	cfg := strings.Replace(budgetCfg, `"window":"1h",`, `"window":"1h","mode":"shadow",`, 1)
+	r := startCostRig(t, cfg)
+	// 600 reserved, 100 used: 900 left, as enforcing.
+	if st, _ := r.exchange("600", "application/json", []string{openAIBody(100)}); st != 200 {
+		t.Fatalf("first: %d", st)
+	}
+	// 950 would not fit in 900: let through, counted as a shadow denial, nothing reserved.
+	if st, hd := r.exchange("950", "application/json", []string{openAIBody(950)}); st != 200 || len(hd) != 0 {
+		t.Fatalf("a shadow denial: %d %v, want 200 and no rate-limit headers", st, hd)
+	}
+	// 900 fits exactly what enforcement would have left; it uses 1100: 200 of debt.
+	if st, _ := r.exchange("900", "application/json", []string{openAIBody(1100)}); st != 200 {
+		t.Fatalf("900 of 900: %d", st)
+	}
+	// In debt: a request of 1 would be refused; let through.
+	if st, _ := r.exchange("1", "application/json", []string{openAIBody(1)}); st != 200 {
+		t.Fatalf("in debt, shadow: %d", st)
+	}
+	for name, want := range map[string]int64{"sluice.llm.reserved": 1500, "sluice.llm.settled": 2, "sluice.llm.refunded": 500,
+		"sluice.llm.excess": 200, "sluice.llm.allowed": 2, "sluice.llm.shadow_denied": 2, "sluice.llm.denied": 0} {
+		if got := r.metric(name); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
 	}
 }
