@@ -1,0 +1,267 @@
+package rlqs
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/resp"
+	"github.com/sluice-proxy/sluice/internal/rls"
+)
+
+// The allocation script. One key per bucket (hash-tagged on the bucket, so
+// one slot), a hash holding the current window's pool and one ledger per
+// participant (a stream of one Envoy):
+//
+//	w        start of the window the pool belongs to (µs)
+//	T        tokens taken from the pool in this window
+//	t:<id>   tokens granted to the participant in this window (plus what
+//	         its reports showed it admitted beyond them)
+//	u:<id>   requests it reported allowed in this window
+//	r:<id>   its demand: allowed + denied per second, smoothed
+//	x:<id>   when its grants can no longer be spent (µs): the TTL of the
+//	         last assignment it was sent, plus a grace
+//
+// Invariant: t:<id> ≥ what the participant admitted in the window plus what
+// it can still admit, so T ≥ everything the window's tokens can admit, and
+// the script never lets T exceed the limit by a grant. A grant is taken
+// from the pool and never put back unless it is known unspent: t − u
+// returns when the caller proves the participant's bucket empty (every
+// admission it made is then reported), and the part of a replaced bucket
+// that cannot have been spent returns after the replacement (credit). A participant whose grants
+// expired (x passed: silent, killed, or reconnected as another stream)
+// leaves the demand sum at once, but its t − u stays taken until the
+// window ends: what it admitted after its last report is never reported,
+// so none of it can be known unspent.
+//
+// Calling convention (one key, twelve arguments, decimal integers but ARGV[4]):
+//
+//	ARGV[1]  limit: tokens per window (≥ 1)
+//	ARGV[2]  window in µs
+//	ARGV[3]  now in Unix µs; 0 = Redis TIME
+//	ARGV[4]  participant id
+//	ARGV[5]  allowed: requests the report says were allowed
+//	ARGV[6]  denied
+//	ARGV[7]  elapsed µs the report covers; 0 = no report (a window push)
+//	ARGV[8]  window start of the participant's current assignment; -1 none
+//	ARGV[9]  tokens the current assignment may still hold (an upper bound)
+//	ARGV[10] tokens known unspent, to return to the pool (at most t − u);
+//	         -1: the current assignment is proven empty (all of t − u)
+//	ARGV[11] the participant's reporting interval in µs
+//	ARGV[12] µs after now until the participant's grants are unspendable
+//
+// Reply: {window_start, left_us, grant, taken, participants, demand_milli, now}
+// grant > 0 is a new bucket of that many tokens the caller must send (it
+// replaces the current one); 0: keep the current assignment (or, without
+// one in this window, deny until the window's end).
+const allocBody = `
+local L, W, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local id = ARGV[4]
+local a, d, el = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local cws, held, credit = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local I, ex = tonumber(ARGV[11]), tonumber(ARGV[12])
+if not (L and W and now and a and d and el and cws and held and credit and I and ex) or L < 1 or W < 1 or now < 0
+  or a < 0 or d < 0 or el < 0 or I < 1 or ex < 1 or id == '' then
+  return redis.error_reply('ERR sluice: bad rlqs arguments')
+end
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local key = KEYS[1]
+local ws = now - (now % W)
+local left = ws + W - now
+local flat = redis.call('HGETALL', key)
+local f = {}
+for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
+local function num(x) return string.format('%.17g', x) end
+local T = tonumber(f['T']) or 0
+local fresh = tonumber(f['w']) ~= ws
+if fresh then T = 0 end
+local del = {}
+local function drop(k) if f[k] ~= nil then del[#del + 1] = k; f[k] = nil end end
+local ids = {}
+for k, _ in pairs(f) do
+  if string.sub(k, 1, 2) == 'x:' then ids[#ids + 1] = string.sub(k, 3) end
+end
+local n, sumr = 0, 0
+for _, p in ipairs(ids) do
+  if (tonumber(f['x:' .. p]) or 0) < now then
+    drop('t:' .. p) drop('u:' .. p)
+    if p ~= id then drop('r:' .. p) drop('x:' .. p) end
+  else
+    if fresh then drop('t:' .. p) drop('u:' .. p) end
+    if p ~= id then n = n + 1; sumr = sumr + (tonumber(f['r:' .. p]) or 0) end
+  end
+end
+if T < 0 then T = 0 end
+local t = tonumber(f['t:' .. id]) or 0
+local u = (tonumber(f['u:' .. id]) or 0) + a
+if u > t then T = T + (u - t); t = u end
+if credit < 0 or credit > t - u then credit = t - u end
+T = T - credit
+t = t - credit
+local r = tonumber(f['r:' .. id])
+if el > 0 then
+  local rate = (a + d) * 1000000 / el
+  if r == nil then r = rate else r = (r + rate) / 2 end
+end
+if r == nil then r = 0 end
+n = n + 1
+sumr = sumr + r
+local h = held
+if cws ~= ws then h = -1 end
+local avail = L - T
+if avail < 0 then avail = 0 end
+local g = 0
+if h < 0 or h < r * 2 * I / 1000000 then
+  local floor = math.max(1, math.floor(L / (10 * n)))
+  local want = math.max(math.ceil(r * 4 * I / 1000000), floor)
+  local fair
+  if sumr > 0 then fair = math.floor(avail * r / sumr) else fair = math.floor(avail / n) end
+  if fair < floor then fair = floor end
+  g = math.min(want, fair, avail)
+  if h > 0 and g < 2 * h then g = 0 end
+end
+if g > 0 then t = t + g; T = T + g end
+if #del > 0 then redis.call('HDEL', key, unpack(del)) end
+redis.call('HSET', key, 'w', num(ws), 'T', num(T), 't:' .. id, num(t), 'u:' .. id, num(u),
+  'r:' .. id, num(r), 'x:' .. id, num(now + ex))
+redis.call('PEXPIRE', key, math.floor(math.max(left, ex) / 1000) + 1000)
+return {ws, left, g, T, n, math.floor(r * 1000), now}
+`
+
+var allocSHA = func() string { s := sha1.Sum([]byte(allocBody)); return hex.EncodeToString(s[:]) }()
+
+// Key is the Redis key of a bucket's pool: sluice:{rlqs/<domain>/<key part>}:q.
+func Key(domain, keyPart string) string {
+	return "sluice:{rlqs/" + domain + "/" + keyPart + "}:q"
+}
+
+// Request is one allocation call for one participant of one bucket.
+type Request struct {
+	Key         string
+	Limit       int64
+	Window      time.Duration
+	Now         time.Time // zero: Redis TIME
+	Participant string
+	Allowed     uint64
+	Denied      uint64
+	Elapsed     time.Duration // 0: a push at a window's start, no report
+	// CurrentWindow is the window start (Unix µs) of the participant's
+	// current assignment, -1 for none (or one that may have expired).
+	CurrentWindow int64
+	// Held is an upper bound on what the current assignment still holds.
+	Held int64
+	// Empty: the current assignment is proven empty.
+	Empty bool
+	// Credit: tokens of replaced assignments known unspent (Empty aside).
+	Credit int64
+	// Interval is the participant's reporting interval.
+	Interval time.Duration
+	// Expiry is how long after now the participant's grants may be spent.
+	Expiry time.Duration
+}
+
+// Result is the script's answer.
+type Result struct {
+	WindowStart  int64 // Unix µs
+	Left         time.Duration
+	Grant        int64 // > 0: a new bucket of this size
+	Taken        int64 // the pool's tokens taken in the window, after the call
+	Participants int64
+	DemandMilli  int64 // the participant's smoothed demand, requests per 1,000 s
+	Now          int64 // Unix µs the script decided at
+}
+
+// Allocator runs the allocation script on a Redis Cluster.
+type Allocator struct {
+	Backend  rls.Backend
+	NoScript func() // counts EVAL fallbacks (may be nil)
+}
+
+func (q *Request) appendCall(dst []byte, cmd, script string) []byte {
+	us := func(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }
+	now := int64(0)
+	if !q.Now.IsZero() {
+		now = q.Now.UnixMicro()
+	}
+	el := int64(0)
+	if q.Elapsed > 0 {
+		el = us(q.Elapsed)
+	}
+	credit := max(q.Credit, 0)
+	if q.Empty {
+		credit = -1
+	}
+	dst = resp.AppendArrayHeader(dst, 3+1+12)
+	dst = resp.AppendBulkString(dst, cmd)
+	dst = resp.AppendBulkString(dst, script)
+	dst = resp.AppendBulkInt(dst, 1)
+	dst = resp.AppendBulkString(dst, q.Key)
+	for _, v := range []int64{q.Limit, us(q.Window), now} {
+		dst = resp.AppendBulkInt(dst, v)
+	}
+	dst = resp.AppendBulkString(dst, q.Participant)
+	for _, v := range []int64{int64(min(q.Allowed, 1<<50)), int64(min(q.Denied, 1<<50)), el, q.CurrentWindow, max(q.Held, 0)} {
+		dst = resp.AppendBulkInt(dst, v)
+	}
+	dst = resp.AppendBulkInt(dst, credit)
+	dst = resp.AppendBulkInt(dst, us(q.Interval))
+	dst = resp.AppendBulkInt(dst, us(q.Expiry))
+	return dst
+}
+
+var errBadReply = errors.New("rlqs: malformed script reply")
+
+// Allocate runs one allocation (EVALSHA, EVAL after NOSCRIPT). Any error
+// means no decision was applied that the caller learns of: the caller
+// sends no new assignment (the Envoy keeps its current one until its TTL).
+func (a *Allocator) Allocate(ctx context.Context, q *Request) (Result, error) {
+	if q.Limit < 1 || q.Window <= 0 || q.Participant == "" || strings.ContainsAny(q.Participant, "\r\n") {
+		return Result{}, fmt.Errorf("rlqs: bad allocation request")
+	}
+	res, err := a.once(ctx, q.appendCall(nil, "EVALSHA", allocSHA))
+	if err != nil && redisrl.IsNoScript(err) {
+		if a.NoScript != nil {
+			a.NoScript()
+		}
+		res, err = a.once(ctx, q.appendCall(nil, "EVAL", allocBody))
+	}
+	return res, err
+}
+
+func (a *Allocator) once(ctx context.Context, cmd []byte) (Result, error) {
+	reply, err := a.Backend.Do(ctx, cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	v, err := resp.Parse(reply)
+	if err != nil {
+		return Result{}, err
+	}
+	if v.IsError() {
+		return Result{}, v.Err()
+	}
+	if v.Type != resp.Array || len(v.Elems) != 7 {
+		return Result{}, errBadReply
+	}
+	var n [7]int64
+	for i, e := range v.Elems {
+		if e.Type != resp.Integer {
+			return Result{}, errBadReply
+		}
+		n[i] = e.Int
+	}
+	if n[1] <= 0 || n[2] < 0 || n[3] < 0 {
+		return Result{}, fmt.Errorf("%w: %s", errBadReply, strconv.FormatInt(n[2], 10))
+	}
+	return Result{WindowStart: n[0], Left: time.Duration(n[1]) * time.Microsecond, Grant: n[2], Taken: n[3],
+		Participants: n[4], DemandMilli: n[5], Now: n[6]}, nil
+}
