@@ -46,6 +46,7 @@ SIGTERM or SIGINT stops gracefully (calls in flight finish, up to --shutdown-tim
 The Redis password, if any, is read from the environment variable SLUICE_REDIS_PASSWORD.
 --redis-tls connects to Redis over TLS; --tls-cert serves TLS (mTLS with --tls-client-ca).
 
+` + serveRLQSUsage + `
 Flags:
 `
 
@@ -235,6 +236,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+	quota := registerRLQS(g, hs, srv, backend, cfg, logger)
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(lis) }()
 
@@ -248,14 +250,14 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 			return err
 		}
 		addrs.admin = al.Addr().String()
-		admin = &http.Server{Handler: srv.Metrics.Handler(func() error {
+		admin = &http.Server{Handler: withRLQSMetrics(quota, srv.Metrics.Handler(func() error {
 			select {
 			case <-stopping:
 				return errors.New("shutting down")
 			default:
 				return nil
 			}
-		}), ReadHeaderTimeout: 10 * time.Second}
+		})), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := admin.Serve(al); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
@@ -301,6 +303,7 @@ loop:
 	// in flight finish (with their refunds) until the deadline.
 	close(stopping)
 	hs.Shutdown()
+	stopRLQS(quota, cfg.shutdownTimeout)
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
 	select {
