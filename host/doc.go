@@ -55,6 +55,9 @@
 // call response, extension callback), or until the caller's context ends. A local response
 // ends the request phase; the guest's proxy_on_response_headers is then called with the local
 // response's headers (as Envoy runs encoder filters on local replies), then log/done/delete.
+// Whether the request body waits with the headers is Options.AllowOnHeadersStopIteration's
+// (see Pause and the request body below); by default it does, and proxy_on_request_body
+// is first called after the guest continues.
 // An upstream that breaks off its response mid-body resets the stream, as Envoy resets the
 // downstream stream on an upstream reset: the filter gets the body bytes that came before the
 // break, no end of the body, then log/done/delete (sluice run's handler recovers
@@ -64,6 +67,77 @@
 // net/http's full duplex, and answers the end of a request body again without reading it
 // again: before, net/http closed the body once the response started, the upstream
 // transport's last read of it failed, and the upstream connection broke off mid-response).
+//
+// # Pause and the request body
+//
+// Options.AllowOnHeadersStopIteration (`sluice run --allow-on-headers-stop-iteration`) is
+// Envoy's Wasm PluginConfig field allow_on_headers_stop_iteration (a BoolValue, Envoy ≥ 1.35,
+// default false: the Context constructors in envoyproxy/envoy
+// source/extensions/common/wasm/context.cc read it, DefaultAllowOnHeadersStopIteration). It
+// decides what Pause (1, StopIteration) from proxy_on_request_headers means for a request
+// with a body (held.go):
+//
+//   - false, the default: cpp-host turns it into StopAllIterationAndWatermark
+//     (ContextBase::convertVmCallResultToFilterHeadersStatus, proxy-wasm-cpp-host
+//     src/context.cc): neither the headers nor the body move on, and proxy_on_request_body
+//     is not called until the guest calls proxy_continue_stream(0) or sends a local reply;
+//     then the body is delivered to it. (Here the body is not read meanwhile; Envoy buffers
+//     it, with flow control.)
+//   - true: it is Envoy's Http StopIteration. The headers wait; the body is read on (up to
+//     32 KiB a read, as bodyFilter reads) and each read is one proxy_on_request_body call
+//     (end_of_stream on the last), with the headers still held and the upstream not called.
+//     A call that returns StopIterationAndBuffer (1) keeps the data, and the next call's
+//     body_buffer_length and proxy_get_buffer_bytes(HttpRequestBody) are everything buffered
+//     so far plus the new chunk (Context::decodeData adds the chunk to the decoding buffer
+//     while buffering_request_body_, and getBuffer returns that buffer). A call that returns
+//     Continue (0) — or calls proxy_continue_stream(0) itself — resumes iteration: the headers
+//     (with whatever the guest changed in them meanwhile) and every buffered byte go
+//     upstream (ActiveStreamFilterBase::commonContinue, envoyproxy/envoy
+//     source/common/http/filter_manager.cc), and later chunks reach proxy_on_request_body one
+//     by one as after any Continue. proxy_continue_stream(0) from another callback (a tick,
+//     an HTTP or gRPC call's reply, an extension's, after proxy_set_effective_context — the
+//     held stream can be made effective all along) resumes the same way. A call that
+//     returns StopIterationAndBuffer with end_of_stream keeps the request held until then.
+//     proxy_send_local_response at any point ends the request, the body is dropped and the
+//     upstream never called; over HTTP/1 a reply sent before the end of the request body
+//     closes the connection after it (Connection: close), as Envoy's connection manager
+//     does. A module without proxy_on_request_body resumes at the first chunk (cpp-host
+//     answers Continue for it). Past Options.BufferLimit (default DefaultBufferLimit, 1 MiB,
+//     Envoy's default per_connection_buffer_limit_bytes) buffered bytes, the request is
+//     answered as Envoy's filter manager answers a buffering filter past its buffer limit
+//     (ActiveStreamDecoderFilter::requestDataTooLarge, filter_manager.cc): a local reply 413,
+//     body "Payload Too Large" (CodeUtility::toString), content-type text/plain, details
+//     request_payload_too_large — before the guest sees the chunk that passes the limit, as
+//     the watermark fires when decodeData adds it (a first chunk larger than the limit is
+//     seen first, then answered) — and the guest's response phase sees that reply. gRPC
+//     requests alike, their local replies (413 included: grpc-status 2) trailers-only. A
+//     client that goes away ends the stream (proxy_on_log, proxy_on_done, proxy_on_delete);
+//     the goroutine reading its body ends with it. If the guest changed the size of the
+//     body it held (proxy_set_buffer_bytes), the upstream request carries the new
+//     Content-Length when the guest had all of it, none (chunked) otherwise.
+//
+// Exchange, whose body is all there, gives it to proxy_on_request_body in one call (end of
+// stream) while the headers are held, and then goes on, waits or answers as above. Requests
+// without a body, and every request with the option off, take the path they took before,
+// at no extra cost.
+//
+// Where the profiles and Envoy agree: the option is independent of Profile, as the field
+// is of cpp-host's pin — Envoy 1.33 and 1.34 (inside envoy-1.33's range) do not have it
+// and behave as false; 1.35 and later honour it. cpp-host's VM-wide stop flag
+// (Profile.StopIterationVMWide, below) wins over it, because
+// convertVmCallResultToFilterHeadersStatus checks the flag first: a stream whose
+// proxy_on_request_headers sent a local reply for another stream gets
+// StopAllIterationAndWatermark with the option on too, and its body waits. A body callback's
+// results other than Continue — StopIterationAndWatermark, StopIterationNoBuffer, and the
+// flag's conversion to StopIterationNoBuffer — buffer as StopIterationAndBuffer does here
+// (as they do for any body callback in this host). Not modelled: Envoy gives
+// StopIterationAndWatermark flow control instead of 413 and drops the chunk of
+// StopIterationNoBuffer; its chunk boundaries are its codec's, not 32 KiB reads; Pause from
+// proxy_on_response_headers still holds the response body with it whatever the option,
+// where Envoy with the option on would let the response body reach proxy_on_response_body
+// (cpp-host's conversion applies to both directions); and BufferLimit bounds only the body
+// a guest buffers while it holds the headers — one that buffers after the headers went on
+// is not bounded here, where Envoy would answer 413 too.
 //
 // # Profiles
 //
@@ -109,7 +183,8 @@
 //     (convertVmCallResultTo*Status, src/context.cc); the flag is cleared when the callback
 //     returns (DeferAfterCallActions' destructor, src/context.cc). So a local reply for
 //     stream B sent from stream A's callback leaves A paused until something continues it;
-//     from proxy_on_tick or a reply callback it stops nothing.
+//     from proxy_on_tick or a reply callback it stops nothing. The flag wins over
+//     Options.AllowOnHeadersStopIteration (see Pause and the request body).
 //   - Repeated headers (headers.go): Envoy's inline headers reach the module as one entry
 //     joined with "," (HeaderMapImpl::addViaMove → appendToHeader, envoyproxy/envoy
 //     source/common/http/header_map_impl.cc) — authorization, user-agent, x-forwarded-for,

@@ -82,31 +82,48 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 	s.grpc, s.head = isGRPCRequest(&s.reqHeaders), r.Method == http.MethodHead
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 	s.reqHeadersEOS = !hasBody
-	if err := s.run(ctx, stepReqHeaders); err != nil {
+	var held *heldBody // the body after proxy_on_request_headers held the headers (held.go)
+	if hasBody && h.opts.AllowOnHeadersStopIteration {
+		// Before the body is read: a reply sent before its end must not wait for it.
+		http.NewResponseController(rw).EnableFullDuplex()
+		var err error
+		if held, err = s.runHeld(ctx, rw, r); err != nil {
+			return // client gone or host closed
+		}
+		defer held.stop()
+	} else if err := s.run(ctx, stepReqHeaders); err != nil {
 		return // client gone or host closed
 	}
 	iw := &interceptor{rw: rw, s: s, h: h, ctx: r}
 	if s.failed {
 		s.w.failed.Add(1)
 		if !s.passes() {
+			held.answerEarly()
 			iw.headersDone, iw.discard = true, true
 			iw.writeLocalHeaders(s.failReply())
 			return
 		}
 	}
 	if s.local != nil {
+		held.answerEarly()
 		lr := s.local
 		s.local = nil
 		iw.writeLocal(lr)
 		return
 	}
+	var prefix []byte // the body the filter had while it held the headers: it goes first
 	if hasBody {
 		// The request body streams upstream while the response streams down, as in
 		// Envoy: without full duplex net/http closes the request body once the response
 		// starts, and the upstream transport's last read (its check for the end of the
 		// body) then fails and breaks the upstream connection off mid-response.
 		http.NewResponseController(rw).EnableFullDuplex()
-		r.Body = &onceEOF{src: r.Body}
+		if held != nil {
+			prefix, s.reqBody = s.reqBody, nil
+			r.Body = held.upstream(prefix, s.reqBodyEOS)
+		} else {
+			r.Body = &onceEOF{src: r.Body}
+		}
 	}
 	out := r
 	if !s.failed {
@@ -118,9 +135,16 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 				applyRequest(out, &s.reqHeaders)
 			}
 			if filterBody {
-				out.Body = &bodyFilter{src: r.Body, s: s, h: h, r: r}
+				if held != nil {
+					out.Body = held.filtered(s, h, r, prefix, s.reqBodyEOS)
+				} else {
+					out.Body = &bodyFilter{src: r.Body, s: s, h: h, r: r}
+				}
 			}
 		}
+	}
+	if held != nil {
+		held.fixLength(out, prefix, s.reqBodyEOS)
 	}
 	serveUpstream(upstream, iw, out)
 	iw.end()

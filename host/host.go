@@ -86,6 +86,17 @@ type Options struct {
 	// guest defined it (Proxy-Wasm metrics carry no description); "" or nil: a
 	// description by type and name.
 	MetricHelp func(name string) string
+	// AllowOnHeadersStopIteration is Envoy's PluginConfig allow_on_headers_stop_iteration
+	// (Envoy ≥ 1.35; default false, as there): when true, Pause from
+	// proxy_on_request_headers on a request with a body holds the headers only, and the
+	// body goes on to proxy_on_request_body chunk by chunk until the guest continues
+	// (held.go). When false, that Pause holds the body too, until proxy_continue_stream.
+	AllowOnHeadersStopIteration bool
+	// BufferLimit bounds, in bytes, the request body a filter buffers while it holds the
+	// headers (AllowOnHeadersStopIteration): beyond it the request is answered 413 "Payload
+	// Too Large", as Envoy answers a buffering filter past per_connection_buffer_limit_bytes.
+	// Default (0 or less): DefaultBufferLimit, Envoy's default.
+	BufferLimit int
 
 	// now and jitter replace the clock and the randomness of FailReload's backoff (tests).
 	now    func() time.Time
@@ -210,6 +221,9 @@ func prepareOptions(opts Options) (Options, Profile, error) {
 	}
 	if opts.ReloadBackoff <= 0 {
 		opts.ReloadBackoff = DefaultReloadBackoff
+	}
+	if opts.BufferLimit <= 0 {
+		opts.BufferLimit = DefaultBufferLimit
 	}
 	if opts.MemoryLimitPages > 65536 {
 		return opts, Profile{}, fmt.Errorf("host: MemoryLimitPages %d exceeds 65536 (4 GiB)", opts.MemoryLimitPages)

@@ -625,8 +625,10 @@ func hcSendLocalResponse(v *vm, s []uint64) {
 		v.stopIteration = true
 	}
 	if c.paused {
-		c.paused = false
-		v.w.wake(c)
+		c.paused, c.held = false, false
+		if c != v.w.advancing { // a held stream in its own body callback: advance goes on
+			v.w.wake(c)
+		}
 	}
 	ret(s, StatusOK)
 }
@@ -644,8 +646,10 @@ func (v *vm) continueStream(t int) Status {
 		return StatusBadArgument
 	}
 	if c.paused && c.pauseOn == t {
-		c.paused = false
-		v.w.wake(c)
+		c.paused, c.held = false, false
+		if c != v.w.advancing { // a held stream in its own body callback: advance goes on
+			v.w.wake(c)
+		}
 	}
 	return StatusOK
 }

@@ -48,6 +48,10 @@ type stream struct {
 	waiting atomic.Bool // the caller waits: the worker owns the stream
 	steps   uint8
 	paused  bool
+	// held: proxy_on_request_headers paused a request with a body under
+	// Options.AllowOnHeadersStopIteration, and the body still flows to proxy_on_request_body
+	// (paused is true too) until the guest continues (held.go).
+	held    bool
 	pauseOn int // streamHTTPRequest or streamHTTPResponse
 	local   *localReply
 	grpc    bool // a gRPC request, decided from the request headers as they came (grpc.go)

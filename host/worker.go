@@ -30,6 +30,9 @@ type worker struct {
 
 	vm      *vm // current VM; nil while none is configured
 	pending []*stream
+	// advancing is the stream advance is running: a held stream that its own
+	// proxy_on_request_body continues is not woken again (it is paused during that call).
+	advancing *stream
 	// lastLoad is when the worker last loaded a VM, or tried to: its start, or its last
 	// reload (FailReload measures the backoff from it; worker.reloadDue).
 	lastLoad time.Time
@@ -237,8 +240,10 @@ func (w *worker) trap(v *vm, where string, err error) {
 	for _, s := range v.streams {
 		if s.paused {
 			s.failed = true
-			s.paused = false
-			w.pending = append(w.pending, s)
+			s.paused, s.held = false, false
+			if s != w.advancing {
+				w.pending = append(w.pending, s)
+			}
 		}
 	}
 	v.streams = nil
@@ -456,16 +461,21 @@ func (w *worker) wake(s *stream) {
 func (w *worker) abort(s *stream) {
 	s.aborted = true
 	s.steps = 0
-	s.paused = false
+	s.paused, s.held = false, false
 	s.waiting.Store(false)
 	w.finish(s)
 }
 
 // advance runs the stream's remaining steps until it pauses or they are done.
 func (w *worker) advance(s *stream) {
-	for s.steps != 0 && !s.paused {
+	w.advancing = s
+	// A held stream (held.go) is paused, yet its body steps run.
+	for s.steps != 0 && (!s.paused || s.held && s.steps&stepReqBody != 0) {
 		if s.failed || s.aborted {
 			s.steps = 0
+			if s.held {
+				s.held, s.paused = false, false
+			}
 			break
 		}
 		step := s.steps & -s.steps
@@ -497,6 +507,9 @@ func (w *worker) advance(s *stream) {
 				// stream raised cpp-host's VM-wide flag during this callback: either way the
 				// stream waits for proxy_continue_stream.
 				s.paused, s.pauseOn = true, streamHTTPRequest
+				if r == actionPause && !v.lastStopped && !s.reqHeadersEOS && w.h.opts.AllowOnHeadersStopIteration {
+					s.held = true // allow_on_headers_stop_iteration: the body still flows (held.go)
+				}
 			}
 		case stepReqBody:
 			s.bodyAction = actionContinue
@@ -511,6 +524,9 @@ func (w *worker) advance(s *stream) {
 				if v.lastStopped {
 					s.bodyAction = actionPause
 				}
+			}
+			if s.held {
+				w.heldBodyDone(s)
 			}
 		case stepRespHeaders:
 			s.respPhase = true
@@ -549,6 +565,7 @@ func (w *worker) advance(s *stream) {
 			}
 		}
 	}
+	w.advancing = nil
 	if !s.paused {
 		s.signal()
 	}

@@ -79,6 +79,8 @@ type runConfig struct {
 	clusters                                                  clusterFlag
 	profile                                                   string
 	logger                                                    *slog.Logger // nil: startRun makes one on stderr (runRun shares its own)
+
+	allowOnHeadersStopIteration bool // --allow-on-headers-stop-iteration
 }
 
 type clusterFlag map[string]string
@@ -125,6 +127,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error (also what the filter's proxy_get_log_level sees)")
 	fs.StringVar(&cfg.profile, "profile", host.DefaultProfile, "proxy-wasm-cpp-host behaviour to reproduce: "+profileNames()+" (the default is the strictest: Envoy 1.33–1.38)")
 	fs.StringVar(&cfg.cacheDir, "cache-dir", defaultCacheDir(), "directory for compiled modules, so later starts skip compilation; empty: compile every time")
+	fs.BoolVar(&cfg.allowOnHeadersStopIteration, "allow-on-headers-stop-iteration", false, "mirrors Envoy's Wasm PluginConfig field allow_on_headers_stop_iteration (Envoy ≥ 1.35, default false there too): Pause from the filter's proxy_on_request_headers holds only the headers while the request body goes on to proxy_on_request_body, buffered up to 1 MiB (413 beyond); false: the body waits with the headers until the filter continues")
 	fs.Var(cfg.clusters, "cluster", "NAME=URL: an upstream for the filter's proxy_http_call and proxy_grpc_call (http://HOST:PORT: gRPC over HTTP/2 cleartext) (repeatable)")
 	for _, hk := range runHooks {
 		if hk.flags != nil {
@@ -394,6 +397,8 @@ func runHostOptions(cfg runConfig, in runInputs, logger *slog.Logger) host.Optio
 		Clusters:         cfg.clusters,
 		CallTimeout:      cfg.callTimeout,
 		Profile:          cfg.profile,
+
+		AllowOnHeadersStopIteration: cfg.allowOnHeadersStopIteration,
 	}
 	if cfg.cacheDir != "" {
 		cache, err := wazero.NewCompilationCacheWithDir(cfg.cacheDir)
