@@ -467,3 +467,30 @@ func TestHeldBodyVMWideStop(t *testing.T) {
 		t.Fatalf("quirk: %d %q %v", resp.StatusCode, body, resp.Header)
 	}
 }
+
+// proxy_continue_stream from the held stream's own proxy_on_request_body ends the hold too,
+// whatever the callback returns; a trap in it answers with Envoy's failure reply.
+func TestHeldBodySelfContinueAndTrap(t *testing.T) {
+	h, up, srv := newHeldServer(t, Options{AllowOnHeadersStopIteration: true})
+	c := rawRequest(t, srv, "POST", "/self", 9)
+	send(t, c, "abc")
+	waitUntil(t, "body call 1", func() bool { return metricValue(h, "bodywait_body_calls") == 1 })
+	send(t, c, "END")
+	waitUntil(t, "the upstream to have the held body", func() bool { return up.read.Load() == 6 })
+	send(t, c, "xyz")
+	resp, body := readResponse(t, c)
+	if resp.StatusCode != 200 || body != "abcENDxyz" || resp.Header.Get("X-Bodywait-Calls") != "3/0,6/0,3/1" {
+		t.Fatalf("self: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	c = rawRequest(t, srv, "POST", "/trap", 100)
+	send(t, c, "abc")
+	waitUntil(t, "body call 4", func() bool { return metricValue(h, "bodywait_body_calls") == 4 })
+	send(t, c, "BOOM")
+	resp, body = readResponse(t, c)
+	if resp.StatusCode != 503 || body != "" || !resp.Close {
+		t.Fatalf("trap: %d %q close=%v %v", resp.StatusCode, body, resp.Close, resp.Header)
+	}
+	if up.called.Load() != 1 {
+		t.Errorf("upstream called %d times, want 1", up.called.Load())
+	}
+}

@@ -9,6 +9,9 @@
 //	           a request without a body waits for the tick too
 //	/local     answers 403 with a local reply (marker "STOP")
 //	/forever   buffers for ever
+//	/self      calls proxy_continue_stream itself from the body callback, and returns
+//	           StopIterationAndBuffer all the same (marker "END")
+//	/trap      traps in the body callback (marker "BOOM")
 //	/gated     (the headers only) waits for a tick that finds the shared-data key
 //	           "bodywait.go", then continues; its body callbacks return Continue
 //	/nopause   does not pause at all
@@ -266,6 +269,15 @@ func onRequestBody(id, size, eos uint32) uint32 {
 	case "/tick":
 		if strings.Contains(body, "GO") || eos != 0 {
 			waiters = append(waiters, id)
+		}
+	case "/self":
+		if strings.Contains(body, "END") {
+			c.released = true
+			hContinue(0)
+		}
+	case "/trap":
+		if strings.Contains(body, "BOOM") {
+			panic("bodywait: trap requested")
 		}
 	case "/local":
 		if strings.Contains(body, "STOP") || eos != 0 {
