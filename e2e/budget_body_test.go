@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -188,13 +190,30 @@ func startBudgetBodyEnvoy(t *testing.T, tg envoyproc.Target, up *llmUpstream, co
 	return startEnvoy(t, tg, 2, render)
 }
 
-// TestBudgetBodyRun: the same through `sluice run`, whose default is Envoy's (the body
-// waits with the headers: decided at body_timeout).
+// TestBudgetBodyRun: the same through `sluice run`: with --allow-on-headers-stop-iteration
+// (Envoy's PluginConfig field) the body reaches the filter while the headers wait;
+// without it, as in Envoy by default, the request is decided at body_timeout.
 func TestBudgetBodyRun(t *testing.T) {
-	up := startLLMUpstream(t)
-	p := startBudgetRun(t, up, budgetBodyConfig("300ms"))
-	bp := newBudgetProxy(p.url, up, runMetrics(p.admin))
-	defer bp.close()
-	budgetBodyTimeout(t, bp)
-	checkHostHealthy(t, p)
+	t.Run("StopIteration", func(t *testing.T) {
+		up := startLLMUpstream(t)
+		path := filepath.Join(t.TempDir(), "config.json")
+		if err := os.WriteFile(path, []byte(budgetBodyConfig("5s")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := sluiceCmd(t, path, 2)
+		cmd.Args = append(cmd.Args, "--upstream", "http://127.0.0.1:"+strconv.Itoa(up.port), "--allow-on-headers-stop-iteration")
+		p := startHostCmd(t, cmd)
+		bp := newBudgetProxy(p.url, up, runMetrics(p.admin))
+		defer bp.close()
+		budgetBodySuite(t, bp)
+		checkHostHealthy(t, p)
+	})
+	t.Run("Default", func(t *testing.T) {
+		up := startLLMUpstream(t)
+		p := startBudgetRun(t, up, budgetBodyConfig("300ms"))
+		bp := newBudgetProxy(p.url, up, runMetrics(p.admin))
+		defer bp.close()
+		budgetBodyTimeout(t, bp)
+		checkHostHealthy(t, p)
+	})
 }

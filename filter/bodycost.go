@@ -45,10 +45,11 @@ import (
 //     context's end (proxy_on_done) decides every request still waiting, with
 //     what has come.
 //
-// Records are pooled by the Plugin and queued in arrival order (every
-// request of a configuration waits the same body_timeout, so arrival order is
-// deadline order): reading, deciding and timing out allocate nothing once
-// the pool has grown to the largest number waiting.
+// Records are pooled by the Plugin and listed in arrival order (every request
+// of a configuration waits the same body_timeout, so arrival order is deadline
+// order; a request decided early leaves the list at once): reading, deciding
+// and timing out allocate nothing once the pool has grown to the largest
+// number waiting.
 
 // BodyCostMetrics are the metrics of a rule whose reservation is read from the
 // request body, named as RuleMetric names them.
@@ -62,9 +63,10 @@ type bodyWaits struct {
 	rules   []*rule // the rules with cost.request.json, in order
 	limit   int     // the largest max_body
 	timeout int64   // the shortest body_timeout (ns)
-	queue   []*bodyWait
-	head    int
-	free    []*bodyWait
+	// The waiting requests, oldest (earliest deadline) first: a list through the
+	// records, so that a request decided early leaves it at once.
+	first, last *bodyWait
+	free        []*bodyWait
 	flowed  bool // a body chunk reached a held request: the host passes bodies while headers wait
 	warned  bool
 }
@@ -75,9 +77,9 @@ type bodyWait struct {
 	deadline int64
 	ext      usage.Extractor
 	seen     int  // body bytes read
-	reading  bool // the body is still being read (the request is undecided)
-	queued   bool // in bodyWaits.queue
-	orphan   bool // its stream ended while queued: recycled when dequeued
+	reading  bool // the body is still being read (the request is undecided): in the list
+	prev     *bodyWait
+	next     *bodyWait
 	// vals[i], found[i]: rules[i]'s value, taken when its max_body was reached
 	// or the body ended.
 	vals  []int64
@@ -143,13 +145,19 @@ func (bw *bodyWaits) needs(s *stream) bool {
 // await starts reading the body of s: the headers wait.
 func (bw *bodyWaits) await(s *stream, now int64) abi.Action {
 	w := bw.get()
-	w.s, w.deadline, w.seen, w.reading, w.queued, w.orphan = s, now+bw.timeout, 0, true, true, false
+	w.s, w.deadline, w.seen, w.reading = s, now+bw.timeout, 0, true
 	w.ext.Reset(bw.paths, int64(bw.limit))
 	for i := range w.taken {
 		w.taken[i] = false
 	}
 	s.body = w
-	bw.queue = append(bw.queue, w)
+	w.prev, w.next = bw.last, nil
+	if bw.last != nil {
+		bw.last.next = w
+	} else {
+		bw.first = w
+	}
+	bw.last = w
 	bw.p.rootPlugin().retick(now, w.deadline)
 	return abi.ActionPause
 }
@@ -218,7 +226,7 @@ func (bw *bodyWaits) take(w *bodyWait, i int) {
 // effective context. It returns the action for the paused request.
 func (bw *bodyWaits) decide(s *stream) abi.Action {
 	w := s.body
-	w.reading = false
+	bw.unlink(w)
 	w.ext.Finish()
 	for i := range bw.rules {
 		if !w.taken[i] {
@@ -241,32 +249,37 @@ func (bw *bodyWaits) units(s *stream, r *rule) int64 {
 	return r.cost.src.Default
 }
 
+// unlink takes w, whose read ends, out of the list.
+func (bw *bodyWaits) unlink(w *bodyWait) {
+	if !w.reading {
+		return
+	}
+	w.reading = false
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		bw.first = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		bw.last = w.prev
+	}
+	w.prev, w.next = nil, nil
+}
+
 // next is the earliest deadline (0: nothing waits).
 func (bw *bodyWaits) next() int64 {
-	if bw == nil || bw.head == len(bw.queue) {
+	if bw == nil || bw.first == nil {
 		return 0
 	}
-	return bw.queue[bw.head].deadline
+	return bw.first.deadline
 }
 
 // expire decides every request whose body_timeout has passed (proxy_on_tick),
 // or all of them (all: the root context ends), with what has come.
 func (bw *bodyWaits) expire(now int64, all bool) {
-	for bw.head < len(bw.queue) {
-		w := bw.queue[bw.head]
-		if !all && w.deadline > now {
-			break
-		}
-		bw.queue[bw.head] = nil
-		bw.head++
-		w.queued = false
-		if w.orphan {
-			bw.put(w)
-			continue
-		}
-		if !w.reading {
-			continue // decided already; its stream keeps it until it ends
-		}
+	for w := bw.first; w != nil && (all || w.deadline <= now); w = bw.first {
 		s := w.s
 		if w.seen == 0 && !bw.flowed && !bw.warned {
 			bw.warned = true
@@ -276,7 +289,8 @@ func (bw *bodyWaits) expire(now int64, all bool) {
 				"until then such requests wait body_timeout and reserve cost.request.default")
 		}
 		if bw.h.SetEffectiveContext(s.id) != abi.StatusOK {
-			continue // the stream is gone; its release recycles w
+			bw.unlink(w) // the stream is gone; its release recycles w
+			continue
 		}
 		act := bw.decide(s)
 		for _, r := range bw.rules {
@@ -288,20 +302,13 @@ func (bw *bodyWaits) expire(now int64, all bool) {
 			bw.h.ContinueStream()
 		}
 	}
-	if bw.head == len(bw.queue) {
-		bw.queue, bw.head = bw.queue[:0], 0
-	}
 }
 
 // drop ends the wait of s, whose stream ended.
 func (bw *bodyWaits) drop(s *stream) {
 	w := s.body
 	s.body = nil
-	w.s, w.reading = nil, false
-	if w.queued {
-		w.orphan = true // expire recycles it
-		return
-	}
+	bw.unlink(w)
 	bw.put(w)
 }
 

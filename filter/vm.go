@@ -513,7 +513,7 @@ func (p *Plugin) guardedBody(s *stream, size int, eos bool) (act abi.Action) {
 	defer func() {
 		if r := recover(); r != nil {
 			if s.body != nil {
-				s.body.reading = false
+				p.bodies.unlink(s.body)
 			}
 			act = p.recovered(s, r)
 		}
