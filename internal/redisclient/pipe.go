@@ -97,6 +97,9 @@ func (r *router) refresh() {
 		defer cancel()
 		//lint:ignore SA1019 CLUSTER SLOTS answers on every Redis Cluster; CLUSTER SHARDS needs Redis 7
 		ranges, err := r.client.ClusterSlots(ctx).Result()
+		if err != nil {
+			r.slotsFailed(err)
+		}
 		if err != nil || len(ranges) == 0 {
 			// Calls waiting for a first table fail; the next call asks again.
 			r.failWaiting()

@@ -32,6 +32,13 @@ func (r *router) connFailed(addr string, err error) {
 	r.lastErr.Store(&e)
 }
 
+// slotsFailed records why the slot table could not be read (through
+// go-redis: the seed nodes' connections).
+func (r *router) slotsFailed(err error) {
+	e := fmt.Errorf("CLUSTER SLOTS: %w", err)
+	r.lastErr.Store(&e)
+}
+
 func authError(err error, line string) error {
 	if err != nil {
 		return fmt.Errorf("AUTH: %w", err)
@@ -65,10 +72,40 @@ func (c *Clusters) Ping(name string) error {
 	}
 	ctx, cancel := contextWithTimeout(b.timeout)
 	defer cancel()
-	return b.client.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+	err = b.client.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
 		if err := n.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("redis node %s: %w", n.Options().Addr, err)
 		}
 		return nil
 	})
+	if err != nil && c.opts.TLS != nil {
+		// A server that refuses the client's certificate says so in an
+		// alert after the handshake, which a client that writes first may
+		// only see as a reset connection: read before writing.
+		for _, addr := range c.addrs[name] {
+			if perr := probeTLS(addr, b.timeout, c.opts.TLS); perr != nil {
+				return fmt.Errorf("redis node %s: %w", addr, perr)
+			}
+		}
+	}
+	return err
+}
+
+// probeTLS connects to addr over TLS and reads before writing anything: an
+// alert the server sends after the handshake (a missing or refused client
+// certificate) is the error; a server that waits for a command is nil.
+func probeTLS(addr string, timeout time.Duration, tlsConfig *tls.Config) error {
+	nc, err := dialNode(addr, timeout, tlsConfig)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	nc.SetReadDeadline(time.Now().Add(min(timeout, 300*time.Millisecond)))
+	var b [1]byte
+	_, err = nc.Read(b[:])
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		return nil
+	}
+	return err
 }

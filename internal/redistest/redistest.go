@@ -16,6 +16,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,11 +40,23 @@ type Cluster struct {
 	// Addrs are the masters' "127.0.0.1:port" addresses, node i at Addrs[i].
 	Addrs []string
 	nodes []*node
+	tls   *TLS
+}
+
+// TLS makes StartTLS's nodes speak TLS only, with Certs' server
+// certificate: to clients, on the cluster bus and for replication.
+type TLS struct {
+	Certs *Certs
+	// AuthClients is redis-server's tls-auth-clients: "yes" (a client
+	// certificate signed by Certs.CAFile is required), "optional" (checked
+	// if sent) or "no"; empty: "yes".
+	AuthClients string
 }
 
 type node struct {
 	port int
 	dir  string
+	tls  *TLS
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited
 }
@@ -105,7 +118,12 @@ func TimeoutBound(d time.Duration) time.Duration { return max(10*d, 2*time.Secon
 // Start launches masters redis-server processes under dir, joins them into
 // one cluster with redis-cli --cluster create and waits until every node
 // reports cluster_state:ok with all 16384 slots assigned.
-func Start(dir string, masters int) (*Cluster, error) {
+func Start(dir string, masters int) (*Cluster, error) { return StartTLS(dir, masters, nil) }
+
+// StartTLS is Start for a cluster that serves TLS only, as t says (nil:
+// cleartext). Addrs are then TLS ports, and Client connects with Certs'
+// client certificate.
+func StartTLS(dir string, masters int, t *TLS) (*Cluster, error) {
 	if masters < 3 {
 		return nil, errors.New("a Redis Cluster needs at least 3 masters")
 	}
@@ -116,7 +134,7 @@ func Start(dir string, masters int) (*Cluster, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		c, err := start(filepath.Join(dir, "try"+strconv.Itoa(attempt)), masters)
+		c, err := start(filepath.Join(dir, "try"+strconv.Itoa(attempt)), masters, t)
 		if err == nil {
 			return c, nil
 		}
@@ -125,14 +143,14 @@ func Start(dir string, masters int) (*Cluster, error) {
 	return nil, lastErr
 }
 
-func start(dir string, masters int) (*Cluster, error) {
+func start(dir string, masters int, t *TLS) (*Cluster, error) {
 	ports, err := freePorts(masters)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{}
+	c := &Cluster{tls: t}
 	for i, p := range ports {
-		n := &node{port: p, dir: filepath.Join(dir, "node"+strconv.Itoa(i))}
+		n := &node{port: p, dir: filepath.Join(dir, "node"+strconv.Itoa(i)), tls: t}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			c.Close()
 			return nil, err
@@ -151,7 +169,11 @@ func start(dir string, masters int) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	var args []string
+	if t != nil {
+		args = []string{"--tls", "--cacert", t.Certs.CAFile, "--cert", t.Certs.ClientCertFile, "--key", t.Certs.ClientKeyFile}
+	}
+	args = append(append(args, "--cluster", "create"), c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -199,8 +221,18 @@ func portFree(p int) bool {
 }
 
 func (n *node) launch() error {
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(n.port),
+	port := []string{"--port", strconv.Itoa(n.port)}
+	if t := n.tls; t != nil {
+		auth := t.AuthClients
+		if auth == "" {
+			auth = "yes"
+		}
+		port = []string{"--port", "0", "--tls-port", strconv.Itoa(n.port), "--cluster-port", strconv.Itoa(n.port + 10000),
+			"--tls-cert-file", t.Certs.ServerCertFile, "--tls-key-file", t.Certs.ServerKeyFile,
+			"--tls-ca-cert-file", t.Certs.CAFile, "--tls-auth-clients", auth,
+			"--tls-cluster", "yes", "--tls-replication", "yes"}
+	}
+	cmd := exec.Command("redis-server", append(port,
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
 		"--daemonize", "no",
@@ -213,7 +245,7 @@ func (n *node) launch() error {
 		"--appendonly", "no",
 		"--save", "",
 		"--enable-debug-command", "local",
-	)
+	)...)
 	cmd.Dir = n.dir
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
@@ -248,8 +280,12 @@ func (n *node) log() string {
 // Client returns a plain (non-cluster) client of node i, for inspection.
 // The caller closes it.
 func (c *Cluster) Client(i int) *redis.Client {
+	var tc *tls.Config
+	if c.tls != nil {
+		tc = &tls.Config{RootCAs: c.tls.Certs.Pool, Certificates: []tls.Certificate{c.tls.Certs.Client}}
+	}
 	return redis.NewClient(&redis.Options{Addr: c.Addrs[i], DialTimeout: time.Second,
-		ReadTimeout: time.Second, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+		ReadTimeout: time.Second, MaxRetries: -1, Protocol: 2, DisableIdentity: true, TLSConfig: tc})
 }
 
 func (c *Cluster) waitPing(i int, deadline time.Time) error {
