@@ -57,10 +57,10 @@ package redisrl
 // the debt is paid back (tokens, TAT and last time as Settle writes them),
 // so every decision before that instant is refused with the exact wait.
 // That needs L <= W (at most one unit per µs; config refuses a settling
-// rule on a remote backend otherwise), and the script refuses a charge
-// whose level would reach 2^53 or whose debt would last longer than
-// MaxDebtWait µs ("ERR sluice: settlement out of range": nothing is
-// written). A refund to a key never seen (or expired: fresh) writes
+// rule on a remote backend otherwise). A charge deeper than the script holds
+// exactly (a level of 2^53 − 1 − L, or a debt of MaxDebtWait) leaves the key
+// at that deepest debt, as algorithms.SettleCapped does locally: over-use is
+// never dropped. A refund to a key never seen (or expired: fresh) writes
 // nothing. The reply is a refund's: {1, B, remaining, reset_after_us, 0,
 // eff, 0} with eff the state's new last instant.
 //
@@ -134,14 +134,19 @@ local function cdiv(a, b) return -idiv(-a, b) end
 `
 
 // settleLevel is the settlement shared by the bucket bodies (ops 2 and 3):
-// lv, the level at now, gets cost × W added (2, refused when the level
-// would reach 2^53) or taken away (3, floored at 0), and w is the wait
-// until a level beyond BW is back to BW (0 when it is not beyond), refused
-// for a charge beyond maxDebtUS.
+// lv, the level at now, gets cost × W added (2) or taken away (3, floored at
+// 0), and w is the wait until a level beyond BW is back to BW (0 when it is
+// not beyond). A charge deeper than a state holds exactly — a level of
+// 2^53 − 1 − L, or a debt of maxDebtUS — leaves the level there: the key at
+// its deepest debt, as algorithms.SettleCapped leaves a local key, rather
+// than the charge dropped (a level already deeper is left as it is).
 const settleLevel = `  if L > W then return redis.error_reply('ERR sluice: settlement needs a rate of at most one cost unit per microsecond') end
   if op == '2' then
-    if cW > 9007199254740991 - lv then return redis.error_reply('ERR sluice: settlement out of range') end
-    lv = lv + cW
+    local top = 9007199254740991 - L
+    if ` + maxDebtUS + ` * L < top - BW then top = BW + ` + maxDebtUS + ` * L end
+    if lv < top then
+      if cW > top - lv then lv = top else lv = lv + cW end
+    end
   else
     lv = lv - cW
     if lv < 0 then lv = 0 end

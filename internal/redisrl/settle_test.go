@@ -237,7 +237,6 @@ func TestSettleEdges(t *testing.T) {
 				r   Request
 				msg string
 			}{
-				{Request{Kind: kind, Params: p, Key: key, Settle: algorithms.MaxSettle}, "out of range"},
 				{Request{Kind: kind, Params: algorithms.Params{Limit: 2_000_000, Window: time.Second, Burst: 5}, Key: key, Settle: 1}, "one cost unit per microsecond"},
 			} {
 				if _, err := h.run(&q.r); err == nil || !strings.Contains(err.Error(), q.msg) {
@@ -246,6 +245,20 @@ func TestSettleEdges(t *testing.T) {
 			}
 			if after, _ := pc.Get(ctx, string(key)).Result(); after != before {
 				t.Error("a refused settlement wrote the key")
+			}
+			// A charge beyond what a state holds exactly (here the level's 2^53:
+			// 10/s of 10^6 µs-units each, about 28.5 years of debt) leaves the key at
+			// that deepest debt, and a second one leaves it there, as SettleCapped does
+			// locally: the over-use is not dropped.
+			deepest := time.Duration((1<<53-1-10-5_000_000)/10) * time.Microsecond
+			for i := 0; i < 2; i++ {
+				if _, err := h.run(&Request{Kind: kind, Params: p, Key: key, Settle: algorithms.MaxSettle}); err != nil {
+					t.Fatalf("a charge of MaxSettle: %v", err)
+				}
+				d, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: 1})
+				if err != nil || d.Allowed || d.RetryAfter < deepest-time.Second || d.RetryAfter > deepest+time.Second {
+					t.Fatalf("after a charge of MaxSettle (%d): %+v %v, want denied for %v", i, d, err, deepest)
+				}
 			}
 		})
 	}

@@ -117,7 +117,6 @@ func TestSettleErrors(t *testing.T) {
 		{"plus", settleDesc(tb, "+3"), codes.InvalidArgument, "must be a non-zero decimal integer"},
 		{"too large", settleDesc(tb, "-1000000000001"), codes.InvalidArgument, "must be a non-zero decimal integer of at most 1000000000000"},
 		{"too fast", settleDesc(inlineDesc("b", "leaky_bucket", 2_000_000, time.Second, 0, "k"), "5"), codes.InvalidArgument, "at most one cost unit per microsecond"},
-		{"out of the script's range", settleDesc(inlineDesc("b", "token_bucket", 10, 100*time.Hour, 0, uniq("k")), "1000000000000"), codes.Unavailable, "settlement out of range"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "mesh", Descriptors: []*ratelimitv3.RateLimitDescriptor{tc.d}})
@@ -125,5 +124,19 @@ func TestSettleErrors(t *testing.T) {
 				t.Fatalf("got %v, want %v containing %q", err, tc.code, tc.msg)
 			}
 		})
+	}
+}
+
+// A charge deeper than the script holds exactly leaves the key at its deepest debt (as a
+// local rule's), answered OK: the over-use is kept, and the key refuses for a long time.
+func TestSettleDeepestDebt(t *testing.T) {
+	_, c := serve(t, Options{InlineDomains: []string{"mesh"}})
+	d := inlineDesc("b", "token_bucket", 10, 100*time.Hour, 0, uniq("k"))
+	if r := call(t, c, "mesh", settleDesc(d, "1000000000000")); r.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("a charge of 10^12: %v", r)
+	}
+	r := call(t, c, "mesh", d)
+	if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[0].DurationUntilReset.AsDuration() < 24*time.Hour*365 {
+		t.Fatalf("after the deepest debt: %v, want OVER_LIMIT for years", r)
 	}
 }
