@@ -67,8 +67,8 @@ type bodyWaits struct {
 	// records, so that a request decided early leaves it at once.
 	first, last *bodyWait
 	free        []*bodyWait
-	flowed  bool // a body chunk reached a held request: the host passes bodies while headers wait
-	warned  bool
+	flowed      bool // a body chunk reached a held request: the host passes bodies while headers wait
+	warned      bool
 }
 
 // bodyWait is one request whose body is read for its reservation.
