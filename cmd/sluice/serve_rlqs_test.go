@@ -57,7 +57,7 @@ func TestServeRLQS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tb := r.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb.GetMaxTokens() != 5 {
+	if tb := r.GetBucketAction()[len(r.GetBucketAction())-1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb.GetMaxTokens() != 5 {
 		t.Fatalf("answer %v: want a token bucket of 5 (the floor, a tenth of 50)", r)
 	}
 	resp, err := http.Get("http://" + a.admin + "/metrics")

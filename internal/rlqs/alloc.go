@@ -120,9 +120,9 @@ if cws ~= ws then h = -1 end
 local avail = L - T
 if avail < 0 then avail = 0 end
 local g = 0
-if h < 0 or h < r * 2 * I / 1000000 then
+if h < 0 or h < r * 1.5 * I / 1000000 then
   local floor = math.max(1, math.floor(L / (10 * n)))
-  local want = math.max(math.ceil(r * 4 * I / 1000000), floor)
+  local want = math.max(math.ceil(r * 3 * I / 1000000), floor)
   local fair
   if sumr > 0 then fair = math.floor(avail * r / sumr) else fair = math.floor(avail / n) end
   if fair < floor then fair = floor end

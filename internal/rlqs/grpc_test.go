@@ -119,7 +119,7 @@ func TestStreamAnswersPerBucket(t *testing.T) {
 			t.Errorf("TTL %v: want whole seconds, at least 2", ttl)
 		}
 	}
-	want := "token_bucket 10,token_bucket 4,allow_all,allow_all,deny_all,allow_all"
+	want := "deny_all,token_bucket 10,deny_all,token_bucket 4,allow_all,allow_all,deny_all,allow_all" // a grant: DENY_ALL, then its bucket
 	if strings.Join(got, ",") != want {
 		t.Errorf("got %s, want %s", strings.Join(got, ","), want)
 	}

@@ -454,7 +454,7 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 	cfg := s.o.Config()
 	// One action per bucket, in the report's order (none for a bucket
 	// whose allocation failed).
-	slots := make([]*pb.RateLimitQuotaResponse_BucketAction, len(order))
+	slots := make([][]*pb.RateLimitQuotaResponse_BucketAction, len(order))
 	var jobs []*job
 	for i, u := range order {
 		b := st.buckets[u.key]
@@ -488,7 +488,7 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 			} else if now.Sub(b.idleSince) >= s.o.AbandonAfter {
 				delete(st.buckets, u.key)
 				s.Metrics.with(st.domain, func(d *domainStats) { d.buckets--; d.actions[actionAbandon]++ })
-				slots[i] = (&pb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
+				slots[i] = one(&pb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
 					BucketAction: &pb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &pb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
 				continue
 			}
@@ -500,7 +500,7 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 		switch {
 		case mt == nil || mt.Limit.Unlimited || mt.Limit.Shadow:
 			s.Metrics.with(st.domain, func(d *domainStats) { d.nolimit++ })
-			slots[i] = st.blanket(b, kindAllow, now)
+			slots[i] = one(st.blanket(b, kindAllow, now))
 			continue
 		case mt.Limit.Kind != algorithms.FixedWindow:
 			s.Metrics.with(st.domain, func(d *domainStats) { d.unsupported++ })
@@ -509,12 +509,12 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 				s.o.Logger.Warn("rlqs: only fixed_window limits are served over RLQS; the bucket is answered ALLOW_ALL",
 					"domain", st.domain, "limit", mt.FullKey, "algorithm", mt.Limit.Kind.String())
 			}
-			slots[i] = st.blanket(b, kindAllow, now)
+			slots[i] = one(st.blanket(b, kindAllow, now))
 			continue
 		}
 		s.Metrics.with(st.domain, func(d *domainStats) { d.used += u.allowed; d.denied += u.denied })
 		if mt.Limit.Params.Limit == 0 {
-			slots[i] = st.blanket(b, kindDeny, now)
+			slots[i] = one(st.blanket(b, kindDeny, now))
 			continue
 		}
 		key := Key(st.domain, mt.KeyPart)
@@ -553,10 +553,8 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 		slots[j.slot] = st.apply(j, now)
 	}
 	out := &pb.RateLimitQuotaResponse{}
-	for _, a := range slots {
-		if a != nil {
-			out.BucketAction = append(out.BucketAction, a)
-		}
+	for _, as := range slots {
+		out.BucketAction = append(out.BucketAction, as...)
 	}
 	return out, nil
 }
@@ -601,9 +599,7 @@ func (st *stream) push(ctx context.Context) *pb.RateLimitQuotaResponse {
 			j.b.windowEnd = now.Add(time.Second) // try again
 			continue
 		}
-		if a := st.apply(j, now); a != nil {
-			out.BucketAction = append(out.BucketAction, a)
-		}
+		out.BucketAction = append(out.BucketAction, st.apply(j, now)...)
 	}
 	return out
 }
@@ -627,13 +623,21 @@ func (st *stream) run(ctx context.Context, jobs []*job) {
 }
 
 // apply turns an allocation into the bucket's action.
-func (st *stream) apply(j *job, now time.Time) *pb.RateLimitQuotaResponse_BucketAction {
+//
+// A new token bucket is sent after a DENY_ALL for the same bucket, in one
+// response: Envoy applies a response's actions in order and publishes the
+// result once, so no request sees the DENY_ALL, and the token bucket
+// replaces a blanket rule, which Envoy always creates full (replacing a
+// token bucket, Envoy 1.40 starts the new one as full as the old one was,
+// e.g. empty after an empty one).
+func (st *stream) apply(j *job, now time.Time) []*pb.RateLimitQuotaResponse_BucketAction {
 	b, s := j.b, st.s
 	if j.err != nil {
 		s.Metrics.redisError()
 		s.o.Logger.Warn("rlqs: allocation failed; the Envoy keeps its assignment until its TTL", "domain", st.domain, "err", j.err)
 		return nil
 	}
+	grant := false
 	r := j.res
 	b.windowEnd = now.Add(r.Left)
 	switch {
@@ -647,6 +651,7 @@ func (st *stream) apply(j *job, now time.Time) *pb.RateLimitQuotaResponse_Bucket
 		b.nanos = int32(st.seq % 1_000_000_000)
 		b.sentAt, b.refreshedAt = now, now
 		s.Metrics.with(st.domain, func(d *domainStats) { d.assigned += uint64(r.Grant); d.actions[actionTokenBucket]++ })
+		grant = true
 	case j.valid && b.ws == r.WindowStart:
 		b.refreshedAt = now
 		s.Metrics.with(st.domain, func(d *domainStats) { d.actions[actionRepeat]++ })
@@ -655,7 +660,23 @@ func (st *stream) apply(j *job, now time.Time) *pb.RateLimitQuotaResponse_Bucket
 		b.sentAt, b.refreshedAt = now, now
 		s.Metrics.with(st.domain, func(d *domainStats) { d.actions[actionDenyAll]++ })
 	}
-	return st.action(b)
+	if grant {
+		return []*pb.RateLimitQuotaResponse_BucketAction{denyAll(b), st.action(b)}
+	}
+	return one(st.action(b))
+}
+
+func one(a *pb.RateLimitQuotaResponse_BucketAction) []*pb.RateLimitQuotaResponse_BucketAction {
+	return []*pb.RateLimitQuotaResponse_BucketAction{a}
+}
+
+// denyAll is a DENY_ALL for b (the first of a grant's two actions).
+func denyAll(b *bucket) *pb.RateLimitQuotaResponse_BucketAction {
+	return &pb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
+		BucketAction: &pb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &pb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(b.ttl),
+			RateLimitStrategy:    &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}},
+		}}}
 }
 
 // blanket answers b with ALLOW_ALL or DENY_ALL (no limit to allocate).

@@ -128,9 +128,13 @@ func (e *simEnvoy) apply(now time.Time) {
 			ns := qa.GetRateLimitStrategy()
 			if tb := ns.GetTokenBucket(); tb != nil {
 				old := e.strategy.GetTokenBucket()
-				if old == nil || old.GetMaxTokens() != tb.GetMaxTokens() || old.GetTokensPerFill().GetValue() != tb.GetTokensPerFill().GetValue() ||
-					old.GetFillInterval().GetNanos() != tb.GetFillInterval().GetNanos() {
+				switch {
+				case old == nil:
 					e.tokens, e.tag = int64(tb.GetMaxTokens()), p.tag
+				case old.GetMaxTokens() != tb.GetMaxTokens() || old.GetTokensPerFill().GetValue() != tb.GetTokensPerFill().GetValue() ||
+					old.GetFillInterval().GetNanos() != tb.GetFillInterval().GetNanos():
+					// Envoy 1.40: as full as the replaced bucket was.
+					e.tokens, e.tag = int64(tb.GetMaxTokens())*e.tokens/int64(old.GetMaxTokens()), p.tag
 				}
 			} else {
 				e.tokens = 0
