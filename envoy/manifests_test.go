@@ -424,9 +424,9 @@ func TestManifestImageReferences(t *testing.T) {
 		total += n
 	}
 	// sluice in istio-wasmplugin, -rls, istio-routes; sluice-redis in higress-wasmplugin;
-	// sluice-serve in istio-ratelimit-service.
-	if total != 5 {
-		t.Errorf("%d references to sluice's images, want 5", total)
+	// sluice-serve in istio-ratelimit-service and istio-rlqs.
+	if total != 6 {
+		t.Errorf("%d references to sluice's images, want 6", total)
 	}
 
 	data, err := os.ReadFile("istio-wasmplugin.yaml")
