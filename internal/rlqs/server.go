@@ -35,9 +35,12 @@ import (
 
 // Defaults of the Options bounds.
 const (
-	DefaultMaxBucketsPerReport = 1024
+	// Envoy reports every bucket it has in one message: a report may name
+	// as many buckets as a stream may have. 4 MiB is also gRPC's default
+	// bound on a received message.
+	DefaultMaxBucketsPerReport = 10000
 	DefaultMaxBucketsPerStream = 10000
-	DefaultMaxReportBytes      = 1 << 20
+	DefaultMaxReportBytes      = 4 << 20
 	DefaultMaxEntries          = 16
 	DefaultMaxEntryBytes       = 512
 	DefaultSendQueue           = 16
