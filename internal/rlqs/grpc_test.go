@@ -297,3 +297,34 @@ func TestAllocateConcurrentExact(t *testing.T) {
 		t.Fatalf("grants sum to %d, want exactly the limit 1000", total)
 	}
 }
+
+// A stream that names more buckets than MaxBucketsPerStream, over several
+// reports, ends with RESOURCE_EXHAUSTED: its memory is bounded.
+func TestStreamBucketsBounded(t *testing.T) {
+	s := New(Options{Backend: backend(t), Config: func() *rls.Config { return config(t, grpcConfig) }, MaxBucketsPerStream: 3})
+	st := open(t, listen(t, s))
+	k := uniq(t)
+	report := func(vals ...string) *pb.RateLimitQuotaUsageReports {
+		m := &pb.RateLimitQuotaUsageReports{Domain: "d"}
+		for _, v := range vals {
+			m.BucketQuotaUsages = append(m.BucketQuotaUsages, usage(map[string]string{"nothing": k + v}, 1, 0))
+		}
+		return m
+	}
+	if err := st.Send(report("a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(report("a", "c")); err != nil { // 3 buckets: still fine
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(report("d")); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, st, codes.ResourceExhausted, "more than 3 buckets on one stream")
+}
