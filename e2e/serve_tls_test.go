@@ -67,21 +67,7 @@ func renderRLSEnvoyTLS(b rlsBootstrap, socket string) func(EnvoySite) ([]byte, e
 // with failure_mode_deny its requests answer 500, counted as ratelimit errors.
 func TestEnvoyRateLimitFilterMTLS(t *testing.T) {
 	skipShort(t, "runs real Envoy and sluice serve over TLS")
-	redistest.SkipShort(t)
-	certs, err := redistest.NewCerts(t.TempDir(), "rls.sluice.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "sluice-e2e-redis-tls-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	c, err := redistest.StartTLS(dir, 3, &redistest.TLS{Certs: certs, AuthClients: "yes"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c, certs := redistest.StartTLSTest(t, "rls.sluice.test")
 	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
 		domain := rlsName(tg, "mtls")
 		cfgPath := filepath.Join(t.TempDir(), "ratelimit.yaml")

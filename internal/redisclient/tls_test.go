@@ -14,23 +14,7 @@ import (
 // startTLSCluster starts a Redis Cluster that speaks TLS only (no cleartext
 // port, TLS on the cluster bus too), requiring client certificates.
 func startTLSCluster(t *testing.T) (*redistest.Cluster, *redistest.Certs) {
-	t.Helper()
-	redistest.SkipShort(t)
-	certs, err := redistest.NewCerts(t.TempDir(), "redis.sluice.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "sluice-redis-tls-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	c, err := redistest.StartTLS(dir, 3, &redistest.TLS{Certs: certs, AuthClients: "yes"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c, certs
+	return redistest.StartTLSTest(t, "redis.sluice.test")
 }
 
 // keysOnEveryNode returns one key served by each node of c.

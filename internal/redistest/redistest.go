@@ -454,3 +454,28 @@ func crc16(b []byte) uint16 {
 	}
 	return crc
 }
+
+// StartTLSTest starts, for tb, a Redis Cluster of three masters that speaks TLS only (no
+// cleartext port, TLS on the cluster bus too) and requires client certificates, with
+// certificates made for it (the server's for 127.0.0.1 and serverName); tb's cleanup
+// stops it. It skips under -short, as SkipShort.
+func StartTLSTest(tb testing.TB, serverName string) (*Cluster, *Certs) {
+	tb.Helper()
+	SkipShort(tb)
+	certs, err := NewCerts(tb.TempDir(), serverName)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Outside tb.TempDir: the nodes' sockets and files need a short path.
+	dir, err := os.MkdirTemp("", "sluice-redis-tls-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	c, err := StartTLS(dir, 3, &TLS{Certs: certs, AuthClients: "yes"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c, certs
+}

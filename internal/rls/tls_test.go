@@ -22,21 +22,7 @@ import (
 // client certificates; with a CA that did not sign the nodes' certificates
 // every call is UNAVAILABLE, naming the certificate error.
 func TestClusterBackendTLS(t *testing.T) {
-	redistest.SkipShort(t)
-	certs, err := redistest.NewCerts(t.TempDir(), "redis.sluice.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "sluice-rls-tls-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	c, err := redistest.StartTLS(dir, 3, &redistest.TLS{Certs: certs, AuthClients: "yes"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c, certs := redistest.StartTLSTest(t, "redis.sluice.test")
 
 	open := func(tc *tls.Config) pb.RateLimitServiceClient {
 		b, err := NewClusterBackend(c.Addrs[:1], "", "", redisclient.Options{TLS: tc}, 5*time.Second)
