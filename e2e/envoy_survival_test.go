@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,7 +136,10 @@ func checkSurvivalMetrics(t *testing.T, e *envoyproc.Envoy, n int) int64 {
 
 // sendSurvivalTraffic sends n hostile requests to base over envoySurvivalClients
 // connections (each client its requests in sequence), bounded by timeout.
-func sendSurvivalTraffic(t *testing.T, base string, n int, timeout time.Duration) survivalResult {
+//
+// stop, if not nil, is asked after each response (with the result so far): true sends no
+// further request (those in flight complete).
+func sendSurvivalTraffic(t *testing.T, base string, n int, timeout time.Duration, stop func(*survivalResult) bool) survivalResult {
 	t.Helper()
 	filler := strings.Repeat("f", 1024)
 	var cookie, query strings.Builder
@@ -157,13 +161,14 @@ func sendSurvivalTraffic(t *testing.T, base string, n int, timeout time.Duration
 	res := survivalResult{statuses: map[int]int{}, first: -1, perClient: make([][]int, envoySurvivalClients)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var stopped atomic.Bool
 	start := time.Now()
 	for g := 0; g < envoySurvivalClients; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
 			for i := g; i < n; i += envoySurvivalClients {
-				if ctx.Err() != nil {
+				if ctx.Err() != nil || stopped.Load() {
 					return
 				}
 				size := envoySurvivalSizes[i%len(envoySurvivalSizes)]
@@ -217,6 +222,9 @@ func sendSurvivalTraffic(t *testing.T, base string, n int, timeout time.Duration
 						res.firstBody = string(r.body)
 					}
 				}
+				if stop != nil && stop(&res) {
+					stopped.Store(true)
+				}
 				mu.Unlock()
 			}
 		}(g)
@@ -262,7 +270,7 @@ func TestEnvoySurvival(t *testing.T) {
 		t.Parallel()
 		e := startEnvoy(t, tg, 1, renderEnvoySurvivalStage("", window))
 		p := envoyProxy(t, e)
-		res := sendSurvivalTraffic(t, p.url, envoySurvivalRequests, 3*time.Minute)
+		res := sendSurvivalTraffic(t, p.url, envoySurvivalRequests, 3*time.Minute, nil)
 		checkSurvived(t, e, res)
 	})
 }

@@ -62,16 +62,19 @@ var vmDeathLines = []*regexp.Regexp{
 // without the wasmpatch shim, so the Go runtime's poll_oneoff calls reach the host.
 //
 // Envoy before 1.39 (cpp-host without PR #533, here 1.36.4) answers ENOSYS. What this test
-// saw there, every run: the VM dies within the first few hundred requests (the index varies,
-// 159 to 485 in six runs: the guest's collection at the start of a callback restarts the world,
-// the runtime's netpoll calls poll_oneoff, ENOSYS, runtime.throw, whose usleep calls it again:
-// "panic during panic", abort, "Function: proxy_on_… failed: Uncaught RuntimeError:
-// unreachable"); FAIL_CLOSED answers every later request 503 and the VM never comes back.
+// saw there, every run: the VM dies within the first few thousand requests — the guest's
+// collection at the start of a callback restarts the world, the runtime's netpoll calls
+// poll_oneoff, ENOSYS, runtime.throw, whose usleep calls it again: "panic during panic",
+// abort, "Function: proxy_on_… failed: Uncaught RuntimeError: unreachable"; FAIL_CLOSED
+// answers every later request 503 and the VM never comes back. The index follows the guest's
+// collections, so its allocation rate: 159 to 485 in six runs of an early build, 1,973 to
+// 3,455 in six of the current one, once beyond 4,000; so the control sends until it has seen
+// the death (unpatchedDeadAnswers dead answers), at most unpatchedMaxRequests.
 // Envoy keeps the dead VM: wasm.envoy.wasm.runtime.v8 created and active do not move and no
 // vm_reload is counted, so of checkEnvoyHealthy's signals the log is the one that fires —
 // the test asserts that it does (the harness sees the death), and that the lifecycle counters
 // stay as they are (so that a change there is noticed). When exactly the VM dies is not
-// deterministic and is not asserted, only that it does within the 4,000 requests.
+// deterministic and is not asserted, only that it does within unpatchedMaxRequests.
 //
 // From 1.39 on (here 1.40.0) cpp-host answers poll_oneoff itself (no events, success, as the
 // shim does): the unpatched module survives the stage exactly as the shipped one.
@@ -86,21 +89,33 @@ func TestEnvoyUnpatched(t *testing.T) {
 		}
 		e := startEnvoy(t, tg, 1, renderEnvoySurvivalStage(wasm, window))
 		p := envoyProxy(t, e)
-		res := sendSurvivalTraffic(t, p.url, envoySurvivalRequests, 3*time.Minute)
 		if fixed {
-			checkSurvived(t, e, res)
+			checkSurvived(t, e, sendSurvivalTraffic(t, p.url, envoySurvivalRequests, 3*time.Minute, nil))
 			return
 		}
+		// Until the VM has answered unpatchedDeadAnswers requests dead, or at most
+		// unpatchedMaxRequests.
+		res := sendSurvivalTraffic(t, p.url, unpatchedMaxRequests, 3*time.Minute, func(r *survivalResult) bool {
+			return r.statuses[503] >= unpatchedDeadAnswers
+		})
 		checkVMDeath(t, e, res)
 	})
 }
+
+// The control's traffic on an Envoy whose cpp-host lacks PR #533: at most
+// unpatchedMaxRequests, ending once unpatchedDeadAnswers requests got the dead VM's 503
+// (enough to see FAIL_CLOSED keep it dead).
+const (
+	unpatchedMaxRequests = 16000
+	unpatchedDeadAnswers = 300
+)
 
 // checkVMDeath asserts what an Envoy without cpp-host PR #533 does with the unpatched
 // module (see TestEnvoyUnpatched).
 func checkVMDeath(t *testing.T, e *envoyproc.Envoy, res survivalResult) {
 	t.Helper()
-	if res.sent != envoySurvivalRequests || res.errors != 0 {
-		t.Errorf("%d of %d requests sent, %d transport errors (first: %v)", res.sent, envoySurvivalRequests, res.errors, res.firstErr)
+	if res.errors != 0 {
+		t.Errorf("%d requests sent, %d transport errors (first: %v)", res.sent, res.errors, res.firstErr)
 	}
 	for s := range res.statuses {
 		if s != 200 && s != 429 && s != 503 {
