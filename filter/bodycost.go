@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"errors"
 	"time"
 
 	"github.com/sluice-proxy/sluice/config"
@@ -80,13 +79,11 @@ type bodyWait struct {
 	reading  bool // the body is still being read (the request is undecided): in the list
 	prev     *bodyWait
 	next     *bodyWait
-	// vals[i], found[i]: rules[i]'s value, taken when its max_body was reached
-	// or the body ended.
+	// vals[i], taken[i]: the value for rules[i] (path i; 0: the default),
+	// taken when its max_body was reached or the body ended.
 	vals  []int64
 	taken []bool
 }
-
-var errNoBodyResume = errors.New(`a cost read from the request body ("json") needs a host that can resume a paused request (proxy_set_effective_context, proxy_continue_stream, proxy_set_tick_period_milliseconds)`)
 
 // newBodyWaits prepares the rules whose reservation is read from the body;
 // nil when none is.
@@ -105,17 +102,16 @@ func newBodyWaits(p *Plugin, rules []*rule) (*bodyWaits, error) {
 		if t := int64(src.BodyTimeout); bw.timeout == 0 || t < bw.timeout {
 			bw.timeout = t
 		}
-		r.cost.mBody = new(uint32)
-		if err := defineMetric(p.host, abi.MetricCounter, RuleMetric(r.id, BodyCostMetrics[0]), r.cost.mBody); err != nil {
+		if err := defineMetric(p.host, abi.MetricCounter, RuleMetric(r.id, BodyCostMetrics[0]), &r.cost.mBody); err != nil {
 			return nil, err
 		}
 	}
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	h, ok := p.host.(resumer)
-	if _, ticks := p.host.(tickHost); !ok || !ticks {
-		return nil, errNoBodyResume
+	h, err := resumingHost(p.host, `a cost read from the request body ("json")`)
+	if err != nil {
+		return nil, err
 	}
 	ps, err := usage.Compile(paths...)
 	if err != nil {
@@ -215,7 +211,7 @@ func (bw *bodyWaits) feed(w *bodyWait, b []byte) {
 
 // take fixes rules[i]'s value from what w's reader holds now.
 func (bw *bodyWaits) take(w *bodyWait, i int) {
-	v, st := w.ext.Value(bw.rules[i].cost.bodyIdx)
+	v, st := w.ext.Value(i)
 	if st != usage.Found || v < 1 || v > config.MaxLimit {
 		v = 0 // the default
 	}
@@ -239,12 +235,8 @@ func (bw *bodyWaits) decide(s *stream) abi.Action {
 // units is what rule r reserves for s: the value its body gave, else the
 // default.
 func (bw *bodyWaits) units(s *stream, r *rule) int64 {
-	if w := s.body; w != nil && !w.reading {
-		for i, br := range bw.rules {
-			if br == r && w.vals[i] > 0 {
-				return w.vals[i]
-			}
-		}
+	if w := s.body; w != nil && !w.reading && w.vals[r.cost.bodyIdx] > 0 {
+		return w.vals[r.cost.bodyIdx]
 	}
 	return r.cost.src.Default
 }
@@ -295,7 +287,7 @@ func (bw *bodyWaits) expire(now int64, all bool) {
 		act := bw.decide(s)
 		for _, r := range bw.rules {
 			if r.applies {
-				bw.p.host.IncrementMetric(*r.cost.mBody, 1)
+				bw.p.host.IncrementMetric(r.cost.mBody, 1)
 			}
 		}
 		if act == abi.ActionContinue && !s.denied {

@@ -62,9 +62,10 @@ type ruleCost struct {
 	settler algorithms.Settler // resp != nil
 	m       struct{ reserved, settled, refunded, excess, noUsage uint32 }
 	// A reservation read from the request body (src.JSON, bodycost.go): the
-	// path's index in the Plugin's bodyWaits, and the body_timeouts metric.
+	// rule's index in the Plugin's bodyWaits (its rules and its paths), and
+	// the body_timeouts metric.
 	bodyIdx int
-	mBody   *uint32
+	mBody   uint32
 }
 
 // billItem is one rule's pending settlement of a stream.

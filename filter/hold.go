@@ -104,7 +104,15 @@ type holds struct {
 	rec  abi.MetricRecorder
 }
 
-var errNoResume = errors.New(`"delay" needs a host that can resume a paused request (proxy_set_effective_context, proxy_continue_stream, proxy_set_tick_period_milliseconds)`)
+// resumingHost is h as a host that resumes paused requests from the root's tick, or an
+// error saying that what (a feature) needs one.
+func resumingHost(h abi.Host, what string) (resumer, error) {
+	r, ok := h.(resumer)
+	if _, ticks := h.(tickHost); !ok || !ticks {
+		return nil, errors.New(what + " needs a host that can resume a paused request (proxy_set_effective_context, proxy_continue_stream, proxy_set_tick_period_milliseconds)")
+	}
+	return r, nil
+}
 
 // newHolds prepares the delay of every rule that has one; nil when none has.
 func newHolds(p *Plugin, rules []*rule) (*holds, error) {
@@ -130,9 +138,9 @@ func newHolds(p *Plugin, rules []*rule) (*holds, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	h, ok := p.host.(resumer)
-	if _, ticks := p.host.(tickHost); !ok || !ticks {
-		return nil, errNoResume
+	h, err := resumingHost(p.host, `"delay"`)
+	if err != nil {
+		return nil, err
 	}
 	hs := &holds{p: p, h: h, nDel: n}
 	hs.rec, _ = p.host.(abi.MetricRecorder)
