@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"crypto/sha256"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,8 +30,8 @@ func budgetBodyConfig(timeout string) string {
 }
 
 // bodyReq is a chat completion whose JSON body carries max_tokens (a number; < 0: none)
-// after pad bytes of message content.
-func bodyReq(bp *budgetProxy, key, id string, maxTokens int, usage int64, pad int) *http.Request {
+// after pad bytes of message content; it returns the request and its body.
+func bodyReq(bp *budgetProxy, key, id string, maxTokens int, usage int64, pad int) (*http.Request, []byte) {
 	var b strings.Builder
 	b.WriteString(`{"model":"e2e-model","messages":[{"role":"user","content":"`)
 	b.WriteString(strings.Repeat("p", pad))
@@ -46,7 +45,7 @@ func bodyReq(bp *budgetProxy, key, id string, maxTokens int, usage int64, pad in
 	req.Header.Set("X-Api-Key", key)
 	req.Header.Set("X-Test-Id", id)
 	req.Header.Set("X-Test-Usage", strconv.FormatInt(usage, 10))
-	return req
+	return req, []byte(b.String())
 }
 
 // budgetBodySuite: the reservation comes from the body, decided as soon as it is in (not
@@ -56,8 +55,7 @@ func budgetBodySuite(t *testing.T, bp *budgetProxy) {
 	t.Run("Reserve", func(t *testing.T) {
 		const key = "body-reserve"
 		before := bp.metrics(t)
-		req := bodyReq(bp, key, key, 300, 40, 10)
-		sent, _ := io2bytes(req)
+		req, sent := bodyReq(bp, key, key, 300, 40, 10)
 		began := time.Now()
 		r := doOn(bp.clients[0], req)
 		mustStatus(t, "a reservation of 300 from the body", r, 200)
@@ -73,9 +71,11 @@ func budgetBodySuite(t *testing.T, bp *budgetProxy) {
 		const key = "body-refused"
 		before := bp.metrics(t)
 		start := time.Now()
-		r := doOn(bp.clients[1], bodyReq(bp, key, key+"-1", 800, 800, 10))
+		req, _ := bodyReq(bp, key, key+"-1", 800, 800, 10)
+		r := doOn(bp.clients[1], req)
 		mustStatus(t, "800 of 1000", r, 200)
-		r = doOn(bp.clients[0], bodyReq(bp, key, key+"-2", 300, 10, 10))
+		req, _ = bodyReq(bp, key, key+"-2", 300, 10, 10)
+		r = doOn(bp.clients[0], req)
 		mustStatus(t, "300 with 200 left", r, 429)
 		checkRetryAfter(t, r, 100, start)
 		if n := bp.up.requests(key); n != 1 {
@@ -91,8 +91,7 @@ func budgetBodySuite(t *testing.T, bp *budgetProxy) {
 		// reservation is the default; the whole body still reaches the upstream.
 		const key = "body-large"
 		before := bp.metrics(t)
-		req := bodyReq(bp, key, key, 700, 50, 200<<10)
-		sent, _ := io2bytes(req)
+		req, sent := bodyReq(bp, key, key, 700, 50, 200<<10)
 		r := doOn(bp.clients[1], req)
 		mustStatus(t, "a 200 KiB body", r, 200)
 		if got := bp.up.received(key); !bytes.Equal(got, sent) {
@@ -103,7 +102,8 @@ func budgetBodySuite(t *testing.T, bp *budgetProxy) {
 	t.Run("Absent", func(t *testing.T) {
 		const key = "body-absent"
 		before := bp.metrics(t)
-		r := doOn(bp.clients[0], bodyReq(bp, key, key, -1, 100, 10))
+		req, _ := bodyReq(bp, key, key, -1, 100, 10)
+		r := doOn(bp.clients[0], req)
 		mustStatus(t, "a body without max_tokens", r, 200)
 		bp.waitMetrics(t, key, before, map[string]int64{"llm.reserved": 100, "llm.settled": 1, "llm.allowed": 1})
 	})
@@ -117,8 +117,7 @@ func budgetBodySuite(t *testing.T, bp *budgetProxy) {
 func budgetBodyTimeout(t *testing.T, bp *budgetProxy) {
 	const key = "body-timeout"
 	before := bp.metrics(t)
-	req := bodyReq(bp, key, key, 300, 20, 10)
-	sent, _ := io2bytes(req)
+	req, sent := bodyReq(bp, key, key, 300, 20, 10)
 	began := time.Now()
 	r := doOn(bp.clients[0], req)
 	took := time.Since(began)
@@ -134,20 +133,6 @@ func budgetBodyTimeout(t *testing.T, bp *budgetProxy) {
 		t.Errorf("llm.body_timeouts moved by %d, want 1", d)
 	}
 	t.Logf("decided at body_timeout: answered in %v", took.Round(time.Millisecond))
-}
-
-func io2bytes(req *http.Request) ([]byte, error) {
-	if req.GetBody == nil {
-		return nil, fmt.Errorf("no GetBody")
-	}
-	rc, err := req.GetBody()
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	var b bytes.Buffer
-	_, err = b.ReadFrom(rc)
-	return b.Bytes(), err
 }
 
 // TestEnvoyBudgetBody: with allow_on_headers_stop_iteration the body reaches the filter

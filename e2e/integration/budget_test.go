@@ -17,11 +17,39 @@ import (
 // the stream's end; the guest allocates nothing per request once its bills are pooled
 // (sluice_debug build, as TestGuestAllocationsPerRequest).
 func TestGuestAllocationsPerSettledRequest(t *testing.T) {
-	wasm := filtertest.Wasm(t, "sluice_debug")
 	cfg := `{"rules":[{"name":"llm","key":[{"header":"x-api-key"}],"algorithm":"token_bucket","limit":1000000000,"window":"1h",
 	  "cost":{"request":{"header":"x-max-tokens","default":500},"response":{"usage":"openai"}}}],"response":{"headers":"both"}}`
-	h, err := host.New(context.Background(), host.Options{Wasm: wasm, PluginConfig: []byte(cfg), Workers: 1,
-		Logger: slog.New(slog.NewTextHandler(new(bytes.Buffer), nil))})
+	req := &host.Request{Method: "POST", Path: "/v1/chat/completions", Authority: "example.test", RemoteAddr: "192.0.2.10:40000",
+		Headers: [][2]string{{"x-api-key", "k1"}, {"x-max-tokens", "400"}}}
+	// Each reserved 400 and used 42.
+	allocationsPerBudgetRequest(t, "settled request", host.Options{PluginConfig: []byte(cfg)}, req, "sluice.llm.refunded", 400-42)
+}
+
+// TestGuestAllocationsPerBodyReservation: a reservation read from the JSON request body
+// (the headers held while the body is read, as with Envoy's
+// allow_on_headers_stop_iteration), settled by the response's usage, allocates nothing
+// in the guest per request once warm.
+func TestGuestAllocationsPerBodyReservation(t *testing.T) {
+	cfg := `{"rules":[{"name":"llm","key":[{"header":"x-api-key"}],"algorithm":"token_bucket","limit":1000000000,"window":"1h",
+	  "cost":{"request":{"json":"max_tokens","default":500},"response":{"usage":"openai"}}}],"response":{"headers":"both"}}`
+	req := &host.Request{Method: "POST", Path: "/v1/chat/completions", Authority: "example.test", RemoteAddr: "192.0.2.10:40000",
+		Headers: [][2]string{{"x-api-key", "k1"}, {"content-type", "application/json"}},
+		Body:    []byte(`{"model":"m","messages":[{"role":"user","content":"Count to five."}],"max_tokens":400}`)}
+	// Each reserved the body's max_tokens, 400.
+	allocationsPerBudgetRequest(t, "request reserved from its body", host.Options{PluginConfig: []byte(cfg), AllowOnHeadersStopIteration: true},
+		req, "sluice.llm.reserved", 400)
+}
+
+// allocationsPerBudgetRequest sends req through the sluice_debug module (one worker, opts)
+// to an upstream answering an OpenAI completion that used 42 tokens: 500 requests to warm
+// up, then 10,000 during which metric must grow by per for each and the guest must
+// allocate nothing.
+func allocationsPerBudgetRequest(t *testing.T, what string, opts host.Options, req *host.Request, metric string, per int64) {
+	t.Helper()
+	opts.Wasm = filtertest.Wasm(t, "sluice_debug")
+	opts.Workers = 1
+	opts.Logger = slog.New(slog.NewTextHandler(new(bytes.Buffer), nil))
+	h, err := host.New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,13 +59,11 @@ func TestGuestAllocationsPerSettledRequest(t *testing.T) {
 	up := func(*host.Request) *host.Response {
 		return &host.Response{Status: 200, Headers: [][2]string{{"content-type", "application/json"}}, Body: body}
 	}
-	req := &host.Request{Method: "POST", Path: "/v1/chat/completions", Authority: "example.test", RemoteAddr: "192.0.2.10:40000",
-		Headers: [][2]string{{"x-api-key", "k1"}, {"x-max-tokens", "400"}}}
 	for i := 0; i < 500; i++ {
 		h.Exchange(context.Background(), req, up)
 	}
 	m0, _ := h.Metric(filter.DebugAllocsMetric)
-	r0, _ := h.Metric("sluice.llm.refunded")
+	v0, _ := h.Metric(metric)
 	const n = 10000
 	for i := 0; i < n; i++ {
 		resp, err := h.Exchange(context.Background(), req, up)
@@ -49,59 +75,13 @@ func TestGuestAllocationsPerSettledRequest(t *testing.T) {
 	if !ok {
 		t.Fatal("no allocation metric")
 	}
-	r1, _ := h.Metric("sluice.llm.refunded")
-	if got, want := r1.Value-r0.Value, int64(n*(400-42)); got != want {
-		t.Fatalf("refunded %d over %d requests, want %d (each reserved 400 and used 42)", got, n, want)
+	v1, _ := h.Metric(metric)
+	if got, want := v1.Value-v0.Value, int64(n)*per; got != want {
+		t.Fatalf("%s moved by %d over %d requests, want %d", metric, got, n, want)
 	}
-	per := float64(m1.Value-m0.Value) / n
-	t.Logf("%.4f guest heap allocations per settled request (%d over %d); refunded %s units", per, m1.Value-m0.Value, n, strconv.FormatInt(r1.Value-r0.Value, 10))
-	if per > 0.01 {
-		t.Errorf("%.4f allocations per settled request in the guest", per)
-	}
-}
-
-// TestGuestAllocationsPerBodyReservation: a reservation read from the JSON request body
-// (the headers held while the body is read, as with Envoy's
-// allow_on_headers_stop_iteration), settled by the response's usage, allocates nothing
-// in the guest per request once warm.
-func TestGuestAllocationsPerBodyReservation(t *testing.T) {
-	wasm := filtertest.Wasm(t, "sluice_debug")
-	cfg := `{"rules":[{"name":"llm","key":[{"header":"x-api-key"}],"algorithm":"token_bucket","limit":1000000000,"window":"1h",
-	  "cost":{"request":{"json":"max_tokens","default":500},"response":{"usage":"openai"}}}],"response":{"headers":"both"}}`
-	h, err := host.New(context.Background(), host.Options{Wasm: wasm, PluginConfig: []byte(cfg), Workers: 1, AllowOnHeadersStopIteration: true,
-		Logger: slog.New(slog.NewTextHandler(new(bytes.Buffer), nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close(context.Background())
-	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"}}],` +
-		`"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}`)
-	up := func(*host.Request) *host.Response {
-		return &host.Response{Status: 200, Headers: [][2]string{{"content-type", "application/json"}}, Body: body}
-	}
-	req := &host.Request{Method: "POST", Path: "/v1/chat/completions", Authority: "example.test", RemoteAddr: "192.0.2.10:40000",
-		Headers: [][2]string{{"x-api-key", "k1"}, {"content-type", "application/json"}},
-		Body:    []byte(`{"model":"m","messages":[{"role":"user","content":"Count to five."}],"max_tokens":400}`)}
-	for i := 0; i < 500; i++ {
-		h.Exchange(context.Background(), req, up)
-	}
-	m0, _ := h.Metric(filter.DebugAllocsMetric)
-	r0, _ := h.Metric("sluice.llm.reserved")
-	const n = 10000
-	for i := 0; i < n; i++ {
-		resp, err := h.Exchange(context.Background(), req, up)
-		if err != nil || resp.Status != 200 || !bytes.Equal(resp.Body, body) {
-			t.Fatalf("request %d: %v %+v", i, err, resp)
-		}
-	}
-	m1, _ := h.Metric(filter.DebugAllocsMetric)
-	r1, _ := h.Metric("sluice.llm.reserved")
-	if got, want := r1.Value-r0.Value, int64(n*400); got != want {
-		t.Fatalf("reserved %d over %d requests, want %d (each the body's max_tokens, 400)", got, n, want)
-	}
-	per := float64(m1.Value-m0.Value) / n
-	t.Logf("%.4f guest heap allocations per request reserved from its body (%d over %d)", per, m1.Value-m0.Value, n)
-	if per > 0.01 {
-		t.Errorf("%.4f allocations per request in the guest", per)
+	perReq := float64(m1.Value-m0.Value) / n
+	t.Logf("%.4f guest heap allocations per %s (%d over %d); %s moved by %s", perReq, what, m1.Value-m0.Value, n, metric, strconv.FormatInt(v1.Value-v0.Value, 10))
+	if perReq > 0.01 {
+		t.Errorf("%.4f allocations per %s in the guest", perReq, what)
 	}
 }
