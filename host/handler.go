@@ -113,15 +113,17 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 	}
 	var prefix []byte // the body the filter had while it held the headers: it goes first
 	if hasBody {
-		// The request body streams upstream while the response streams down, as in
-		// Envoy: without full duplex net/http closes the request body once the response
-		// starts, and the upstream transport's last read (its check for the end of the
-		// body) then fails and breaks the upstream connection off mid-response.
-		http.NewResponseController(rw).EnableFullDuplex()
 		if held != nil {
+			// Full duplex since before the headers ran.
 			prefix, s.reqBody = s.reqBody, nil
 			r.Body = held.upstream(prefix, s.reqBodyEOS)
 		} else {
+			// The request body streams upstream while the response streams down, as in
+			// Envoy: without full duplex net/http closes the request body once the
+			// response starts, and the upstream transport's last read (its check for the
+			// end of the body) then fails and breaks the upstream connection off
+			// mid-response.
+			http.NewResponseController(rw).EnableFullDuplex()
 			r.Body = &onceEOF{src: r.Body}
 		}
 	}
