@@ -27,6 +27,15 @@ import (
 //	r:<id>   its demand: allowed + denied per second, smoothed
 //	x:<id>   when its grants can no longer be spent (µs): the TTL of the
 //	         last assignment it was sent, plus a grace
+//	l:<id>   when it last reported (µs)
+//
+// and, for a stream that names its Envoy (continue.go), the fields that let
+// another replica continue the participant when the Envoy's stream moves:
+//
+//	o:<id>   the stream that owns the participant
+//	s:<id>   its assignment after the call: "kind ws size used nanos
+//	         replaced sent interval" (kind T token bucket, D deny; times µs)
+//	c:<client>.<bucket>  the participant the Envoy's stream last used
 //
 // Invariant: t:<id> ≥ what the participant admitted in the window plus what
 // it can still admit, so T ≥ everything the window's tokens can admit, and
@@ -40,7 +49,8 @@ import (
 // window ends: what it admitted after its last report is never reported,
 // so none of it can be known unspent.
 //
-// Calling convention (one key, twelve arguments, decimal integers but ARGV[4]):
+// Calling convention (one key, twenty-two arguments, decimal integers but
+// ARGV[4], ARGV[13..15]):
 //
 //	ARGV[1]  limit: tokens per window (≥ 1)
 //	ARGV[2]  window in µs
@@ -55,6 +65,16 @@ import (
 //	         -1: the current assignment is proven empty (all of t − u)
 //	ARGV[11] the participant's reporting interval in µs
 //	ARGV[12] µs after now until the participant's grants are unspendable
+//	ARGV[13] the owning stream ('' for a stream that names no Envoy: no
+//	         ownership, no state, no index; ARGV[14..22] unused)
+//	ARGV[14] the c: index field (client.bucket)
+//	ARGV[15] the current assignment's kind: T, D or '' (none)
+//	ARGV[16..20] its size, used, fill-interval nanos, replaced, µs since sent
+//	ARGV[21] the nanos of a new grant
+//	ARGV[22] what a new grant's replaced bucket holds at most (its Held)
+//
+// A call of an owning stream for a participant another stream took over
+// (continue.go) is refused: ERR sluice: rlqs participant taken.
 //
 // Reply: {window_start, left_us, grant, taken, participants, demand_milli, now}
 // grant > 0 is a new bucket of that many tokens the caller must send (it
@@ -80,25 +100,33 @@ local left = ws + W - now
 local flat = redis.call('HGETALL', key)
 local f = {}
 for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
+local owner = ARGV[13] or ''
+if owner ~= '' and f['o:' .. id] ~= nil and f['o:' .. id] ~= owner then
+  return redis.error_reply('ERR sluice: rlqs participant taken')
+end
 local function num(x) return string.format('%.17g', x) end
 local T = tonumber(f['T']) or 0
 local fresh = tonumber(f['w']) ~= ws
 if fresh then T = 0 end
 local del = {}
 local function drop(k) if f[k] ~= nil then del[#del + 1] = k; f[k] = nil end end
-local ids = {}
+local ids, cs = {}, {}
 for k, _ in pairs(f) do
-  if string.sub(k, 1, 2) == 'x:' then ids[#ids + 1] = string.sub(k, 3) end
+  local p2 = string.sub(k, 1, 2)
+  if p2 == 'x:' then ids[#ids + 1] = string.sub(k, 3) elseif p2 == 'c:' then cs[#cs + 1] = k end
 end
 local n, sumr = 0, 0
 for _, p in ipairs(ids) do
   if (tonumber(f['x:' .. p]) or 0) < now then
     drop('t:' .. p) drop('u:' .. p)
-    if p ~= id then drop('r:' .. p) drop('x:' .. p) end
+    if p ~= id then drop('r:' .. p) drop('x:' .. p) drop('l:' .. p) drop('s:' .. p) drop('o:' .. p) end
   else
     if fresh then drop('t:' .. p) drop('u:' .. p) end
     if p ~= id then n = n + 1; sumr = sumr + (tonumber(f['r:' .. p]) or 0) end
   end
+end
+for _, k in ipairs(cs) do
+  if f['x:' .. f[k]] == nil then drop(k) end
 end
 if T < 0 then T = 0 end
 local t = tonumber(f['t:' .. id]) or 0
@@ -133,6 +161,22 @@ if g > 0 then t = t + g; T = T + g end
 if #del > 0 then redis.call('HDEL', key, unpack(del)) end
 redis.call('HSET', key, 'w', num(ws), 'T', num(T), 't:' .. id, num(t), 'u:' .. id, num(u),
   'r:' .. id, num(r), 'x:' .. id, num(now + ex))
+if el > 0 then redis.call('HSET', key, 'l:' .. id, num(now)) end
+if owner ~= '' then
+  local ck, st = ARGV[15], ''
+  if g > 0 then
+    local rep = 0
+    if cws == ws then rep = tonumber(ARGV[22]) or 0 end
+    st = 'T ' .. num(ws) .. ' ' .. num(g) .. ' 0 ' .. ARGV[21] .. ' ' .. num(rep) .. ' ' .. num(now)
+  elseif cws == ws and (ck == 'T' or ck == 'D') then
+    st = ck .. ' ' .. num(ws) .. ' ' .. ARGV[16] .. ' ' .. ARGV[17] .. ' ' .. ARGV[18] .. ' ' .. ARGV[19] .. ' ' ..
+      num(now - (tonumber(ARGV[20]) or 0))
+  else
+    st = 'D ' .. num(ws) .. ' 0 0 0 0 ' .. num(now)
+  end
+  redis.call('HSET', key, 'o:' .. id, owner, 's:' .. id, st .. ' ' .. num(I))
+  if ARGV[14] ~= '' then redis.call('HSET', key, 'c:' .. ARGV[14], id) end
+end
 redis.call('PEXPIRE', key, math.floor(math.max(left, ex) / 1000) + 1000)
 return {ws, left, g, T, n, math.floor(r * 1000), now}
 `
@@ -167,6 +211,15 @@ type Request struct {
 	Interval time.Duration
 	// Expiry is how long after now the participant's grants may be spent.
 	Expiry time.Duration
+
+	// Of a stream that names its Envoy (continue.go); Owner "" otherwise.
+	Owner       string
+	ClientField string
+	// The current assignment: Kind 'T', 'D' or 0; SentAgo since it was sent.
+	Kind                 byte
+	Size, Used, Replaced int64
+	Nanos, NextNanos     int32
+	SentAgo              time.Duration
 }
 
 // Result is the script's answer.
@@ -200,7 +253,7 @@ func (q *Request) appendCall(dst []byte, cmd, script string) []byte {
 	if q.Empty {
 		credit = -1
 	}
-	dst = resp.AppendArrayHeader(dst, 3+1+12)
+	dst = resp.AppendArrayHeader(dst, 3+1+22)
 	dst = resp.AppendBulkString(dst, cmd)
 	dst = resp.AppendBulkString(dst, script)
 	dst = resp.AppendBulkInt(dst, 1)
@@ -215,6 +268,16 @@ func (q *Request) appendCall(dst []byte, cmd, script string) []byte {
 	dst = resp.AppendBulkInt(dst, credit)
 	dst = resp.AppendBulkInt(dst, us(q.Interval))
 	dst = resp.AppendBulkInt(dst, us(q.Expiry))
+	dst = resp.AppendBulkString(dst, q.Owner)
+	dst = resp.AppendBulkString(dst, q.ClientField)
+	kind := ""
+	if q.Kind == 'T' || q.Kind == 'D' {
+		kind = string(q.Kind)
+	}
+	dst = resp.AppendBulkString(dst, kind)
+	for _, v := range []int64{q.Size, q.Used, int64(q.Nanos), q.Replaced, max(int64(q.SentAgo/time.Microsecond), 0), int64(q.NextNanos), max(q.Held, 0)} {
+		dst = resp.AppendBulkInt(dst, v)
+	}
 	return dst
 }
 
@@ -224,7 +287,7 @@ var errBadReply = errors.New("rlqs: malformed script reply")
 // means no decision was applied that the caller learns of: the caller
 // sends no new assignment (the Envoy keeps its current one until its TTL).
 func (a *Allocator) Allocate(ctx context.Context, q *Request) (Result, error) {
-	if q.Limit < 1 || q.Window <= 0 || q.Participant == "" || strings.ContainsAny(q.Participant, "\r\n") {
+	if q.Limit < 1 || q.Window <= 0 || q.Participant == "" || strings.ContainsAny(q.Participant+q.Owner+q.ClientField, "\r\n ") {
 		return Result{}, fmt.Errorf("rlqs: bad allocation request")
 	}
 	res, err := a.once(ctx, q.appendCall(nil, "EVALSHA", allocSHA))

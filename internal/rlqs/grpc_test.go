@@ -119,19 +119,19 @@ func TestStreamAnswersPerBucket(t *testing.T) {
 			t.Errorf("TTL %v: want whole seconds, at least 2", ttl)
 		}
 	}
-	want := "deny_all,token_bucket 10,deny_all,token_bucket 3,allow_all,allow_all,deny_all,allow_all" // a grant: DENY_ALL, then its bucket
+	want := "deny_all,token_bucket 10,deny_all,token_bucket 4,allow_all,allow_all,deny_all,allow_all" // a grant: DENY_ALL, then its bucket
 	if strings.Join(got, ",") != want {
 		t.Errorf("got %s, want %s", strings.Join(got, ","), want)
 	}
 	snap := s.Metrics.Domain("d")
-	if snap.Streams != 1 || snap.Buckets != 6 || snap.Assigned != 13 || snap.Unsupported != 1 || snap.NoLimit != 2 {
+	if snap.Streams != 1 || snap.Buckets != 6 || snap.Assigned != 14 || snap.Unsupported != 1 || snap.NoLimit != 2 {
 		t.Errorf("metrics %+v", snap)
 	}
 	var b strings.Builder
 	if err := s.Metrics.WritePrometheus(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range []string{`sluice_rlqs_streams{domain="d"} 1`, `sluice_rlqs_buckets{domain="d"} 6`, `sluice_rlqs_assigned_total{domain="d"} 13`,
+	for _, line := range []string{`sluice_rlqs_streams{domain="d"} 1`, `sluice_rlqs_buckets{domain="d"} 6`, `sluice_rlqs_assigned_total{domain="d"} 14`,
 		`sluice_rlqs_used_total{domain="d"} 3`, `sluice_rlqs_actions_total{domain="d",action="token_bucket"} 2`} {
 		if !strings.Contains(b.String(), line+"\n") {
 			t.Errorf("metrics lack %q:\n%s", line, b.String())

@@ -39,6 +39,7 @@ type Metrics struct {
 	redisErrors uint64
 	noscripts   uint64
 	streamErrs  map[string]uint64 // gRPC code of streams the service ended with an error
+	continues   map[string]uint64 // continuation outcomes (continue.go), by result
 }
 
 // NewMetrics returns empty metrics; known says which domains get their own
@@ -47,7 +48,7 @@ func NewMetrics(known func(string) bool) *Metrics {
 	if known == nil {
 		known = func(string) bool { return false }
 	}
-	return &Metrics{known: known, domains: map[string]*domainStats{}, streamErrs: map[string]uint64{}}
+	return &Metrics{known: known, domains: map[string]*domainStats{}, streamErrs: map[string]uint64{}, continues: map[string]uint64{}}
 }
 
 func (m *Metrics) label(domain string) string {
@@ -76,6 +77,19 @@ func (m *Metrics) streamError(code string) {
 	m.mu.Lock()
 	m.streamErrs[code]++
 	m.mu.Unlock()
+}
+
+func (m *Metrics) continued(result string) {
+	m.mu.Lock()
+	m.continues[result]++
+	m.mu.Unlock()
+}
+
+// Continued is the number of continuation outcomes of the result.
+func (m *Metrics) Continued(result string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.continues[result]
 }
 
 // Snapshot is one domain's counters (for tests and the dashboard).
@@ -162,6 +176,15 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 	sort.Strings(codes)
 	for _, c := range codes {
 		fmt.Fprintf(bw, "sluice_rlqs_stream_errors_total{code=%s} %d\n", quote(c), m.streamErrs[c])
+	}
+	fmt.Fprintf(bw, "# HELP sluice_rlqs_continued_total Buckets of a named Envoy's new stream, by what became of its previous participant: adopted (continued), own (a participant of its own), duplicate (taken over by another stream of the same name).\n# TYPE sluice_rlqs_continued_total counter\n")
+	results := make([]string, 0, len(m.continues))
+	for r := range m.continues {
+		results = append(results, r)
+	}
+	sort.Strings(results)
+	for _, r := range results {
+		fmt.Fprintf(bw, "sluice_rlqs_continued_total{result=%s} %d\n", quote(r), m.continues[r])
 	}
 	return bw.Flush()
 }

@@ -24,6 +24,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -56,6 +57,11 @@ const (
 // max_tokens, tokens_per_fill and fill_interval nanos are unchanged, and
 // creates a new, full one otherwise).
 const fillIntervalSeconds = 365 * 24 * 3600
+
+// firstInterval is a new bucket's reporting interval until its reports
+// measure it: Envoy's report period (1.36 to 1.40 report every 5 s,
+// whatever reporting_interval says).
+const firstInterval = 5 * time.Second
 
 // Options configure a Server.
 type Options struct {
@@ -174,6 +180,7 @@ const (
 )
 
 type bucket struct {
+	key     string // canonical
 	id      *pb.BucketId
 	entries []rls.Entry
 	// participant names the bucket of this stream in the pool's ledger (two
@@ -186,8 +193,9 @@ type bucket struct {
 	used        int64 // allowed reported since the token bucket was sent
 	nanos       int32 // the token bucket's fill_interval nanos
 	limitKey    string
-	sentAt      time.Time // the current strategy was first sent
-	refreshedAt time.Time // last sent (its TTL runs from here)
+	ttlSent     time.Duration // the TTL of the last assignment sent
+	sentAt      time.Time     // the current strategy was first sent
+	refreshedAt time.Time     // last sent (its TTL runs from here)
 	ttl         time.Duration
 	interval    time.Duration
 	lastRecv    time.Time
@@ -203,11 +211,19 @@ type bucket struct {
 	// the limit of the last report (for pushes)
 	limit  int64
 	window time.Duration
+
+	// claim: the bucket may continue another stream's participant
+	// (continue.go); nothing is allocated or sent until its next report.
+	claim *claim
+	// dups counts the participants of its own this stream took after
+	// another stream took over the previous one.
+	dups int
 }
 
 type stream struct {
 	s       *Server
 	id      string
+	client  string // ClientHeader: the Envoy's name, "" if it gave none
 	domain  string
 	buckets map[string]*bucket
 	seq     uint32
@@ -233,6 +249,14 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[pb.RateLimitQ
 	ctx, cancel := context.WithCancelCause(gs.Context())
 	defer cancel(nil)
 	st := &stream{s: s, id: newID(), buckets: map[string]*bucket{}}
+	if md, ok := metadata.FromIncomingContext(gs.Context()); ok {
+		if v := md.Get(ClientHeader); len(v) > 0 {
+			if err := validClient(v[0]); err != nil {
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
+			st.client = v[0]
+		}
+	}
 	var b [2]byte
 	_, _ = rand.Read(b[:])
 	st.seq = uint32(b[0])<<8 | uint32(b[1])
@@ -405,6 +429,7 @@ type job struct {
 	b     *bucket
 	q     Request
 	valid bool // the current assignment is of this limit and not expired
+	push  bool
 	res   Result
 	err   error
 	slot  int
@@ -428,6 +453,7 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 		entries         []rls.Entry
 		id              map[string]string
 		allowed, denied uint64
+		elapsed         time.Duration // time_elapsed (Envoy: whole seconds)
 	}
 	var order []*usage
 	byKey := map[string]*usage{}
@@ -436,9 +462,11 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 		if x := byKey[k]; x != nil {
 			x.allowed = satAdd(x.allowed, u.GetNumRequestsAllowed())
 			x.denied = satAdd(x.denied, u.GetNumRequestsDenied())
+			x.elapsed = 0 // named twice: not a plain continuation
 			continue
 		}
-		x := &usage{key: k, entries: es, id: u.GetBucketId().GetBucket(), allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied()}
+		x := &usage{key: k, entries: es, id: u.GetBucketId().GetBucket(), allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied(),
+			elapsed: u.GetTimeElapsed().AsDuration()}
 		byKey[k] = x
 		order = append(order, x)
 	}
@@ -459,14 +487,19 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 	// whose allocation failed).
 	slots := make([][]*pb.RateLimitQuotaResponse_BucketAction, len(order))
 	var jobs []*job
+	var claims []*claimJob
 	for i, u := range order {
 		b := st.buckets[u.key]
+		fresh := b == nil
 		if b == nil {
 			id := make(map[string]string, len(u.id))
 			for k, v := range u.id {
 				id[k] = v
 			}
-			b = &bucket{id: &pb.BucketId{Bucket: id}, entries: u.entries, interval: time.Second,
+			// Until measured, the interval is Envoy's report period (5 s), or
+			// the report's time_elapsed if longer (a stream that reconnected):
+			// the first assignment's TTL must outlast the next report.
+			b = &bucket{key: u.key, id: &pb.BucketId{Bucket: id}, entries: u.entries, interval: min(max(firstInterval, u.elapsed), time.Minute),
 				participant: st.id + "." + strconv.FormatUint(fnv64(u.key), 36)}
 			st.buckets[u.key] = b
 		}
@@ -521,35 +554,20 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 			continue
 		}
 		key := Key(st.domain, mt.KeyPart)
-		valid := b.limitKey == key && (b.kind == kindTokenBucket || b.kind == kindDeny) &&
-			now.Sub(b.refreshedAt) < b.ttl-500*time.Millisecond
-		if !valid {
-			b.kind = kindNone
+		c := &claimJob{slot: i, b: b, key: key, limit: mt.Limit.Params.Limit, window: mt.Limit.Params.Window,
+			allowed: u.allowed, denied: u.denied, elapsed: elapsed}
+		switch {
+		case b.claim != nil:
+			claims = append(claims, c)
+		case fresh && st.client != "" && u.elapsed >= time.Second:
+			c.peek, c.reported = true, u.elapsed
+			claims = append(claims, c)
+		default:
+			jobs = append(jobs, st.prepare(c, now))
 		}
-		if b.kind == kindTokenBucket {
-			b.used = satAddI(b.used, u.allowed)
-		}
-		b.limitKey, b.limit, b.window = key, mt.Limit.Params.Limit, mt.Limit.Params.Window
-		j := &job{b: b, valid: valid, q: st.request(b, now), slot: i}
-		j.q.Allowed, j.q.Denied, j.q.Elapsed = u.allowed, u.denied, elapsed
-		// Proven empty: denials in a report whose period began (the previous
-		// report) when the current assignment had reached the Envoy (half an
-		// interval after it was sent).
-		j.q.Empty = valid && u.denied > 0 && !b.prevRecv.IsZero() && b.prevRecv.Sub(b.sentAt) >= b.interval/2
-		// A replaced bucket held at most b.replaced at the report that
-		// replaced it; until the new one arrived it admitted at most what
-		// the reports since say was allowed; the rest was never spent. Known
-		// once this report was built after the replacement arrived.
-		if b.replaced > 0 {
-			b.replaced = max(b.replaced-int64(min(u.allowed, math.MaxInt64)), 0)
-			if now.Sub(b.sentAt) >= b.interval/2 {
-				j.q.Credit, b.replaced = b.replaced, 0
-			}
-		}
-		if !valid {
-			b.replaced = 0
-		}
-		jobs = append(jobs, j)
+	}
+	if len(claims) > 0 {
+		jobs = append(jobs, st.claims(ctx, claims, now)...)
 	}
 	st.run(ctx, jobs)
 	for _, j := range jobs {
@@ -562,10 +580,51 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 	return out, nil
 }
 
+// prepare is the allocation job of a report of a limited bucket.
+func (st *stream) prepare(c *claimJob, now time.Time) *job {
+	b, key := c.b, c.key
+	valid := b.limitKey == key && (b.kind == kindTokenBucket || b.kind == kindDeny) &&
+		now.Sub(b.refreshedAt) < b.ttlSent-500*time.Millisecond
+	if !valid {
+		b.kind = kindNone
+	}
+	if b.kind == kindTokenBucket {
+		b.used = satAddI(b.used, c.allowed)
+	}
+	b.limitKey, b.limit, b.window = key, c.limit, c.window
+	j := &job{b: b, valid: valid, q: st.request(b, now), slot: c.slot}
+	j.q.Allowed, j.q.Denied, j.q.Elapsed = c.allowed, c.denied, c.elapsed
+	// Proven empty: denials in a report whose period began (the previous
+	// report) when the current assignment had reached the Envoy (half an
+	// interval after it was sent). A continued participant's first report
+	// also carries the counts of the report before (c.lastDenied: this
+	// report's own).
+	denied := c.denied
+	if c.continued {
+		denied = c.lastDenied
+	}
+	j.q.Empty = valid && denied > 0 && !b.prevRecv.IsZero() && b.prevRecv.Sub(b.sentAt) >= b.interval/2
+	// A replaced bucket held at most b.replaced at the report that
+	// replaced it; until the new one arrived it admitted at most what
+	// the reports since say was allowed; the rest was never spent. Known
+	// once this report was built after the replacement arrived.
+	if b.replaced > 0 {
+		b.replaced = max(b.replaced-int64(min(c.allowed, math.MaxInt64)), 0)
+		if now.Sub(b.sentAt) >= b.interval/2 {
+			j.q.Credit, b.replaced = b.replaced, 0
+		}
+	}
+	if !valid {
+		b.replaced = 0
+	}
+	j.q.Replaced = b.replaced
+	return j
+}
+
 // request is the allocation request of b's current state.
 func (st *stream) request(b *bucket, now time.Time) Request {
 	q := Request{Key: b.limitKey, Limit: b.limit, Window: b.window, Participant: b.participant, CurrentWindow: -1,
-		Interval: b.interval, Expiry: b.ttl + b.interval + time.Second}
+		Interval: b.interval, Expiry: max(b.ttl, b.ttlSent) + b.interval + time.Second}
 	if st.s.o.ScriptClock {
 		q.Now = now
 	}
@@ -574,6 +633,19 @@ func (st *stream) request(b *bucket, now time.Time) Request {
 		q.CurrentWindow, q.Held = b.ws, max(b.size-b.used, 0)
 	case kindDeny:
 		q.CurrentWindow = b.ws
+	}
+	// The nanos of a grant, reserved now (jobs run in parallel).
+	st.seq++
+	q.NextNanos = int32(st.seq % 1_000_000_000)
+	if st.client != "" {
+		q.Owner, q.ClientField = st.id, st.client+"."+strconv.FormatUint(fnv64(b.key), 36)
+		q.Size, q.Used, q.Nanos, q.Replaced, q.SentAgo = b.size, b.used, b.nanos, b.replaced, now.Sub(b.sentAt)
+		switch b.kind {
+		case kindTokenBucket:
+			q.Kind = 'T'
+		case kindDeny:
+			q.Kind = 'D'
+		}
 	}
 	return q
 }
@@ -586,11 +658,11 @@ func (st *stream) push(ctx context.Context) *pb.RateLimitQuotaResponse {
 		if b.windowEnd.IsZero() || now.Before(b.windowEnd) {
 			continue
 		}
-		valid := (b.kind == kindTokenBucket || b.kind == kindDeny) && now.Sub(b.refreshedAt) < b.ttl-500*time.Millisecond
+		valid := (b.kind == kindTokenBucket || b.kind == kindDeny) && now.Sub(b.refreshedAt) < b.ttlSent-500*time.Millisecond
 		if !valid {
 			b.kind = kindNone
 		}
-		jobs = append(jobs, &job{b: b, valid: valid, q: st.request(b, now)})
+		jobs = append(jobs, &job{b: b, valid: valid, push: true, q: st.request(b, now)})
 	}
 	if len(jobs) == 0 {
 		return nil
@@ -598,6 +670,11 @@ func (st *stream) push(ctx context.Context) *pb.RateLimitQuotaResponse {
 	st.run(ctx, jobs)
 	out := &pb.RateLimitQuotaResponse{}
 	for _, j := range jobs {
+		if isTaken(j.err) {
+			// The Envoy went on on another stream.
+			j.b.windowEnd, j.b.kind = time.Time{}, kindNone
+			continue
+		}
 		if j.err != nil {
 			j.b.windowEnd = now.Add(time.Second) // try again
 			continue
@@ -620,6 +697,18 @@ func (st *stream) run(ctx context.Context, jobs []*job) {
 			c, cancel := context.WithTimeout(ctx, st.s.o.RedisTimeout)
 			defer cancel()
 			j.res, j.err = st.s.alloc.Allocate(c, &j.q)
+			if isTaken(j.err) && !j.push {
+				// Another stream continues this participant: the Envoy of this
+				// stream has the same name (a duplicate). It goes on as a
+				// participant of its own.
+				st.s.Metrics.continued("duplicate")
+				st.s.o.Logger.Warn("rlqs: another stream took over this stream's participant; two Envoys share one "+ClientHeader+"?",
+					"domain", st.domain, "client", st.client)
+				j.b.dups++
+				j.b.participant = st.id + "." + strconv.FormatUint(fnv64(j.b.key), 36) + ".d" + strconv.Itoa(j.b.dups)
+				j.q.Participant = j.b.participant
+				j.res, j.err = st.s.alloc.Allocate(c, &j.q)
+			}
 		}()
 	}
 	wg.Wait()
@@ -649,9 +738,8 @@ func (st *stream) apply(j *job, now time.Time) []*pb.RateLimitQuotaResponse_Buck
 		if j.valid && b.kind == kindTokenBucket && b.ws == r.WindowStart {
 			b.replaced = j.q.Held
 		}
-		st.seq++
 		b.kind, b.size, b.used, b.ws = kindTokenBucket, r.Grant, 0, r.WindowStart
-		b.nanos = int32(st.seq % 1_000_000_000)
+		b.nanos = j.q.NextNanos
 		b.sentAt, b.refreshedAt = now, now
 		s.Metrics.with(st.domain, func(d *domainStats) { d.assigned += uint64(r.Grant); d.actions[actionTokenBucket]++ })
 		grant = true
@@ -698,6 +786,7 @@ func (st *stream) blanket(b *bucket, kind int, now time.Time) *pb.RateLimitQuota
 
 // action is b's current assignment as a BucketAction.
 func (st *stream) action(b *bucket) *pb.RateLimitQuotaResponse_BucketAction {
+	b.ttlSent = b.ttl // what Envoy enforces: not the TTL computed later
 	strat := &typev3.RateLimitStrategy{}
 	switch b.kind {
 	case kindTokenBucket:

@@ -9,6 +9,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/redistest"
@@ -73,6 +74,9 @@ type simEnvoy struct {
 	total    int64
 	late     int64     // denials after lateAfter
 	lateAt   time.Time // zero: none counted
+	every    int       // ticks between reports (0: 10, a second)
+	phase    int       // the tick of its reports in the period (0: its index)
+	lastRep  time.Time // the bucket's last report (time_elapsed)
 }
 
 type pendingResp struct {
@@ -112,8 +116,13 @@ func (e *simEnvoy) queue(r *pb.RateLimitQuotaResponse) {
 }
 
 func (e *simEnvoy) usage() *pb.RateLimitQuotaUsageReports {
+	now := e.st.s.o.Now()
+	// time_elapsed as Envoy sends it: whole seconds since the bucket's
+	// last report (or its creation).
+	el := durationpb.New(now.Sub(e.lastRep).Truncate(time.Second))
+	e.lastRep = now
 	m := &pb.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*pb.RateLimitQuotaUsageReports_BucketQuotaUsage{{
-		BucketId: &pb.BucketId{Bucket: e.id}, NumRequestsAllowed: e.allowed, NumRequestsDenied: e.denied}}}
+		BucketId: &pb.BucketId{Bucket: e.id}, NumRequestsAllowed: e.allowed, NumRequestsDenied: e.denied, TimeElapsed: el}}}
 	e.allowed, e.denied = 0, 0
 	return m
 }
@@ -151,7 +160,7 @@ func (e *simEnvoy) apply(now time.Time) {
 // request decides one request; it reports a new bucket at once.
 func (e *simEnvoy) request(ctx context.Context, now time.Time) bool {
 	if !e.created {
-		e.created, e.strategy = true, nil
+		e.created, e.strategy, e.lastRep = true, nil, now
 		ok := !e.denyNo
 		if ok {
 			e.allowed++
@@ -227,7 +236,15 @@ func sim(t *testing.T, c *clock, envoys []*simEnvoy, demand func(i int, now time
 		now := c.now
 		for i, e := range envoys {
 			e.apply(now)
-			if k%10 == i%10 && e.created {
+			every := e.every
+			if every == 0 {
+				every = 10
+			}
+			ph := i
+			if e.phase != 0 {
+				ph = e.phase
+			}
+			if g := int(now.UnixMilli() / 100); g%every == ph%every && e.created { // phases kept across calls
 				if n := demand(i, now); n >= 0 {
 					e.send(ctx, e.usage())
 				}
