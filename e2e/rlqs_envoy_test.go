@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,7 +46,11 @@ static_resources:
           - name: envoy.filters.http.rate_limit_quota
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
-              rlqs_server: {envoy_grpc: {cluster_name: rlqs}}
+              rlqs_server:
+                envoy_grpc: {cluster_name: rlqs}
+{{- if .Client}}
+                initial_metadata: [{key: x-sluice-client-id, value: "{{.Client}}"}]
+{{- end}}
               domain: {{.Domain}}
               bucket_matchers:
                 matcher_list:
@@ -97,6 +103,7 @@ type rlqsBootstrap struct {
 	Domain       string
 	NoAssignment string // ALLOW_ALL or DENY_ALL
 	Ports        []int
+	Client       string // x-sluice-client-id ("" for none)
 }
 
 func renderRLQSEnvoy(b rlqsBootstrap) func(EnvoySite) ([]byte, error) {
@@ -208,4 +215,29 @@ func rlqsGet(t *testing.T, url, key string) int {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// labelled is the value of one series of a metric of s's /metrics: the
+// line of name whose labels include label (e.g. `result="adopted"`); 0 if
+// there is none.
+func (s *serveProc) labelled(t *testing.T, name, label string) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + s.admin + "/metrics")
+	if err != nil {
+		t.Fatalf("sluice serve /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, name+"{") || !strings.Contains(l[:strings.LastIndex(l, "}")+1], label) {
+			continue
+		}
+		f := strings.Fields(l[strings.LastIndex(l, "}")+1:])
+		if len(f) == 1 {
+			if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				return v
+			}
+		}
+	}
+	return 0
 }
