@@ -7,6 +7,7 @@ package main
 // flag and the file; replacing a file later takes a restart.
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -186,6 +188,7 @@ type grpcTLSFlags struct {
 	cert, key, clientCA string
 	useEnv              bool
 	envErr              error
+	reloader            *certReloader // set by config
 }
 
 func (g *grpcTLSFlags) register(fs *flag.FlagSet) {
@@ -221,6 +224,19 @@ func (g *grpcTLSFlags) config() (*tls.Config, []string, error) {
 	if g.cert == "" || g.key == "" {
 		return nil, nil, errors.New("--tls-cert and --tls-key go together")
 	}
+	c, warnings, err := g.build()
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &certReloader{flags: *g, current: c, stamp: g.stamp(), checked: time.Now()}
+	outer := c.Clone()
+	outer.GetConfigForClient = r.get
+	g.reloader = r
+	return outer, warnings, nil
+}
+
+// build reads the listener's files into a configuration.
+func (g *grpcTLSFlags) build() (*tls.Config, []string, error) {
 	kp, warnings, err := loadKeyPair("--tls-cert", g.cert, g.key)
 	if err != nil {
 		return nil, nil, err
@@ -237,10 +253,74 @@ func (g *grpcTLSFlags) config() (*tls.Config, []string, error) {
 	return c, warnings, nil
 }
 
+// stamp identifies the files' versions: their modification times and sizes
+// (a Kubernetes secret's atomic symlink swap changes both).
+func (g *grpcTLSFlags) stamp() string {
+	var b []byte
+	for _, p := range []string{g.cert, g.key, g.clientCA} {
+		if p == "" {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil {
+			b = fmt.Appendf(b, "%d/%d;", fi.ModTime().UnixNano(), fi.Size())
+		} else {
+			b = append(b, "missing;"...)
+		}
+	}
+	return string(b)
+}
+
+// certReloader serves the listener's certificate, key and client CAs as
+// they are on disk: a handshake at least reloadCheck after the last check
+// looks at the files, and a change is loaded. A change that does not load
+// (a key that does not match its certificate yet, half of a rotation) keeps
+// the previous configuration and is logged; the next change is tried again.
+type certReloader struct {
+	flags grpcTLSFlags
+
+	mu      sync.Mutex
+	current *tls.Config
+	stamp   string
+	checked time.Time
+	logger  *slog.Logger
+}
+
+const reloadCheck = time.Second
+
+func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Config, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.checked) >= reloadCheck {
+		r.checked = now
+		if st := r.flags.stamp(); st != r.stamp {
+			r.stamp = st
+			c, warnings, err := r.flags.build()
+			switch {
+			case err != nil:
+				r.log(slog.LevelError, "sluice serve: the gRPC listener's TLS files changed but do not load; the previous ones stay", "err", err)
+			default:
+				r.current = c
+				r.log(slog.LevelInfo, "sluice serve: the gRPC listener's TLS files reloaded", "cert", r.flags.cert)
+				for _, w := range warnings {
+					r.log(slog.LevelWarn, "sluice serve: "+w)
+				}
+			}
+		}
+	}
+	return r.current, nil
+}
+
+func (r *certReloader) log(level slog.Level, msg string, args ...any) {
+	if r.logger != nil {
+		r.logger.Log(context.Background(), level, msg, args...)
+	}
+}
+
 // serveTLS is the parsed TLS of `sluice serve`.
 type serveTLS struct {
 	redis    *tls.Config // nil: cleartext
 	grpc     *tls.Config // nil: cleartext
+	reloader *certReloader
 	warnings []string
 }
 
@@ -267,6 +347,7 @@ func (f *serveTLSFlags) parse() (serveTLS, error) {
 	if t.grpc, w2, err = f.grpc.config(); err != nil {
 		return t, err
 	}
+	t.reloader = f.grpc.reloader
 	t.warnings = append(w1, w2...)
 	return t, nil
 }
@@ -301,6 +382,11 @@ func (t serveTLS) modes() (grpcMode, redisMode string) {
 func (t serveTLS) check(logger *slog.Logger, backend any) {
 	for _, w := range t.warnings {
 		logger.Warn("sluice serve: " + w)
+	}
+	if t.reloader != nil {
+		t.reloader.mu.Lock()
+		t.reloader.logger = logger
+		t.reloader.mu.Unlock()
 	}
 	if t.redis == nil {
 		return
