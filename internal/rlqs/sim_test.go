@@ -20,7 +20,7 @@ var cluster *redistest.Cluster
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m, 3, &cluster)) }
 
-func backend(t *testing.T) rls.Backend {
+func backend(t testing.TB) rls.Backend {
 	t.Helper()
 	redistest.SkipShort(t)
 	b, err := rls.NewClusterBackend(cluster.Addrs, "", "", redisclient.Options{}, 2*time.Second)
