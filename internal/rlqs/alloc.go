@@ -90,10 +90,7 @@ if not (L and W and now and a and d and el and cws and held and credit and I and
   or a < 0 or d < 0 or el < 0 or I < 1 or ex < 1 or id == '' then
   return redis.error_reply('ERR sluice: bad rlqs arguments')
 end
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+` + luaNow + `
 local key = KEYS[1]
 local ws = now - (now % W)
 local left = ws + W - now
@@ -180,6 +177,12 @@ end
 redis.call('PEXPIRE', key, math.floor(math.max(left, ex) / 1000) + 1000)
 return {ws, left, g, T, n, math.floor(r * 1000), now}
 `
+
+// luaNow sets now to Redis TIME (µs) where the caller passed 0.
+const luaNow = `if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end`
 
 var allocSHA = func() string { s := sha1.Sum([]byte(allocBody)); return hex.EncodeToString(s[:]) }()
 

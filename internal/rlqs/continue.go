@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/redisrl"
@@ -72,10 +71,7 @@ const (
 const peekBody = `
 local now = tonumber(ARGV[1])
 if not now or ARGV[2] == '' then return redis.error_reply('ERR sluice: bad rlqs arguments') end
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+` + luaNow + `
 local p = redis.call('HGET', KEYS[1], 'c:' .. ARGV[2])
 if not p then return {'', '', -1, now} end
 local v = redis.call('HMGET', KEYS[1], 'l:' .. p, 'x:' .. p, 's:' .. p)
@@ -89,10 +85,7 @@ local now, seen = tonumber(ARGV[1]), tonumber(ARGV[4])
 if not now or not seen or ARGV[2] == '' or ARGV[3] == '' or ARGV[5] == '' then
   return redis.error_reply('ERR sluice: bad rlqs arguments')
 end
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+` + luaNow + `
 local p = ARGV[3]
 local v = redis.call('HMGET', KEYS[1], 'c:' .. ARGV[2], 'l:' .. p, 'x:' .. p, 's:' .. p)
 local l, x = tonumber(v[2]), tonumber(v[3])
@@ -297,29 +290,21 @@ func (st *stream) claims(ctx context.Context, cs []*claimJob, now time.Time) []*
 	if s.o.ScriptClock {
 		clock = now
 	}
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			cctx, cancel := context.WithTimeout(ctx, s.o.RedisTimeout)
-			defer cancel()
-			field := st.client + "." + strconv.FormatUint(fnv64(c.b.key), 36)
-			if c.peek {
-				c.found, c.ok, c.err = s.alloc.Peek(cctx, c.key, field, clock)
-				return
-			}
-			cl := c.b.claim
-			if cl.participant == "" || c.key != c.b.limitKey {
-				return
-			}
-			c.state, c.now, c.ok, c.err = s.alloc.Take(cctx, c.key, field, cl.participant, cl.last, st.id, clock)
-		}()
-	}
-	wg.Wait()
+	parallel(len(cs), func(i int) {
+		c := cs[i]
+		cctx, cancel := context.WithTimeout(ctx, s.o.RedisTimeout)
+		defer cancel()
+		field := st.client + "." + strconv.FormatUint(fnv64(c.b.key), 36)
+		if c.peek {
+			c.found, c.ok, c.err = s.alloc.Peek(cctx, c.key, field, clock)
+			return
+		}
+		cl := c.b.claim
+		if cl.participant == "" || c.key != c.b.limitKey {
+			return
+		}
+		c.state, c.now, c.ok, c.err = s.alloc.Take(cctx, c.key, field, cl.participant, cl.last, st.id, clock)
+	})
 	var jobs []*job
 	for _, c := range cs {
 		b := c.b

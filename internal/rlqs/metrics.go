@@ -169,24 +169,22 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 	fmt.Fprintf(bw, "# HELP sluice_rlqs_redis_errors_total Allocations Redis did not decide (no new assignment sent).\n# TYPE sluice_rlqs_redis_errors_total counter\nsluice_rlqs_redis_errors_total %d\n", m.redisErrors)
 	fmt.Fprintf(bw, "# HELP sluice_rlqs_noscript_total EVAL fallbacks after NOSCRIPT.\n# TYPE sluice_rlqs_noscript_total counter\nsluice_rlqs_noscript_total %d\n", m.noscripts)
 	fmt.Fprintf(bw, "# HELP sluice_rlqs_stream_errors_total Streams the service ended with an error, by gRPC code.\n# TYPE sluice_rlqs_stream_errors_total counter\n")
-	codes := make([]string, 0, len(m.streamErrs))
-	for c := range m.streamErrs {
-		codes = append(codes, c)
-	}
-	sort.Strings(codes)
-	for _, c := range codes {
-		fmt.Fprintf(bw, "sluice_rlqs_stream_errors_total{code=%s} %d\n", quote(c), m.streamErrs[c])
-	}
+	writeByLabel(bw, "sluice_rlqs_stream_errors_total", "code", m.streamErrs)
 	fmt.Fprintf(bw, "# HELP sluice_rlqs_continued_total Buckets of a named Envoy's new stream, by what became of its previous participant: adopted (continued), own (a participant of its own), duplicate (taken over by another stream of the same name).\n# TYPE sluice_rlqs_continued_total counter\n")
-	results := make([]string, 0, len(m.continues))
-	for r := range m.continues {
-		results = append(results, r)
-	}
-	sort.Strings(results)
-	for _, r := range results {
-		fmt.Fprintf(bw, "sluice_rlqs_continued_total{result=%s} %d\n", quote(r), m.continues[r])
-	}
+	writeByLabel(bw, "sluice_rlqs_continued_total", "result", m.continues)
 	return bw.Flush()
+}
+
+// writeByLabel writes one line of name per key of m, labelled, sorted.
+func writeByLabel(w io.Writer, name, label string, m map[string]uint64) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s{%s=%s} %d\n", name, label, quote(k), m[k])
+	}
 }
 
 func quote(s string) string {

@@ -684,34 +684,42 @@ func (st *stream) push(ctx context.Context) *pb.RateLimitQuotaResponse {
 	return out
 }
 
-// run runs the jobs' allocations, at most 16 at a time.
-func (st *stream) run(ctx context.Context, jobs []*job) {
+// parallel runs f(0) … f(n−1), at most 16 at a time, and waits for them.
+func parallel(n int, f func(i int)) {
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
-	for _, j := range jobs {
+	for i := 0; i < n; i++ {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, cancel := context.WithTimeout(ctx, st.s.o.RedisTimeout)
-			defer cancel()
-			j.res, j.err = st.s.alloc.Allocate(c, &j.q)
-			if isTaken(j.err) && !j.push {
-				// Another stream continues this participant: the Envoy of this
-				// stream has the same name (a duplicate). It goes on as a
-				// participant of its own.
-				st.s.Metrics.continued("duplicate")
-				st.s.o.Logger.Warn("rlqs: another stream took over this stream's participant; two Envoys share one "+ClientHeader+"?",
-					"domain", st.domain, "client", st.client)
-				j.b.dups++
-				j.b.participant = st.id + "." + strconv.FormatUint(fnv64(j.b.key), 36) + ".d" + strconv.Itoa(j.b.dups)
-				j.q.Participant = j.b.participant
-				j.res, j.err = st.s.alloc.Allocate(c, &j.q)
-			}
+			f(i)
 		}()
 	}
 	wg.Wait()
+}
+
+// run runs the jobs' allocations, at most 16 at a time.
+func (st *stream) run(ctx context.Context, jobs []*job) {
+	parallel(len(jobs), func(i int) {
+		j := jobs[i]
+		c, cancel := context.WithTimeout(ctx, st.s.o.RedisTimeout)
+		defer cancel()
+		j.res, j.err = st.s.alloc.Allocate(c, &j.q)
+		if isTaken(j.err) && !j.push {
+			// Another stream continues this participant: the Envoy of this
+			// stream has the same name (a duplicate). It goes on as a
+			// participant of its own.
+			st.s.Metrics.continued("duplicate")
+			st.s.o.Logger.Warn("rlqs: another stream took over this stream's participant; two Envoys share one "+ClientHeader+"?",
+				"domain", st.domain, "client", st.client)
+			j.b.dups++
+			j.b.participant = st.id + "." + strconv.FormatUint(fnv64(j.b.key), 36) + ".d" + strconv.Itoa(j.b.dups)
+			j.q.Participant = j.b.participant
+			j.res, j.err = st.s.alloc.Allocate(c, &j.q)
+		}
+	})
 }
 
 // apply turns an allocation into the bucket's action.
