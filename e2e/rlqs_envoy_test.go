@@ -79,6 +79,11 @@ static_resources:
                           reporting_interval: 1s
                           no_assignment_behavior:
                             fallback_rate_limit: {blanket_rule: {{.NoAssignment}}}
+{{- if .Expired}}
+                          expired_assignment_behavior:
+                            expired_assignment_behavior_timeout: {{.ExpiredTimeout}}
+                            fallback_rate_limit: {blanket_rule: {{.Expired}}}
+{{- end}}
           - name: envoy.filters.http.router
             typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
   clusters:
@@ -103,7 +108,11 @@ type rlqsBootstrap struct {
 	Domain       string
 	NoAssignment string // ALLOW_ALL or DENY_ALL
 	Ports        []int
-	Client       string // x-sluice-client-id ("" for none)
+	// Expired, when set (ALLOW_ALL or DENY_ALL), is the buckets'
+	// expired_assignment_behavior fallback_rate_limit, in force for
+	// ExpiredTimeout (a duration, "6s") after an assignment's TTL.
+	Expired, ExpiredTimeout string
+	Client                  string // x-sluice-client-id ("" for none)
 }
 
 func renderRLQSEnvoy(b rlqsBootstrap) func(EnvoySite) ([]byte, error) {
