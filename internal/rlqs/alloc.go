@@ -79,7 +79,8 @@ import (
 // Reply: {window_start, left_us, grant, taken, participants, demand_milli, now}
 // grant > 0 is a new bucket of that many tokens the caller must send (it
 // replaces the current one); 0: keep the current assignment (or, without
-// one in this window, deny until the window's end).
+// one in this window, deny until the window's end); -1: revoke the current
+// one (DENY_ALL): the pool holds more than the limit, which was lowered.
 const allocBody = `
 local L, W, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local id = ARGV[4]
@@ -103,7 +104,9 @@ if owner ~= '' and f['o:' .. id] ~= nil and f['o:' .. id] ~= owner then
 end
 local function num(x) return string.format('%.17g', x) end
 local T = tonumber(f['T']) or 0
-local fresh = tonumber(f['w']) ~= ws
+-- A new window when the pool's began before this one: a pool of a smaller
+-- unit (the limit's unit grew) lies inside this window and keeps its count.
+local fresh = (tonumber(f['w']) or -1) < ws
 if fresh then T = 0 end
 local del = {}
 local function drop(k) if f[k] ~= nil then del[#del + 1] = k; f[k] = nil end end
@@ -154,6 +157,10 @@ if h < 0 or h < r * 1.5 * I / 1000000 then
   g = math.min(want, fair, avail)
   if h > 0 and g < 2 * h then g = 0 end
 end
+-- More taken than the limit allows (it was lowered): a bucket the
+-- participant still holds is revoked (DENY_ALL); what it did not spend
+-- returns when its next report proves it empty.
+if g == 0 and T > L and cws == ws and held > 0 then g = -1 end
 if g > 0 then t = t + g; T = T + g end
 if #del > 0 then redis.call('HDEL', key, unpack(del)) end
 redis.call('HSET', key, 'w', num(ws), 'T', num(T), 't:' .. id, num(t), 'u:' .. id, num(u),
@@ -165,7 +172,7 @@ if owner ~= '' then
     local rep = 0
     if cws == ws then rep = tonumber(ARGV[22]) or 0 end
     st = 'T ' .. num(ws) .. ' ' .. num(g) .. ' 0 ' .. ARGV[21] .. ' ' .. num(rep) .. ' ' .. num(now)
-  elseif cws == ws and (ck == 'T' or ck == 'D') then
+  elseif g == 0 and cws == ws and (ck == 'T' or ck == 'D') then
     st = ck .. ' ' .. num(ws) .. ' ' .. ARGV[16] .. ' ' .. ARGV[17] .. ' ' .. ARGV[18] .. ' ' .. ARGV[19] .. ' ' ..
       num(now - (tonumber(ARGV[20]) or 0))
   else
@@ -230,6 +237,7 @@ type Result struct {
 	WindowStart  int64 // Unix µs
 	Left         time.Duration
 	Grant        int64 // > 0: a new bucket of this size
+	Revoke       bool  // send DENY_ALL: the limit is below what was taken
 	Taken        int64 // the pool's tokens taken in the window, after the call
 	Participants int64
 	DemandMilli  int64 // the participant's smoothed demand, requests per 1,000 s
@@ -325,9 +333,10 @@ func (a *Allocator) once(ctx context.Context, cmd []byte) (Result, error) {
 		}
 		n[i] = e.Int
 	}
-	if n[1] <= 0 || n[2] < 0 || n[3] < 0 {
+	if n[1] <= 0 || n[2] < -1 || n[3] < 0 {
 		return Result{}, fmt.Errorf("%w: %s", errBadReply, strconv.FormatInt(n[2], 10))
 	}
-	return Result{WindowStart: n[0], Left: time.Duration(n[1]) * time.Microsecond, Grant: n[2], Taken: n[3],
+	revoke := n[2] == -1
+	return Result{WindowStart: n[0], Left: time.Duration(n[1]) * time.Microsecond, Grant: max(n[2], 0), Revoke: revoke, Taken: n[3],
 		Participants: n[4], DemandMilli: n[5], Now: n[6]}, nil
 }

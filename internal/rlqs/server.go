@@ -751,7 +751,7 @@ func (st *stream) apply(j *job, now time.Time) []*pb.RateLimitQuotaResponse_Buck
 		b.sentAt, b.refreshedAt = now, now
 		s.Metrics.with(st.domain, func(d *domainStats) { d.assigned += uint64(r.Grant); d.actions[actionTokenBucket]++ })
 		grant = true
-	case j.valid && b.ws == r.WindowStart:
+	case j.valid && b.ws == r.WindowStart && !r.Revoke:
 		b.refreshedAt = now
 		s.Metrics.with(st.domain, func(d *domainStats) { d.actions[actionRepeat]++ })
 	default:
