@@ -160,7 +160,8 @@ func (s *serveProc) stop(t *testing.T) {
 }
 
 // metric sums the samples of one family of the service's /metrics (all labels).
-func (s *serveProc) metric(t *testing.T, name string) int64 {
+// metricsText is s's /metrics page.
+func (s *serveProc) metricsText(t *testing.T) string {
 	t.Helper()
 	resp, err := http.Get("http://" + s.admin + "/metrics")
 	if err != nil {
@@ -168,8 +169,13 @@ func (s *serveProc) metric(t *testing.T, name string) int64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func (s *serveProc) metric(t *testing.T, name string) int64 {
+	t.Helper()
 	var sum float64
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(s.metricsText(t), "\n") {
 		if !strings.HasPrefix(l, name) || strings.HasPrefix(l, "#") {
 			continue
 		}

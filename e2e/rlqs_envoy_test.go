@@ -231,13 +231,7 @@ func rlqsGet(t *testing.T, url, key string) int {
 // there is none.
 func (s *serveProc) labelled(t *testing.T, name, label string) int64 {
 	t.Helper()
-	resp, err := http.Get("http://" + s.admin + "/metrics")
-	if err != nil {
-		t.Fatalf("sluice serve /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(s.metricsText(t), "\n") {
 		if !strings.HasPrefix(l, name+"{") || !strings.Contains(l[:strings.LastIndex(l, "}")+1], label) {
 			continue
 		}
