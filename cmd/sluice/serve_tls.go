@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,6 +187,7 @@ func loadKeyPair(flagName, certPath, keyPath string) (tls.Certificate, []string,
 // and GRPC_CLIENT_TLS_CACERT when GRPC_SERVER_USE_TLS is true.
 type grpcTLSFlags struct {
 	cert, key, clientCA string
+	clientSAN           string
 	useEnv              bool
 	envErr              error
 	reloader            *certReloader // set by config
@@ -205,6 +207,8 @@ func (g *grpcTLSFlags) register(fs *flag.FlagSet) {
 		"PEM file of --tls-cert's private key ($GRPC_SERVER_TLS_KEY)")
 	fs.StringVar(&g.clientCA, "tls-client-ca", env("GRPC_CLIENT_TLS_CACERT"),
 		"PEM file of CA certificates: every client must present a certificate that chains to one (mTLS) ($GRPC_CLIENT_TLS_CACERT)")
+	fs.StringVar(&g.clientSAN, "tls-client-san", env("GRPC_CLIENT_TLS_SAN"),
+		"with --tls-client-ca: comma-separated names, one of which a client certificate must carry as a DNS or URI subject alternative name ($GRPC_CLIENT_TLS_SAN)")
 }
 
 // config returns the listener's TLS configuration (nil: cleartext).
@@ -216,6 +220,8 @@ func (g *grpcTLSFlags) config() (*tls.Config, []string, error) {
 		switch {
 		case g.clientCA != "":
 			return nil, nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+		case g.clientSAN != "":
+			return nil, nil, errors.New("--tls-client-san needs --tls-cert, --tls-key and --tls-client-ca")
 		case g.useEnv:
 			return nil, nil, errors.New("$GRPC_SERVER_USE_TLS is true but neither --tls-cert nor $GRPC_SERVER_TLS_CERT is set")
 		}
@@ -223,6 +229,9 @@ func (g *grpcTLSFlags) config() (*tls.Config, []string, error) {
 	}
 	if g.cert == "" || g.key == "" {
 		return nil, nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if g.clientSAN != "" && g.clientCA == "" {
+		return nil, nil, errors.New("--tls-client-san needs --tls-client-ca (a name is checked on a verified certificate)")
 	}
 	c, warnings, err := g.build()
 	if err != nil {
@@ -249,8 +258,45 @@ func (g *grpcTLSFlags) build() (*tls.Config, []string, error) {
 		}
 		c.ClientCAs = pool
 		c.ClientAuth = tls.RequireAndVerifyClientCert
+		if names := sanList(g.clientSAN); len(names) > 0 {
+			c.VerifyConnection = requireSAN(names)
+		}
 	}
 	return c, warnings, nil
+}
+
+func sanList(s string) []string {
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// requireSAN refuses a client certificate that carries none of names as a
+// DNS or URI subject alternative name (exact match).
+func requireSAN(names []string) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("sluice serve: no client certificate")
+		}
+		leaf := cs.PeerCertificates[0]
+		for _, n := range names {
+			for _, d := range leaf.DNSNames {
+				if d == n {
+					return nil
+				}
+			}
+			for _, u := range leaf.URIs {
+				if u.String() == n {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("sluice serve: the client certificate names none of --tls-client-san %s", strings.Join(names, ","))
+	}
 }
 
 // stamp identifies the files' versions: their modification times and sizes

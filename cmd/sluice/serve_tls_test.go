@@ -60,6 +60,8 @@ func TestServeTLSFlags(t *testing.T) {
 		{nil, map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CACERT": notPEM}, "--redis-tls-ca " + notPEM + ": no PEM certificate in it"},
 		{[]string{"--tls-cert", certs.ServerCertFile}, nil, "--tls-cert and --tls-key go together"},
 		{[]string{"--tls-client-ca", certs.CAFile}, nil, "--tls-client-ca needs --tls-cert and --tls-key"},
+		{[]string{"--tls-client-san", "x"}, nil, "--tls-client-san needs --tls-cert, --tls-key and --tls-client-ca"},
+		{[]string{"--tls-cert", certs.ServerCertFile, "--tls-key", certs.ServerKeyFile, "--tls-client-san", "x"}, nil, "--tls-client-san needs --tls-client-ca"},
 		{[]string{"--tls-cert", certs.ServerCertFile, "--tls-key", missing}, nil, "--tls-cert " + certs.ServerCertFile + " with key " + missing + ": open " + missing},
 		{[]string{"--tls-cert", certs.ServerCertFile, "--tls-key", certs.ServerKeyFile, "--tls-client-ca", notPEM}, nil, "--tls-client-ca " + notPEM + ": no PEM certificate in it"},
 		{nil, map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "$GRPC_SERVER_USE_TLS is true but neither --tls-cert nor $GRPC_SERVER_TLS_CERT is set"},
@@ -115,7 +117,7 @@ func TestServeTLSFlags(t *testing.T) {
 	var help bytes.Buffer
 	dispatch([]string{"serve", "--help"}, &help, io.Discard)
 	for _, f := range []string{"-redis-tls ", "-redis-tls-ca", "-redis-tls-cert", "-redis-tls-key", "-redis-tls-server-name",
-		"-redis-tls-skip-hostname-verification", "-redis-tls-insecure-skip-verify", "-tls-cert", "-tls-key", "-tls-client-ca"} {
+		"-redis-tls-skip-hostname-verification", "-redis-tls-insecure-skip-verify", "-tls-cert", "-tls-key", "-tls-client-ca", "-tls-client-san"} {
 		if !strings.Contains(help.String(), f) {
 			t.Errorf("serve --help lacks %s", f)
 		}
@@ -371,5 +373,33 @@ func TestServeGRPCTLSReload(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "TLS files reloaded") {
 		t.Errorf("no reload logged:\n%s", log.String())
+	}
+}
+
+// --tls-client-san: a client whose certificate (of the trusted CA) names
+// one of the names decides; one whose certificate names none is refused.
+func TestServeGRPCTLSClientSAN(t *testing.T) {
+	skipShort(t, "sluice serve on a Redis Cluster")
+	c := testCluster(t)
+	certs := testCerts(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := &tls.Config{RootCAs: certs.Pool, Certificates: []tls.Certificate{certs.Client}}
+	for _, tc := range []struct {
+		san string
+		ok  bool
+	}{
+		{"other-client, sluice-test-client", true}, // the test client's DNS name
+		{"other-client", false},
+	} {
+		addr, _ := startServeArgs(t, "--redis-cluster", strings.Join(c.Addrs, ","), "--tls-cert", certs.ServerCertFile,
+			"--tls-key", certs.ServerKeyFile, "--tls-client-ca", certs.CAFile, "--tls-client-san", tc.san)
+		_, err := tlsDecide(ctx, dialTLS(t, addr, client), uniqKey("san"))
+		if tc.ok && err != nil {
+			t.Errorf("--tls-client-san %q: %v, want an answer", tc.san, err)
+		}
+		if !tc.ok && status.Code(err) != codes.Unavailable {
+			t.Errorf("--tls-client-san %q: %v, want UNAVAILABLE (the handshake refused)", tc.san, err)
+		}
 	}
 }
