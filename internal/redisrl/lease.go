@@ -1,12 +1,12 @@
 package redisrl
 
 import (
-	"crypto/sha1"
 	"encoding/hex"
 	"strconv"
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/internal/digest"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
@@ -124,7 +124,7 @@ return {g, B, idiv(S, W), cdiv(BW - S, L) + (eff - now), 0, eff, 0}
 // LeaseScript is the lease script (both algorithms).
 var LeaseScript = func() Script {
 	src := "-- sluice lease v1\n" + leaseBody
-	sum := sha1.Sum([]byte(src))
+	sum := digest.SHA1([]byte(src))
 	return Script{Source: src, SHA1: hex.EncodeToString(sum[:])}
 }()
 

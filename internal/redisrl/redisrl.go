@@ -35,8 +35,6 @@
 package redisrl
 
 import (
-	"crypto/sha1"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"strconv"
@@ -44,6 +42,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/internal/digest"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
@@ -76,7 +75,7 @@ func init() {
 			p = strings.Replace(p, "local settles = false\n", "local settles = true\n", 1)
 		}
 		s.Source = "-- sluice " + s.Kind.String() + " v2\n" + p + s.Source
-		sum := sha1.Sum([]byte(s.Source))
+		sum := digest.SHA1([]byte(s.Source))
 		s.SHA1 = hex.EncodeToString(sum[:])
 		for i := range s.evalSHAHead {
 			s.evalSHAHead[i] = string(appendCallHead(nil, "EVALSHA", s.SHA1, 8+i))
@@ -141,7 +140,7 @@ func appendPart(dst []byte, s string) []byte {
 	if rawPart(s) {
 		return append(dst, s...)
 	}
-	sum := sha256.Sum256([]byte(s))
+	sum := digest.SHA256([]byte(s))
 	dst = append(dst, '#')
 	return hex.AppendEncode(dst, sum[:16])
 }
