@@ -163,9 +163,10 @@ end
 if g == 0 and T > L and cws == ws and held > 0 then g = -1 end
 if g > 0 then t = t + g; T = T + g end
 if #del > 0 then redis.call('HDEL', key, unpack(del)) end
-redis.call('HSET', key, 'w', num(ws), 'T', num(T), 't:' .. id, num(t), 'u:' .. id, num(u),
-  'r:' .. id, num(r), 'x:' .. id, num(now + ex))
-if el > 0 then redis.call('HSET', key, 'l:' .. id, num(now)) end
+local kv = {'w', num(ws), 'T', num(T), 't:' .. id, num(t), 'u:' .. id, num(u),
+  'r:' .. id, num(r), 'x:' .. id, num(now + ex)}
+local function set(k, v) kv[#kv + 1] = k; kv[#kv + 1] = v end
+if el > 0 then set('l:' .. id, num(now)) end
 if owner ~= '' then
   local ck, st = ARGV[15], ''
   if g > 0 then
@@ -178,9 +179,11 @@ if owner ~= '' then
   else
     st = 'D ' .. num(ws) .. ' 0 0 0 0 ' .. num(now)
   end
-  redis.call('HSET', key, 'o:' .. id, owner, 's:' .. id, st .. ' ' .. num(I))
-  if ARGV[14] ~= '' then redis.call('HSET', key, 'c:' .. ARGV[14], id) end
+  set('o:' .. id, owner)
+  set('s:' .. id, st .. ' ' .. num(I))
+  if ARGV[14] ~= '' then set('c:' .. ARGV[14], id) end
 end
+redis.call('HSET', key, unpack(kv))
 redis.call('PEXPIRE', key, math.floor(math.max(left, ex) / 1000) + 1000)
 return {ws, left, g, T, n, math.floor(r * 1000), now}
 `
@@ -294,6 +297,34 @@ func (q *Request) appendCall(dst []byte, cmd, script string) []byte {
 
 var errBadReply = errors.New("rlqs: malformed script reply")
 
+// eval runs a script, EVALSHA first and EVAL after NOSCRIPT; build makes
+// the command of either ("EVALSHA" with the digest, "EVAL" with the body).
+// An error reply is an error.
+func (a *Allocator) eval(ctx context.Context, build func(cmd, script string) []byte, sha, body string) (resp.Value, error) {
+	do := func(cmd []byte) (resp.Value, error) {
+		reply, err := a.Backend.Do(ctx, cmd)
+		if err != nil {
+			return resp.Value{}, err
+		}
+		v, err := resp.Parse(reply)
+		if err != nil {
+			return resp.Value{}, err
+		}
+		if v.IsError() {
+			return resp.Value{}, v.Err()
+		}
+		return v, nil
+	}
+	v, err := do(build("EVALSHA", sha))
+	if err != nil && redisrl.IsNoScript(err) {
+		if a.NoScript != nil {
+			a.NoScript()
+		}
+		v, err = do(build("EVAL", body))
+	}
+	return v, err
+}
+
 // Allocate runs one allocation (EVALSHA, EVAL after NOSCRIPT). Any error
 // means no decision was applied that the caller learns of: the caller
 // sends no new assignment (the Envoy keeps its current one until its TTL).
@@ -301,27 +332,9 @@ func (a *Allocator) Allocate(ctx context.Context, q *Request) (Result, error) {
 	if q.Limit < 1 || q.Window <= 0 || q.Participant == "" || strings.ContainsAny(q.Participant+q.Owner+q.ClientField, "\r\n ") {
 		return Result{}, fmt.Errorf("rlqs: bad allocation request")
 	}
-	res, err := a.once(ctx, q.appendCall(nil, "EVALSHA", allocSHA))
-	if err != nil && redisrl.IsNoScript(err) {
-		if a.NoScript != nil {
-			a.NoScript()
-		}
-		res, err = a.once(ctx, q.appendCall(nil, "EVAL", allocBody))
-	}
-	return res, err
-}
-
-func (a *Allocator) once(ctx context.Context, cmd []byte) (Result, error) {
-	reply, err := a.Backend.Do(ctx, cmd)
+	v, err := a.eval(ctx, func(cmd, script string) []byte { return q.appendCall(nil, cmd, script) }, allocSHA, allocBody)
 	if err != nil {
 		return Result{}, err
-	}
-	v, err := resp.Parse(reply)
-	if err != nil {
-		return Result{}, err
-	}
-	if v.IsError() {
-		return Result{}, v.Err()
 	}
 	if v.Type != resp.Array || len(v.Elems) != 7 {
 		return Result{}, errBadReply

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/redisrl"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
 
@@ -143,8 +142,9 @@ type peeked struct {
 	last, now   int64 // µs, the script's clock
 }
 
+// script runs a continuation script on key with string arguments.
 func (a *Allocator) script(ctx context.Context, sha, body string, key string, args ...string) (resp.Value, error) {
-	build := func(cmd, script string) []byte {
+	return a.eval(ctx, func(cmd, script string) []byte {
 		dst := resp.AppendArrayHeader(nil, 4+len(args))
 		dst = resp.AppendBulkString(dst, cmd)
 		dst = resp.AppendBulkString(dst, script)
@@ -154,29 +154,7 @@ func (a *Allocator) script(ctx context.Context, sha, body string, key string, ar
 			dst = resp.AppendBulkString(dst, s)
 		}
 		return dst
-	}
-	do := func(cmd []byte) (resp.Value, error) {
-		reply, err := a.Backend.Do(ctx, cmd)
-		if err != nil {
-			return resp.Value{}, err
-		}
-		v, err := resp.Parse(reply)
-		if err != nil {
-			return resp.Value{}, err
-		}
-		if v.IsError() {
-			return resp.Value{}, v.Err()
-		}
-		return v, nil
-	}
-	v, err := do(build("EVALSHA", sha))
-	if err != nil && redisrl.IsNoScript(err) {
-		if a.NoScript != nil {
-			a.NoScript()
-		}
-		v, err = do(build("EVAL", body))
-	}
-	return v, err
+	}, sha, body)
 }
 
 func scriptNow(now time.Time) string {
@@ -294,7 +272,7 @@ func (st *stream) claims(ctx context.Context, cs []*claimJob, now time.Time) []*
 		c := cs[i]
 		cctx, cancel := context.WithTimeout(ctx, s.o.RedisTimeout)
 		defer cancel()
-		field := st.client + "." + strconv.FormatUint(fnv64(c.b.key), 36)
+		field := st.clientField(c.b)
 		if c.peek {
 			c.found, c.ok, c.err = s.alloc.Peek(cctx, c.key, field, clock)
 			return

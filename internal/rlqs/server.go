@@ -181,6 +181,7 @@ const (
 
 type bucket struct {
 	key     string // canonical
+	tag     string // a digest of key, in participant ids and the c: index
 	id      *pb.BucketId
 	entries []rls.Entry
 	// participant names the bucket of this stream in the pool's ledger (two
@@ -499,8 +500,9 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 			// Until measured, the interval is Envoy's report period (5 s), or
 			// the report's time_elapsed if longer (a stream that reconnected):
 			// the first assignment's TTL must outlast the next report.
-			b = &bucket{key: u.key, id: &pb.BucketId{Bucket: id}, entries: u.entries, interval: min(max(firstInterval, u.elapsed), time.Minute),
-				participant: st.id + "." + strconv.FormatUint(fnv64(u.key), 36)}
+			tag := strconv.FormatUint(fnv64(u.key), 36)
+			b = &bucket{key: u.key, tag: tag, id: &pb.BucketId{Bucket: id}, entries: u.entries, interval: min(max(firstInterval, u.elapsed), time.Minute),
+				participant: st.id + "." + tag}
 			st.buckets[u.key] = b
 		}
 		elapsed := b.interval
@@ -583,8 +585,7 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 // prepare is the allocation job of a report of a limited bucket.
 func (st *stream) prepare(c *claimJob, now time.Time) *job {
 	b, key := c.b, c.key
-	valid := b.limitKey == key && (b.kind == kindTokenBucket || b.kind == kindDeny) &&
-		now.Sub(b.refreshedAt) < b.ttlSent-500*time.Millisecond
+	valid := b.limitKey == key && b.inForce(now)
 	if !valid {
 		b.kind = kindNone
 	}
@@ -621,6 +622,16 @@ func (st *stream) prepare(c *claimJob, now time.Time) *job {
 	return j
 }
 
+// inForce says whether the Envoy still enforces b's last limited
+// assignment (a token bucket or DENY_ALL): its TTL, as sent, has not
+// passed, with half a second to spare.
+func (b *bucket) inForce(now time.Time) bool {
+	return (b.kind == kindTokenBucket || b.kind == kindDeny) && now.Sub(b.refreshedAt) < b.ttlSent-500*time.Millisecond
+}
+
+// clientField is b's field in the c: index of the stream's Envoy name.
+func (st *stream) clientField(b *bucket) string { return st.client + "." + b.tag }
+
 // request is the allocation request of b's current state.
 func (st *stream) request(b *bucket, now time.Time) Request {
 	q := Request{Key: b.limitKey, Limit: b.limit, Window: b.window, Participant: b.participant, CurrentWindow: -1,
@@ -638,7 +649,7 @@ func (st *stream) request(b *bucket, now time.Time) Request {
 	st.seq++
 	q.NextNanos = int32(st.seq % 1_000_000_000)
 	if st.client != "" {
-		q.Owner, q.ClientField = st.id, st.client+"."+strconv.FormatUint(fnv64(b.key), 36)
+		q.Owner, q.ClientField = st.id, st.clientField(b)
 		q.Size, q.Used, q.Nanos, q.Replaced, q.SentAgo = b.size, b.used, b.nanos, b.replaced, now.Sub(b.sentAt)
 		switch b.kind {
 		case kindTokenBucket:
@@ -658,7 +669,7 @@ func (st *stream) push(ctx context.Context) *pb.RateLimitQuotaResponse {
 		if b.windowEnd.IsZero() || now.Before(b.windowEnd) {
 			continue
 		}
-		valid := (b.kind == kindTokenBucket || b.kind == kindDeny) && now.Sub(b.refreshedAt) < b.ttlSent-500*time.Millisecond
+		valid := b.inForce(now)
 		if !valid {
 			b.kind = kindNone
 		}
@@ -715,7 +726,7 @@ func (st *stream) run(ctx context.Context, jobs []*job) {
 			st.s.o.Logger.Warn("rlqs: another stream took over this stream's participant; two Envoys share one "+ClientHeader+"?",
 				"domain", st.domain, "client", st.client)
 			j.b.dups++
-			j.b.participant = st.id + "." + strconv.FormatUint(fnv64(j.b.key), 36) + ".d" + strconv.Itoa(j.b.dups)
+			j.b.participant = st.id + "." + j.b.tag + ".d" + strconv.Itoa(j.b.dups)
 			j.q.Participant = j.b.participant
 			j.res, j.err = st.s.alloc.Allocate(c, &j.q)
 		}
