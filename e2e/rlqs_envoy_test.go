@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,23 +222,4 @@ func rlqsGet(t *testing.T, url, key string) int {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// labelled is the value of one series of a metric of s's /metrics: the
-// line of name whose labels include label (e.g. `result="adopted"`); 0 if
-// there is none.
-func (s *serveProc) labelled(t *testing.T, name, label string) int64 {
-	t.Helper()
-	for _, l := range strings.Split(s.metricsText(t), "\n") {
-		if !strings.HasPrefix(l, name+"{") || !strings.Contains(l[:strings.LastIndex(l, "}")+1], label) {
-			continue
-		}
-		f := strings.Fields(l[strings.LastIndex(l, "}")+1:])
-		if len(f) == 1 {
-			if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-				return v
-			}
-		}
-	}
-	return 0
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -253,7 +251,7 @@ func TestRLQSEnvoyReload(t *testing.T) {
 			t.Errorf("over: admitted %d after the limit went to %d (%d at the reload): the bucket it held was not revoked at the next report (want at most %d)",
 				okOver, overAfter, okOver0, bound)
 		}
-		if n := s.labelled(t, "sluice_rlqs_actions_total", `action="deny_all"`); n == 0 {
+		if n := rlqsAction(t, s, "deny_all"); n == 0 {
 			t.Errorf("no DENY_ALL sent: over's bucket was not revoked")
 		}
 	})
@@ -326,18 +324,9 @@ func rlqsAction(t *testing.T, s *serveProc, action string) int64 {
 // metricLabel sums the samples of one family whose labels contain label.
 func (s *serveProc) metricLabel(t *testing.T, name, label string) int64 {
 	t.Helper()
-	resp, err := http.Get("http://" + s.admin + "/metrics")
-	if err != nil {
-		t.Fatalf("sluice serve /metrics: %v", err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("sluice serve /metrics: %v", err)
-	}
 	var sum int64
-	for _, l := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(l, name+"{") || !strings.Contains(l, label) {
+	for _, l := range strings.Split(s.metricsText(t), "\n") {
+		if !strings.HasPrefix(l, name+"{") || !strings.Contains(l[:strings.LastIndex(l, "}")+1], label) {
 			continue
 		}
 		var v int64

@@ -126,10 +126,10 @@ func TestRLQSEnvoy(t *testing.T) {
 		total := busy.ok.Load() + lightLoad.ok.Load() + added.ok.Load()
 		t.Logf("limit %d per hour: admitted %d (busy Envoy %s; light Envoy, killed at 8 s, %s; added at 10 s %s); %d admitted after a replica's kill",
 			limit, total, busy, lightLoad, added, total-lightLoad.ok.Load()-okAtKill)
-		adopted := s2.labelled(t, "sluice_rlqs_continued_total", `result="adopted"`)
+		adopted := s2.metricLabel(t, "sluice_rlqs_continued_total", `result="adopted"`)
 		t.Logf("surviving replica: assigned %d tokens, reports say %d used; %d participants continued (adopted), %d own",
 			s2.metric(t, "sluice_rlqs_assigned_total"), s2.metric(t, "sluice_rlqs_used_total"), adopted,
-			s2.labelled(t, "sluice_rlqs_continued_total", `result="own"`))
+			s2.metricLabel(t, "sluice_rlqs_continued_total", `result="own"`))
 		bound := int64(limit)
 		if !time.Now().Truncate(time.Hour).Equal(hour) {
 			bound = 2 * limit // the run spans two windows of the limit
