@@ -2,9 +2,10 @@ package main
 
 // TLS for `sluice serve`: to the Redis Cluster (--redis-tls…, shared with
 // `sluice run --redis-cluster`) and on the gRPC listener (--tls-cert,
-// --tls-key, --tls-client-ca). Certificates and keys are read once, at start:
-// a file that cannot be read or parsed stops the command there, naming the
-// flag and the file; replacing a file later takes a restart.
+// --tls-key, --tls-client-ca, --tls-client-san). Certificates and keys are
+// read at start: a file that cannot be read or parsed stops the command
+// there, naming the flag and the file. The listener's files are reloaded
+// when they change (certReloader); the Redis side's take a restart.
 
 import (
 	"context"
@@ -14,7 +15,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,15 +287,8 @@ func requireSAN(names []string) func(tls.ConnectionState) error {
 		}
 		leaf := cs.PeerCertificates[0]
 		for _, n := range names {
-			for _, d := range leaf.DNSNames {
-				if d == n {
-					return nil
-				}
-			}
-			for _, u := range leaf.URIs {
-				if u.String() == n {
-					return nil
-				}
+			if slices.Contains(leaf.DNSNames, n) || slices.ContainsFunc(leaf.URIs, func(u *url.URL) bool { return u.String() == n }) {
+				return nil
 			}
 		}
 		return fmt.Errorf("sluice serve: the client certificate names none of --tls-client-san %s", strings.Join(names, ","))
