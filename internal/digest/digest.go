@@ -6,7 +6,10 @@
 // concerns, no streaming interface.
 package digest
 
-import "math/bits"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // tail is the message's last partial block with its padding (0x80, zeros
 // to 56 mod 64, the length in bits, big-endian): one or two blocks, on
@@ -20,20 +23,13 @@ func tail(msg []byte) ([128]byte, int) {
 	if r >= 56 {
 		n = 128
 	}
-	l := uint64(len(msg)) * 8
-	for i := 0; i < 8; i++ {
-		t[n-1-i] = byte(l >> (8 * i))
-	}
+	binary.BigEndian.PutUint64(t[n-8:], uint64(len(msg))*8)
 	return t, n
-}
-
-func be32(b []byte) uint32 {
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
 func put32(dst []byte, h []uint32) {
 	for i, v := range h {
-		dst[4*i], dst[4*i+1], dst[4*i+2], dst[4*i+3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+		binary.BigEndian.PutUint32(dst[4*i:], v)
 	}
 }
 
@@ -52,7 +48,7 @@ func sha1Blocks(h *[5]uint32, p []byte) {
 	var w [80]uint32
 	for off := 0; off < len(p); off += 64 {
 		for t := 0; t < 16; t++ {
-			w[t] = be32(p[off+4*t:])
+			w[t] = binary.BigEndian.Uint32(p[off+4*t:])
 		}
 		for t := 16; t < 80; t++ {
 			w[t] = bits.RotateLeft32(w[t-3]^w[t-8]^w[t-14]^w[t-16], 1)
@@ -107,7 +103,7 @@ func sha256Blocks(h *[8]uint32, p []byte) {
 	var w [64]uint32
 	for off := 0; off < len(p); off += 64 {
 		for t := 0; t < 16; t++ {
-			w[t] = be32(p[off+4*t:])
+			w[t] = binary.BigEndian.Uint32(p[off+4*t:])
 		}
 		for t := 16; t < 64; t++ {
 			s0 := bits.RotateLeft32(w[t-15], -7) ^ bits.RotateLeft32(w[t-15], -18) ^ (w[t-15] >> 3)
