@@ -28,6 +28,9 @@ type family struct {
 	// baselineVariant, or only when set.
 	baseline bool
 	only     string
+	// b is set on the copy of a sluice family that loads the -wasm-b module (its name ends
+	// in "-b"): the same configuration, the other module, in the same rounds.
+	b string
 }
 
 // variantName is the variant a baseline family is measured on.
@@ -168,7 +171,11 @@ func renderBootstrap(spec bootstrapSpec) ([]byte, error) {
 			}
 		case "sluice":
 			b, _ := json.Marshal(pluginConfig(f, v))
-			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), spec.wasm, string(b)
+			path := spec.wasm
+			if f.b != "" {
+				path = f.b
+			}
+			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), path, string(b)
 		default:
 			return nil, fmt.Errorf("family %s: unknown kind %q", f.name, f.kind)
 		}

@@ -67,6 +67,7 @@ type options struct {
 	envoy         string
 	version       string
 	wasm          string
+	wasmB         string
 	out           string
 	only          string
 	phases        string
@@ -82,6 +83,7 @@ type env struct {
 	root   string
 	dir    string
 	wasm   string
+	wasmB  string // -wasm-b, absolute
 	noop   string
 	denier string
 	load   string
@@ -99,6 +101,7 @@ func main() {
 	flag.StringVar(&o.envoy, "envoy", "", "Envoy binary (default: $ENVOY, else the pinned -envoy-version, fetched when missing)")
 	flag.StringVar(&o.version, "envoy-version", "1.40.0", "pinned Envoy version when neither -envoy nor $ENVOY is set")
 	flag.StringVar(&o.wasm, "wasm", "", "sluice.wasm to load (default: built and patched into a temporary directory)")
+	flag.StringVar(&o.wasmB, "wasm-b", "", "a second sluice.wasm (say, built before a change): every sluice family selected is also run on it as FAMILY-b, in the same rounds, and the goals table adds each -b family against its own")
 	flag.StringVar(&o.out, "out", "", "results file (default: bench/envoy/results.txt in the repository; \"-\": none)")
 	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none, noop, deny-floor and native are always run: the ratios need them)")
 	flag.StringVar(&o.phases, "phases", strings.Join(allPhases, ","), "comma-separated phases to run (latency needs throughput)")
@@ -196,6 +199,14 @@ func (e *env) setup() error {
 		return err
 	}
 	e.target = envoyproc.Target{Version: v, Bin: bin}
+	if e.o.wasmB != "" {
+		if e.wasmB, err = filepath.Abs(e.o.wasmB); err != nil {
+			return err
+		}
+		if _, err := os.Stat(e.wasmB); err != nil {
+			return fmt.Errorf("-wasm-b: %w", err)
+		}
+	}
 	chk := filepath.Join(e.dir, "v8check")
 	if err := os.MkdirAll(chk, 0o755); err != nil {
 		return err
@@ -241,20 +252,37 @@ type results struct {
 }
 
 func (e *env) selected() []family {
-	if e.o.only == "" {
-		return families
-	}
-	want := map[string]bool{"none": true, "noop": true, "native": true, "deny-floor": true}
-	for _, n := range strings.Split(e.o.only, ",") {
-		want[strings.TrimSpace(n)] = true
-	}
-	var fs []family
-	for _, f := range families {
-		if want[f.name] {
-			fs = append(fs, f)
+	fs := families
+	if e.o.only != "" {
+		want := map[string]bool{"none": true, "noop": true, "native": true, "deny-floor": true}
+		for _, n := range strings.Split(e.o.only, ",") {
+			want[strings.TrimSpace(n)] = true
+		}
+		fs = nil
+		for _, f := range families {
+			if want[f.name] {
+				fs = append(fs, f)
+			}
 		}
 	}
-	return fs
+	return withB(fs, e.wasmB)
+}
+
+// withB adds, after each sluice family of fs, its copy on module b (none when b is empty).
+func withB(fs []family, b string) []family {
+	if b == "" {
+		return fs
+	}
+	var out []family
+	for _, f := range fs {
+		out = append(out, f)
+		if f.kind == "sluice" {
+			fb := f
+			fb.name, fb.what, fb.b = f.name+"-b", f.what+", on the -wasm-b module "+b, b
+			out = append(out, fb)
+		}
+	}
+	return out
 }
 
 func (f family) variants() []variant {

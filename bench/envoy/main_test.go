@@ -119,7 +119,11 @@ func parseBootstrap(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
 // parses it), one VM per family.
 func TestBootstraps(t *testing.T) {
 	const port, wasm, noop, denier = 18123, "/tmp/bench-envoy/sluice.wasm", "/tmp/bench-envoy/noop.wasm", "/tmp/bench-envoy/denier.wasm"
-	specs := map[string]bootstrapSpec{"shared": sharedSpec(families, wasm, noop, denier, port)}
+	const wasmB = "/tmp/bench-envoy/before.wasm"
+	specs := map[string]bootstrapSpec{
+		"shared":   sharedSpec(families, wasm, noop, denier, port),
+		"shared-b": sharedSpec(withB(families, wasmB), wasm, noop, denier, port), // -wasm-b
+	}
 	for _, f := range families {
 		if f.kind != "denier" { // throughput only: it has no bootstrap of its own
 			specs[f.name] = familySpec(f, wasm, noop, port, 18124)
@@ -188,6 +192,9 @@ func TestBootstraps(t *testing.T) {
 				case "denier":
 					module = denier
 				}
+				if want.c.f.b != "" {
+					module = want.c.f.b
+				}
 				if id := checkFilter(t, want.c.f, want.c.v, filters, module); id != "" {
 					if m, ok := vms[id]; ok && m != module {
 						t.Errorf("vm %s runs %s and %s", id, m, module)
@@ -195,7 +202,7 @@ func TestBootstraps(t *testing.T) {
 					vms[id] = module
 				}
 			}
-			if name == "shared" && len(vms) != 5 {
+			if name == "shared" && len(vms) != 5 || name == "shared-b" && len(vms) != 8 {
 				t.Errorf("VMs %v: want one per Wasm family", vms)
 			}
 		})
@@ -203,6 +210,12 @@ func TestBootstraps(t *testing.T) {
 	// The shared bootstrap holds every configuration once; a family's, its admit-1k.
 	if got, want := len(specs["shared"].listeners), 3+4*len(variants); got != want {
 		t.Errorf("shared: %d listeners, want %d", got, want)
+	}
+	if got, want := len(specs["shared-b"].listeners), 3+7*len(variants); got != want {
+		t.Errorf("shared-b: %d listeners, want %d (each sluice family twice)", got, want)
+	}
+	if fs := withB(families, wasmB); fs[5].name != "tb-none-b" || fs[5].b != wasmB || fs[4].b != "" || len(withB(families, "")) != len(families) {
+		t.Errorf("withB: %+v", fs)
 	}
 	if l := specs["tb-none"].listeners; len(l) != 1 || l[0].c.v.name != baselineVariant || !l[0].exact {
 		t.Errorf("family tb-none alone: %+v", l)

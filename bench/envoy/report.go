@@ -123,6 +123,22 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 				return ratioCell(perRound(res.tput[f.name+" "+denyVariantK], res.tput[denyFloor+" "+denyVariantK], cpuOf))
 			}},
 		)
+		if e.wasmB != "" {
+			// Each -b family against the family it copies: the module's change, side by side.
+			vsA := func(variant string) func(family) string {
+				return func(f family) string {
+					if f.b == "" {
+						return "–"
+					}
+					a := strings.TrimSuffix(f.name, "-b")
+					return ratioCell(perRound(res.tput[f.name+" "+variant], res.tput[a+" "+variant], cpuOf))
+				}
+			}
+			rows = append(rows,
+				row{"(no goal) -wasm-b module: CPU/request vs the same family on -wasm, 1,000 keys admitted", vsA(admitVariant)},
+				row{"(no goal) -wasm-b module: CPU/request vs the same family on -wasm, 1,000 keys denied", vsA(denyVariantK)},
+			)
+		}
 	}
 	if ph["latency"] {
 		lat := func(of func(latSample) float64) func(family) string {
