@@ -134,6 +134,7 @@ bench-envoy: wasm
 ENVOY_PERF_FLAGS ?=
 bench-envoy-perf:
 	$(GO) run ./bench/cmd/envoy-perf $(ENVOY_PERF_FLAGS)
+bench-envoy-calls: ; $(GO) run ./bench/cmd/envoy-calls $(ENVOY_CALLS_FLAGS)
 
 # Short fuzzing pass over every fuzz target (FUZZTIME per target).
 FUZZTIME ?= 10s
