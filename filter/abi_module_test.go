@@ -119,7 +119,7 @@ func TestCallbacksForUnknownContexts(t *testing.T) {
 			t.Errorf("%s = %d, want %d", c.name, r[0], c.want)
 		}
 	}
-	for _, name := range []string{"proxy_on_log", "proxy_on_delete", "proxy_on_tick"} {
+	for _, name := range []string{"proxy_on_delete", "proxy_on_tick"} {
 		if _, err := m.ExportedFunction(name).Call(ctx, 42); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}

@@ -15,7 +15,7 @@ import (
 //     header or query parameter holding a whole number from 1 to config.MaxLimit (anything
 //     else: its default) — and is admitted only if that much fits (Decide with that cost).
 //   - The settlement, for a rule with cost.response (token_bucket, leaky_bucket: an
-//     algorithms.Settler): when the stream ends (proxy_on_log, or proxy_on_delete), the
+//     algorithms.Settler): when the stream ends (proxy_on_done, or proxy_on_delete), the
 //     request's actual cost — a response header or trailer, or what its body reports (a
 //     JSON field, or a provider's usage, from a JSON body or a server-sent-events stream,
 //     read chunk by chunk without holding the body: internal/usage) — is settled against
@@ -327,7 +327,7 @@ func (p *Plugin) billTrailers(s *stream) {
 	}
 }
 
-// settle settles a stream's bill when the stream ends (proxy_on_log or
+// settle settles a stream's bill when the stream ends (proxy_on_done or
 // proxy_on_delete) and frees it.
 func (p *Plugin) settle(s *stream) {
 	b := s.bill

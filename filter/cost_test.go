@@ -81,26 +81,27 @@ func (r *costRig) exchange(maxTokens, ct string, chunks []string, trailers ...[2
 		for _, kv := range h.Local.Headers {
 			hd[kv[0]] = kv[1]
 		}
-		r.vm.OnLog(id)
-		r.vm.OnDelete(id)
+		endStream(r.vm, id)
 		return status, hd
 	}
 	h.RespHeaders = [][2]string{{":status", "200"}}
 	if ct != "" {
 		h.RespHeaders = append(h.RespHeaders, [2]string{"content-type", ct})
 	}
-	r.vm.OnResponseHeaders(id, len(h.RespHeaders), len(chunks) == 0 && len(trailers) == 0)
+	if !r.vm.QuickResponseHeaders(id) {
+		r.vm.OnResponseHeaders(id, len(h.RespHeaders), len(chunks) == 0 && len(trailers) == 0)
+	}
 	for i, c := range chunks {
 		h.body = []byte(c)
-		r.vm.OnResponseBody(id, len(c), i == len(chunks)-1 && len(trailers) == 0)
+		if !r.vm.QuickResponseBody(id) {
+			r.vm.OnResponseBody(id, len(c), i == len(chunks)-1 && len(trailers) == 0)
+		}
 	}
 	if len(trailers) > 0 {
 		h.trailers = trailers
 		r.vm.OnResponseTrailers(id, len(trailers))
 	}
-	r.vm.OnLog(id)
-	r.vm.OnDone(id)
-	r.vm.OnDelete(id)
+	endStream(r.vm, id)
 	h.trailers = nil
 	return status, nil
 }

@@ -33,7 +33,7 @@ import (
 //     side, in the script, so the requests of one key queue across every
 //     proxy: its call carries delay.max (none at max_held) and its reply
 //     the delay (redis_backend.go, rls_backend.go).
-//   - A client that goes away while held (proxy_on_log / proxy_on_delete of
+//   - A client that goes away while held (proxy_on_done / proxy_on_delete of
 //     a held stream) gives its slot back where the algorithm allows: when
 //     its admission is still the key's latest (the state is what it
 //     wrote), the state before it is restored; otherwise requests are

@@ -341,9 +341,10 @@ func TestNoSourceAddressRuleDoesNotApply(t *testing.T) {
 	}
 }
 
-// Stream contexts are released by proxy_on_log or by proxy_on_delete,
-// whichever comes first (the proxytest emulator never deletes; a host may
-// skip the access log), and deleting a root context drops its plugin.
+// Stream contexts are released by proxy_on_done, proxy_on_log or
+// proxy_on_delete, whichever comes first (sluice.wasm does not export
+// proxy_on_log; the proxytest emulator sends no stream's proxy_on_done), and
+// deleting a root context drops its plugin.
 func TestContextsReleased(t *testing.T) {
 	h := filtertest.NewHost()
 	h.Now_ = t0
@@ -353,19 +354,28 @@ func TestContextsReleased(t *testing.T) {
 		t.Fatal(h.Logs)
 	}
 	h.Properties = map[string]string{"source\x00address": "10.0.0.1:1"}
-	for id := uint32(100); id < 110; id++ {
+	for id := uint32(100); id < 115; id++ {
 		vm.OnContextCreate(id, 1)
 		vm.OnRequestHeaders(id, 0, true)
 	}
-	if vm.Streams() != 10 {
+	if vm.Streams() != 15 {
 		t.Fatalf("%d streams", vm.Streams())
 	}
 	for id := uint32(100); id < 105; id++ {
 		vm.OnDelete(id) // no access log
 	}
 	for id := uint32(105); id < 110; id++ {
-		vm.OnLog(id)
+		vm.OnLog(id) // the proxytest emulator's build
 		vm.OnDone(id)
+		vm.OnDelete(id)
+	}
+	for id := uint32(110); id < 115; id++ {
+		if !vm.OnDone(id) { // sluice.wasm in Envoy: no proxy_on_log
+			t.Errorf("stream %d: proxy_on_done answered false", id)
+		}
+		if n := vm.Streams(); n != 114-int(id) {
+			t.Errorf("after proxy_on_done of %d: %d streams, want %d", id, n, 114-id)
+		}
 		vm.OnDelete(id)
 	}
 	if vm.Streams() != 0 {

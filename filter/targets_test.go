@@ -60,11 +60,12 @@ func (n *nativeTarget) metric(name string) int64 {
 
 func (n *nativeTarget) advance(d time.Duration) { n.w.Host.Now_ += int64(d) }
 
-// wasmForProxytest is the compiled module with the _start alias, built with the tag
-// nogrpc: the emulator has no proxy_grpc_call, which sluice.wasm imports for the rls
-// backend (wasm_test.go TestNoGrpcModule pins the difference).
+// wasmForProxytest is the compiled module with the _start alias, built with the tags
+// nogrpc (the emulator has no proxy_grpc_call, which sluice.wasm imports for the rls
+// backend; wasm_test.go TestNoGrpcModule pins the difference) and proxytest (it exports
+// proxy_on_log, which the emulator calls and sluice.wasm does not export).
 var wasmForProxytest = sync.OnceValues(func() ([]byte, error) {
-	b, err := filtertest.BuildWasm("nogrpc")
+	b, err := filtertest.BuildWasm("nogrpc,proxytest")
 	if err != nil {
 		return nil, err
 	}

@@ -25,8 +25,8 @@
 // take each reply (or the failure_mode outcome); refund; release. Replies
 // and the guard arrive on root-context callbacks, which answer or resume
 // the waiting stream (proxy_continue_stream). Streams are
-// released on proxy_on_log or proxy_on_delete, so a paused stream that is
-// abandoned is freed too.
+// released on proxy_on_done (or proxy_on_log, proxy_on_delete: whichever
+// comes first), so a paused stream that is abandoned is freed too.
 package filter
 
 import (
@@ -52,7 +52,7 @@ type VM struct {
 	// context, nearly always the same one).
 	lastRootID uint32
 	lastRoot   *Plugin
-	loggedID   uint32 // the stream released by the last proxy_on_log
+	endedID    uint32 // the stream released last at its proxy_on_done or proxy_on_log
 
 	debugID, debugLast uint64 // sluice_debug builds only
 
@@ -232,6 +232,65 @@ func (vm *VM) OnContextCreate(id, parentID uint32) {
 	vm.streams.put(id, s)
 }
 
+// QuickContextCreate implements abi.QuickHandler: a stream of a known root context is
+// created here, as OnContextCreate would (nothing in it can panic).
+func (vm *VM) QuickContextCreate(id, parentID uint32) bool {
+	if parentID == 0 {
+		return false
+	}
+	vm.OnContextCreate(id, parentID)
+	return true
+}
+
+// QuickResponseHeaders implements abi.QuickHandler: a stream with no headers to add and
+// nothing to settle (headers "none", a denial, no rule applied) needs nothing.
+func (vm *VM) QuickResponseHeaders(id uint32) bool {
+	s := vm.streams.get(id)
+	return s == nil || (!s.hasHeaders && s.bill == nil)
+}
+
+// QuickResponseBody implements abi.QuickHandler: only a stream that reads its response
+// body for its cost needs the chunk.
+func (vm *VM) QuickResponseBody(id uint32) bool {
+	s := vm.streams.get(id)
+	return s == nil || s.bill == nil || !s.bill.body
+}
+
+// QuickDone implements abi.QuickHandler: a stream whose end needs no work (nothing held,
+// read for a reservation or billed) is released here; one released already (at
+// proxy_on_log) is done.
+func (vm *VM) QuickDone(id uint32) bool {
+	if id != 0 && id == vm.endedID {
+		return true
+	}
+	if !vm.quickRelease(id) {
+		return false
+	}
+	vm.endedID = id
+	return true
+}
+
+// QuickDelete implements abi.QuickHandler: the stream released at its proxy_on_done (or
+// proxy_on_log), or one whose end needs no work.
+func (vm *VM) QuickDelete(id uint32) bool {
+	if id != 0 && id == vm.endedID {
+		vm.endedID = 0
+		return true
+	}
+	return vm.quickRelease(id)
+}
+
+// quickRelease releases stream id when that needs none of release's work.
+func (vm *VM) quickRelease(id uint32) bool {
+	s := vm.streams.get(id)
+	if s == nil || s.hold != nil || s.body != nil || s.bill != nil {
+		return false
+	}
+	vm.streams.remove(id)
+	vm.recycle(s)
+	return true
+}
+
 // OnConfigure implements abi.Handler: it compiles the plugin configuration;
 // a bad one is logged at critical level and refuses the start.
 func (vm *VM) OnConfigure(rootID uint32, size int) bool {
@@ -293,23 +352,22 @@ func (vm *VM) OnRequestBody(id uint32, size int, endOfStream bool) abi.Action {
 
 // OnResponseHeaders implements abi.Handler.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) abi.Action {
-	s := vm.streams.get(id)
-	if s == nil || (!s.hasHeaders && s.bill == nil) {
-		// Nothing to add (headers "none", a denial, no rule applied) and
-		// nothing to settle: onResponse would return at once; skip its
-		// deferred recover.
+	if vm.QuickResponseHeaders(id) {
+		// Nothing to add and nothing to settle: onResponse would return
+		// at once; skip its deferred recover.
 		return abi.ActionContinue
 	}
+	s := vm.streams.get(id)
 	return s.plugin.guardedResponse(s)
 }
 
 // OnResponseBody implements abi.BodyHandler: a settling stream's body is read for its
 // cost (cost.go); every chunk goes on as it is.
 func (vm *VM) OnResponseBody(id uint32, size int, endOfStream bool) abi.Action {
-	s := vm.streams.get(id)
-	if s == nil || s.bill == nil || !s.bill.body {
+	if vm.QuickResponseBody(id) {
 		return abi.ActionContinue
 	}
+	s := vm.streams.get(id)
 	s.plugin.guarded(func() { s.plugin.billBody(s, size) })
 	return abi.ActionContinue
 }
@@ -325,12 +383,12 @@ func (vm *VM) OnResponseTrailers(id uint32, n int) abi.Action {
 	return abi.ActionContinue
 }
 
-// OnLog implements abi.Handler. The stream is released here already: the
-// proxytest emulator never calls proxy_on_delete, and nothing after the
-// access log needs it.
+// OnLog implements abi.Handler: the stream is released (as at proxy_on_done). The module
+// make build ships does not export proxy_on_log (filter/abi/exports_wasip1.go); the one for
+// the proxytest emulator, which never sends a stream's proxy_on_done, does.
 func (vm *VM) OnLog(id uint32) {
 	if vm.release(id) {
-		vm.loggedID = id
+		vm.endedID = id
 	}
 }
 
@@ -346,10 +404,14 @@ func (vm *VM) OnLog(id uint32) {
 // expects of a root that still has work. Redis calls need no wait: a
 // command sent cannot be unsent.
 func (vm *VM) OnDone(id uint32) bool {
-	if (id == vm.loggedID && id != 0) || vm.streams.get(id) != nil {
-		// A stream's proxy_on_done, once per request: no map lookup (a
-		// stream is usually released at proxy_on_log already, just before).
+	if vm.release(id) {
+		// A stream's proxy_on_done, once per request: it ends here, with no
+		// map lookup (proxy_on_delete follows).
+		vm.endedID = id
 		return true
+	}
+	if id != 0 && id == vm.endedID {
+		return true // a stream released at proxy_on_log already
 	}
 	root := vm.plugins[id]
 	if root == nil {
@@ -421,10 +483,11 @@ func (vm *VM) OnDelete(id uint32) {
 	if vm.release(id) {
 		return
 	}
-	if id != 0 && id == vm.loggedID {
-		// The stream released at its access log: context ids are unique
-		// among root and stream contexts, so it is not a root context.
-		vm.loggedID = 0
+	if id != 0 && id == vm.endedID {
+		// The stream released at its proxy_on_done or access log: context
+		// ids are unique among root and stream contexts, so it is not a
+		// root context.
+		vm.endedID = 0
 		return
 	}
 	if _, ok := vm.plugins[id]; ok {
@@ -478,11 +541,16 @@ func (vm *VM) release(id uint32) bool {
 	if s.bill != nil {
 		s.plugin.guarded(func() { s.plugin.settle(s) })
 	}
+	vm.recycle(s)
+	return true
+}
+
+// recycle keeps a released stream for the next one (up to maxFreeStreams).
+func (vm *VM) recycle(s *stream) {
 	*s = stream{}
 	if len(vm.free) < maxFreeStreams {
 		vm.free = append(vm.free, s)
 	}
-	return true
 }
 
 // Streams returns the number of live stream contexts (for tests).

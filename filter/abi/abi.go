@@ -161,6 +161,27 @@ type BodyHandler interface {
 	OnResponseTrailers(id uint32, numTrailers int) Action
 }
 
+// QuickHandler is implemented by a Handler that can answer a stream's routine callbacks
+// without the panic guard: each method does only what cannot panic (a table lookup, a few
+// field tests, a free-list push or pop; no host call, no configuration) and reports
+// whether it handled the callback. The export tries it first and calls the guarded
+// Handler method when it declines. The guard (a deferred recover) costs two guest
+// function calls per callback, which V8 makes dear; an admitted request makes five of
+// these callbacks.
+type QuickHandler interface {
+	// QuickContextCreate creates stream id of root parentID (false: a root context, an
+	// unknown root: OnContextCreate decides).
+	QuickContextCreate(id, parentID uint32) bool
+	// QuickResponseHeaders is true when stream id's response headers need nothing (the
+	// callback answers Continue), QuickResponseBody likewise for a response body chunk.
+	QuickResponseHeaders(id uint32) bool
+	QuickResponseBody(id uint32) bool
+	// QuickDone and QuickDelete end stream id when its end needs no work (nothing held,
+	// read or billed), or it has ended already: true, and proxy_on_done answers true.
+	QuickDone(id uint32) bool
+	QuickDelete(id uint32) bool
+}
+
 // Handler receives the callbacks the host makes into the module. The wasip1
 // exports translate each proxy_on_* call into one Handler call, after
 // recovering from any panic (a panic is logged at critical level and the

@@ -412,7 +412,7 @@ func (w *Worker) Do(r Request) Response {
 	}
 	h.RespHeaders = nil
 	h.Local = nil
-	w.Handler.OnContextCreate(id, w.root)
+	w.contextCreate(id, w.root)
 	act := w.Handler.OnRequestHeaders(id, len(h.ReqHeaders), true)
 	var resp Response
 	resp.Action = act
@@ -421,20 +421,40 @@ func (w *Worker) Do(r Request) Response {
 		resp.Headers = h.Local.Headers
 		// Envoy runs the encoder filters on a local reply.
 		h.RespHeaders = append([][2]string{{":status", itoa(h.Local.Status)}}, h.Local.Headers...)
-		w.Handler.OnResponseHeaders(id, len(h.RespHeaders), false)
+		w.responseHeaders(id, len(h.RespHeaders))
 		if len(h.RespHeaders) != 1+len(h.Local.Headers) {
 			resp.Headers = append(resp.Headers, [2]string{"x-test-error", "headers added to a local reply"})
 		}
 	} else {
 		h.RespHeaders = [][2]string{{":status", "200"}, {"content-type", "text/plain"}}
-		w.Handler.OnResponseHeaders(id, len(h.RespHeaders), false)
+		w.responseHeaders(id, len(h.RespHeaders))
 		resp.Status = 200
 		resp.Headers = h.RespHeaders[2:]
 	}
-	w.Handler.OnLog(id)
-	w.Handler.OnDone(id)
-	w.Handler.OnDelete(id)
+	// sluice.wasm exports no proxy_on_log: a stream ends with proxy_on_done and
+	// proxy_on_delete.
+	if q, ok := w.Handler.(abi.QuickHandler); !ok || !q.QuickDone(id) {
+		w.Handler.OnDone(id)
+	}
+	if q, ok := w.Handler.(abi.QuickHandler); !ok || !q.QuickDelete(id) {
+		w.Handler.OnDelete(id)
+	}
 	return resp
+}
+
+// contextCreate and responseHeaders dispatch as the module's exports do
+// (filter/abi/exports_wasip1.go): the QuickHandler method first, the Handler's
+// when it declines.
+func (w *Worker) contextCreate(id, parent uint32) {
+	if q, ok := w.Handler.(abi.QuickHandler); !ok || !q.QuickContextCreate(id, parent) {
+		w.Handler.OnContextCreate(id, parent)
+	}
+}
+
+func (w *Worker) responseHeaders(id uint32, n int) {
+	if q, ok := w.Handler.(abi.QuickHandler); !ok || !q.QuickResponseHeaders(id) {
+		w.Handler.OnResponseHeaders(id, n, false)
+	}
 }
 
 func itoa(v int) string {
