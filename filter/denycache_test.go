@@ -106,3 +106,31 @@ func (h *countingHost) GetSharedData(key []byte) ([]byte, uint32, abi.Status) {
 	h.gets++
 	return h.Host.GetSharedData(key)
 }
+
+// TestDenyCacheHoldsAThousandKeys: a thousand keys denied on one worker are then all
+// denied again from the cache, without a shared-data read (a few may share a full set).
+func TestDenyCacheHoldsAThousandKeys(t *testing.T) {
+	const keys = 1000
+	h := &countingHost{Host: filtertest.NewHost()}
+	h.Now_ = t0
+	w := filtertest.NewWorker(h.Host, filter.NewVM(h))
+	if !w.Start(`{"rules":[{"name":"r","key":[{"header":"x-key"}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`) {
+		t.Fatalf("start: %v", h.Logs)
+	}
+	pass := func(want int) {
+		t.Helper()
+		for i := range keys {
+			h.Now_ += int64(time.Millisecond)
+			if got := w.Do(filtertest.Request{Headers: [][2]string{{"x-key", "key-" + strconv.Itoa(i)}}}); got.Status != want {
+				t.Fatalf("key %d: %d, want %d", i, got.Status, want)
+			}
+		}
+	}
+	pass(200) // each key's one admission
+	pass(429) // denied from shared data, and cached
+	before := h.gets
+	pass(429)
+	if reads := h.gets - before; reads > keys/100 {
+		t.Errorf("%d shared-data reads for %d cached denials: the cache lost %.0f%% of its keys", reads, keys, 100*float64(reads)/keys)
+	}
+}
