@@ -233,6 +233,13 @@ type latSample struct {
 type memSample struct {
 	rssMB []float64
 	wasm  map[string]int64
+	// At the end: where the resident memory is (smaps), and Envoy's C++ heap as its
+	// allocator reports it (server.memory_allocated: in use; server.memory_heap_size: held
+	// from the system, in use or free), MB.
+	split          memSplit
+	heapUsedMB     float64
+	heapMB         float64
+	splitAvailable bool
 }
 
 // startSample is one fresh process of a family: time to ready and its first second.
@@ -576,6 +583,20 @@ func (e *env) memory(f family) (memSample, error) {
 			return ms, err
 		}
 	}
+	sm, err := readFile(fmt.Sprintf("/proc/%d/smaps", p.pid()))
+	if err != nil {
+		return ms, err
+	}
+	if ms.split, err = parseSmaps(sm); err != nil {
+		return ms, err
+	}
+	heap, err := p.get("/stats?filter=server.memory_")
+	if err != nil {
+		return ms, err
+	}
+	hs := parseStats(heap)
+	ms.heapUsedMB, ms.heapMB = float64(hs["server.memory_allocated"])/(1<<20), float64(hs["server.memory_heap_size"])/(1<<20)
+	ms.splitAvailable = true
 	body, err := p.get("/stats?filter=^wasm")
 	if err != nil {
 		return ms, err

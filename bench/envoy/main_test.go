@@ -438,3 +438,34 @@ func TestReportHelpers(t *testing.T) {
 		}
 	}
 }
+
+// TestParseSmaps: Rss summed by mapping kind — a path is file-backed, an anonymous
+// executable mapping is compiled code, every other anonymous one (heap, stack) the rest.
+func TestParseSmaps(t *testing.T) {
+	const smaps = `55d0c0000000-55d0c4000000 r-xp 00000000 fd:01 1234                       /opt/envoy
+Size:              65536 kB
+Rss:               10240 kB
+Pss:               10240 kB
+7f0000000000-7f0000a00000 rwxp 00000000 00:00 0 
+Size:              10240 kB
+Rss:                5120 kB
+7f1000000000-7f1005000000 rw-p 00000000 00:00 0 
+Rss:                2048 kB
+VmFlags: rd wr mr mw me ac
+7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]
+Rss:                1024 kB
+`
+	sp, err := parseSmaps(smaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp != (memSplit{fileMB: 10, execMB: 5, anonMB: 3}) {
+		t.Errorf("split %+v, want 10 file, 5 exec, 3 other", sp)
+	}
+	if _, err := parseSmaps("nothing\n"); err == nil {
+		t.Error("no mapping: no error")
+	}
+	if _, err := parseSmaps("7f0000000000-7f0000a00000 rwxp 00000000 00:00 0\nRss: x kB\n"); err == nil {
+		t.Error("a bad Rss line: no error")
+	}
+}

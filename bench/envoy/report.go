@@ -338,6 +338,19 @@ func (e *env) memoryTable(w io.Writer, fams []family, res *results) {
 		fmt.Fprintf(w, "| %s | %s | %+.1f | %s | %s | %s |\n", f.name, strings.Join(cells, " | "), ms.requestGrowth(), kg, vs, wasmStats(ms.wasm))
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Where each family's resident memory is at the end, MB: from /proc/PID/smaps, pages backed by a file (Envoy's binary and libraries, V8's compilers among them), anonymous executable pages (V8's compiled Wasm code) and the other anonymous pages (Envoy's C++ heap, V8's heaps, the Wasm linear memories, stacks); and Envoy's C++ heap as its allocator reports it: in use (server.memory_allocated), and held from the system but free (server.memory_heap_size minus that; the allocator keeps what V8's compilation freed).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| family | VmRSS | file-backed | anonymous executable | other anonymous | heap in use | heap held, free |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, f := range fams {
+		ms, ok := res.mem[f.name]
+		if !ok || !ms.splitAvailable || len(ms.rssMB) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", f.name, ms.rssMB[len(ms.rssMB)-1],
+			ms.split.fileMB, ms.split.execMB, ms.split.anonMB, ms.heapUsedMB, max(ms.heapMB-ms.heapUsedMB, 0))
+	}
+	fmt.Fprintln(w)
 }
 
 func (e *env) startupTable(w io.Writer, fams []family, res *results) {
