@@ -7,7 +7,7 @@ BIN       := $(DIST)/sluice
 LISTEN    ?= 127.0.0.1:8080
 ADMIN     ?= 127.0.0.1:9901
 
-.PHONY: all build wasm test test-unit bench bench-envoy-perf bench-rls bench-startup bench-compare check run e2e-envoy envoy-fetch envoy-run fuzz clean
+.PHONY: all build wasm test test-unit bench bench-envoy-perf bench-envoy-calls bench-rls bench-startup bench-compare check run e2e-envoy envoy-fetch envoy-run fuzz clean
 
 # Real Envoy (e2e/envoyproc): ENVOY=/path/to/envoy (or docker:IMAGE) runs one binary;
 # ENVOY_VERSIONS="1.36.4 1.40.0" chooses pinned versions, fetched into SLUICE_ENVOY_CACHE
