@@ -45,7 +45,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -414,7 +413,7 @@ func (e *env) procDir(name string) (string, error) {
 // throughputRound starts the round's Envoy with every configuration, measures them in the
 // round's order, then (with lat) the latency at half native's saturation, and stops it.
 func (e *env) throughputRound(fams []family, r int, lat bool, res *results) error {
-	port, err := freePort()
+	port, err := build.FreePort()
 	if err != nil {
 		return err
 	}
@@ -527,7 +526,7 @@ var memPoints = []string{"start", "⅓ requests", "⅔ requests", "all requests"
 // start, after each third of the requests and (rate-limiting families) after the distinct
 // keys, each key once; the wasm stats at the end.
 func (e *env) memory(f family) (memSample, error) {
-	port, err := freePort()
+	port, err := build.FreePort()
 	if err != nil {
 		return memSample{}, err
 	}
@@ -621,11 +620,11 @@ func (e *env) bulk(url string, keys, n int) error {
 // startup starts a fresh Envoy with the family's admit-1k listener (exact connection
 // balance), times it to /ready, and loads it for the first second after ready.
 func (e *env) startup(f family, r int) (startSample, error) {
-	up, err := freePort()
+	up, err := build.FreePort()
 	if err != nil {
 		return startSample{}, err
 	}
-	port, err := freePort()
+	port, err := build.FreePort()
 	if err != nil {
 		return startSample{}, err
 	}
@@ -705,47 +704,7 @@ func keepWasmStat(n string) bool {
 	return false
 }
 
-// revision is the checkout's commit, "+dirty" with uncommitted changes ("?" outside git).
-func (e *env) revision() string {
-	out, err := exec.Command("git", "-C", e.root, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "?"
-	}
-	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", e.root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-		rev += "+dirty"
-	}
-	return rev
-}
-
-// commandLine is how the results were produced, for the top of the file.
-func commandLine() string {
-	args := os.Args[1:]
-	s := "go run ./bench/envoy"
-	if len(args) > 0 {
-		s += " " + strings.Join(args, " ")
-	}
-	if v := os.Getenv("ENVOY"); v != "" {
-		s = "ENVOY=" + v + " " + s
-	}
-	if os.Getenv("MAKELEVEL") != "" {
-		s = "make bench-envoy (" + s + ")"
-	}
-	return s
-}
-
 func readFile(p string) (string, error) {
 	b, err := os.ReadFile(p)
 	return string(b), err
-}
-
-// freePort returns a loopback port that was free a moment ago (for the upstream listener,
-// which the cluster must name before Envoy starts).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -45,23 +45,6 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-func TestParseCPU(t *testing.T) {
-	// A name with a space and a ')' in it: fields count from the last ')'.
-	stat := "4242 (envoy (wrk) x) S 1 4242 4242 0 -1 4194560 8000 0 0 0 1234 567 0 0 20 0 9 0 100 1000000 5000 18446744073709551615\n"
-	got, err := parseCPU(stat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (1234 + 567) * 10 * time.Millisecond; got != want {
-		t.Errorf("parseCPU = %v, want %v", got, want)
-	}
-	for _, bad := range []string{"", "4242 envoy S 1", "4242 (envoy) S 1 2 3", "4242 (envoy) S 1 4242 4242 0 -1 4194560 8000 0 0 0 x 567 0"} {
-		if _, err := parseCPU(bad); err == nil {
-			t.Errorf("parseCPU(%q): no error", bad)
-		}
-	}
-}
-
 func TestParseRSS(t *testing.T) {
 	st := "Name:\tenvoy\nVmPeak:\t  300000 kB\nVmRSS:\t  175432 kB\nRssAnon:\t  100 kB\n"
 	if got, err := parseRSS(st); err != nil || got != 175432 {

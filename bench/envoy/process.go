@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluice-proxy/sluice/bench/internal/build"
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
@@ -37,13 +38,7 @@ func (p *envoyProc) pid() int { return p.PID() }
 func (p *envoyProc) stop() { p.Stop() }
 
 // cpu is the process's utime+stime so far.
-func (p *envoyProc) cpu() (time.Duration, error) {
-	s, err := readFile(fmt.Sprintf("/proc/%d/stat", p.pid()))
-	if err != nil {
-		return 0, err
-	}
-	return parseCPU(s)
-}
+func (p *envoyProc) cpu() (time.Duration, error) { return build.CPUTime(p.pid()) }
 
 func (p *envoyProc) get(path string) (string, error) { return p.Get(path) }
 

@@ -59,7 +59,7 @@ func cpuOf(s sample) float64 { return s.cpuPerReq }
 // report writes the results: the header line, the setting, the goals, then one table per
 // phase run and the legend.
 func (e *env) report(w io.Writer, fams []family, ph map[string]bool, res *results, took time.Duration, load0 string) {
-	fmt.Fprintf(w, "# %s · %s · %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.revision(), commandLine())
+	fmt.Fprintf(w, "# %s · %s · %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), build.Revision(e.root), build.CommandLine("./bench/envoy", "bench-envoy"))
 	fmt.Fprintf(w, "Envoy %s (%s) --concurrency 2 · %d CPUs · load average %s at start, %s at end · %v.\n\n",
 		e.target.Version, e.target.Bin, runtime.NumCPU(), load0, build.LoadAvg(), took.Round(time.Second))
 	var sf []family

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // spread is the median and the range of one figure over the rounds.
@@ -32,30 +31,6 @@ func (s spread) ratio() string { return fmt.Sprintf("%.2f× (%.2f–%.2f)", s.me
 // format formats an absolute figure's spread with verb (e.g. "%.0f").
 func (s spread) format(verb string) string {
 	return fmt.Sprintf(verb+" ("+verb+"–"+verb+")", s.med, s.lo, s.hi)
-}
-
-// clockTick is USER_HZ, the unit of /proc/PID/stat's times (100 on every Linux sluice runs on).
-const clockTick = 10 * time.Millisecond
-
-// parseCPU returns utime+stime of a /proc/PID/stat line (fields 14 and 15; the process name
-// in parentheses may hold spaces and parentheses, so fields count from the last ')'). For the
-// whole process: the kernel sums every thread's time into them.
-func parseCPU(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, errors.New("/proc stat: no ')'")
-	}
-	f := strings.Fields(stat[i+1:])
-	// after the name: state(3) ppid(4) ... utime(14) stime(15)
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc stat: %d fields after the name, want at least 13", len(f))
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	s, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc stat: utime %q stime %q", f[11], f[12])
-	}
-	return time.Duration(u+s) * clockTick, nil
 }
 
 // parseRSS returns VmRSS in KiB from /proc/PID/status.

@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-proxy/sluice/bench/internal/build"
 )
 
 // Config is one configuration to measure: a sluice binary and the module it runs. With
@@ -172,7 +174,7 @@ func Run(c Config, workers int, idle time.Duration) (Sample, error) {
 		if err == nil {
 			resp.Body.Close()
 			s.First = time.Since(start)
-			if s.CPU, err = cpuTime(cmd.Process.Pid); err != nil {
+			if s.CPU, err = build.CPUTime(cmd.Process.Pid); err != nil {
 				return Sample{}, err
 			}
 			break
@@ -230,7 +232,7 @@ func RunFloor(c Config, workers int, idle time.Duration) (Sample, error) {
 		return Sample{}, fmt.Errorf("sluice-floor said %q, want its ready line", sc.Text())
 	}
 	s := Sample{First: time.Since(start)}
-	if s.CPU, err = cpuTime(cmd.Process.Pid); err != nil {
+	if s.CPU, err = build.CPUTime(cmd.Process.Pid); err != nil {
 		return Sample{}, err
 	}
 	time.Sleep(idle)
@@ -240,31 +242,9 @@ func RunFloor(c Config, workers int, idle time.Duration) (Sample, error) {
 	return s, err
 }
 
-// CPUTime reads the user and system CPU time a process has used so far (see cpuTime).
-func CPUTime(pid int) (time.Duration, error) { return cpuTime(pid) }
-
-// cpuTime reads the user and system CPU time a process has used so far from
-// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := strings.LastIndexByte(string(b), ')') // the command name may hold spaces
-	if i < 0 {
-		return 0, errors.New("short /proc stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	utime, err1 := strconv.Atoi(f[11])
-	stime, err2 := strconv.Atoi(f[12])
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("bad /proc stat")
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
+// CPUTime reads the user and system CPU time a process has used so far (build.CPUTime, for
+// the commands that measure through this package).
+func CPUTime(pid int) (time.Duration, error) { return build.CPUTime(pid) }
 
 // Mem is a process's resident memory as /proc reports it, in KiB: VmRSS and its split into
 // file-backed pages (the binary, shared libraries) and anonymous ones (heap, stacks), and of

@@ -44,7 +44,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -333,7 +332,7 @@ func run(o options) error {
 		return err
 	}
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "# %s · %s · Envoy %s · %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), revision(e.root), e.target.Version, commandLine())
+	fmt.Fprintf(&buf, "# %s · %s · Envoy %s · %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), build.Revision(e.root), e.target.Version, build.CommandLine("./bench/cmd/envoy-calls", "bench-envoy-calls"))
 	fmt.Fprintf(&buf, "# %s --concurrency 2, one listener and Wasm VM per call · sluice-load -c %d over %d %s values, %v warm-up, %v measured per call per round · n = %d calls per request · %d rounds · load average %s at start, %s at end · %v\n",
 		e.target.Bin, o.conc, o.keys, keyHeader, o.warmup, o.duration, o.n, o.rounds, load0, build.LoadAvg(), time.Since(start).Round(time.Second))
 	fmt.Fprintf(&buf, "# µs per call = (Envoy CPU/request of the call − that of none, same round) / n\n\n")
@@ -388,7 +387,7 @@ func (e *env) resolveEnvoy() error {
 
 // measure starts the Envoy and runs the rounds, checking the guest's counters after each.
 func (e *env) measure() (results, error) {
-	port, err := freePort()
+	port, err := build.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -463,7 +462,7 @@ func (e *env) run(p *envoyproc.Envoy, url string) (sample, error) {
 			return sample{}, fmt.Errorf("warm-up: %v", err)
 		}
 	}
-	cpu0, err := cpuTime(p.PID())
+	cpu0, err := build.CPUTime(p.PID())
 	if err != nil {
 		return sample{}, err
 	}
@@ -471,7 +470,7 @@ func (e *env) run(p *envoyproc.Envoy, url string) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	cpu1, err := cpuTime(p.PID())
+	cpu1, err := build.CPUTime(p.PID())
 	if err != nil {
 		return sample{}, err
 	}
@@ -487,74 +486,4 @@ func (e *env) loadRun(ctx context.Context, url string, d time.Duration, want int
 		"-keys", strconv.Itoa(e.o.keys), "-key-header", keyHeader, "-json", "-want-status", strconv.Itoa(want))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return loadgen.Run(cmd)
-}
-
-// clockTick is USER_HZ, the unit of /proc/PID/stat's times.
-const clockTick = 10 * time.Millisecond
-
-// cpuTime is the process's utime+stime so far.
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseCPU(string(b))
-}
-
-// parseCPU returns utime+stime of a /proc/PID/stat line (fields 14 and 15, counted from the
-// last ')': the process name may hold spaces and parentheses).
-func parseCPU(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, errors.New("/proc stat: no ')'")
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc stat: %d fields after the name, want at least 13", len(f))
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	s, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc stat: utime %q stime %q", f[11], f[12])
-	}
-	return time.Duration(u+s) * clockTick, nil
-}
-
-// revision is the checkout's commit, "+dirty" with uncommitted changes ("?" outside git).
-func revision(root string) string {
-	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "?"
-	}
-	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-		rev += "+dirty"
-	}
-	return rev
-}
-
-// commandLine is how the results were produced, for their header line.
-func commandLine() string {
-	s := "go run ./bench/cmd/envoy-calls"
-	if len(os.Args) > 1 {
-		s += " " + strings.Join(os.Args[1:], " ")
-	}
-	if v := os.Getenv("ENVOY"); v != "" {
-		s = "ENVOY=" + v + " " + s
-	}
-	if os.Getenv("MAKELEVEL") != "" {
-		s = "make bench-envoy-calls (" + s + ")"
-	}
-	return s
-}
-
-// freePort is a loopback port that was free a moment ago (the upstream's, which the cluster
-// names before Envoy starts).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

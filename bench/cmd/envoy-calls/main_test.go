@@ -217,19 +217,3 @@ func TestLogProblems(t *testing.T) {
 		t.Errorf("logProblems(\"\") = %q", got)
 	}
 }
-
-func TestParseCPU(t *testing.T) {
-	stat := "4242 (envoy (wrk) x) S 1 4242 4242 0 -1 4194560 8000 0 0 0 1234 567 0 0 20 0 9 0 100 1000000 5000 18446744073709551615\n"
-	got, err := parseCPU(stat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (1234 + 567) * 10 * time.Millisecond; got != want {
-		t.Errorf("parseCPU = %v, want %v", got, want)
-	}
-	for _, bad := range []string{"", "4242 envoy S 1", "4242 (envoy) S 1 2 3", "4242 (envoy) S 1 4242 4242 0 -1 4194560 8000 0 0 0 x 567 0"} {
-		if _, err := parseCPU(bad); err == nil {
-			t.Errorf("parseCPU(%q): no error", bad)
-		}
-	}
-}

@@ -41,7 +41,6 @@ import (
 	"flag"
 	"fmt"
 	"github.com/sluice-proxy/sluice/bench/internal/envoyconf"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,7 +166,7 @@ func run(o options) error {
 		run, mapNote = bin, "no V8 perf map ("+err.Error()+")"
 	}
 	var report bytes.Buffer
-	fmt.Fprintf(&report, "# %s · %s · %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), revision(root), commandLine())
+	fmt.Fprintf(&report, "# %s · %s · %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), build.Revision(root), build.CommandLine("./bench/cmd/envoy-perf", ""))
 	fmt.Fprintf(&report, "# Envoy %s (%s) --concurrency 2, %s · %s · load average %s\n", version, bin, mapNote, describe(o), build.LoadAvg())
 	for r := 1; r <= o.runs; r++ {
 		if err := runOnce(o, r, dir, run, wasm, load, &report); err != nil {
@@ -212,7 +211,7 @@ func describe(o options) string {
 
 // runOnce starts one Envoy, loads it, samples it and writes the breakdown.
 func runOnce(o options, r int, dir, bin, wasm, load string, w *bytes.Buffer) error {
-	port, err := freePort()
+	port, err := build.FreePort()
 	if err != nil {
 		return err
 	}
@@ -280,7 +279,7 @@ func runOnce(o options, r int, dir, bin, wasm, load string, w *bytes.Buffer) err
 	if err != nil {
 		return err
 	}
-	cpu0, err := cpuTime(pid)
+	cpu0, err := build.CPUTime(pid)
 	if err != nil {
 		return err
 	}
@@ -292,7 +291,7 @@ func runOnce(o options, r int, dir, bin, wasm, load string, w *bytes.Buffer) err
 		return fmt.Errorf("perf record: %v\n%s", err, msg)
 	}
 	elapsed := time.Since(t0)
-	cpu1, err := cpuTime(pid)
+	cpu1, err := build.CPUTime(pid)
 	if err != nil {
 		return err
 	}
@@ -361,63 +360,6 @@ func requests(e *envoyproc.Envoy) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no http.front.downstream_rq_total in %q", s)
-}
-
-// cpuTime is the process's utime+stime (from /proc/PID/stat, in clock ticks of 1/100 s).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("unreadable /proc stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("unreadable /proc stat times")
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
-}
-
-func revision(root string) string {
-	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "?"
-	}
-	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-		rev += "+dirty"
-	}
-	return rev
-}
-
-func commandLine() string {
-	s := "go run ./bench/cmd/envoy-perf"
-	if len(os.Args) > 1 {
-		s += " " + strings.Join(os.Args[1:], " ")
-	}
-	if v := os.Getenv("ENVOY"); v != "" {
-		s = "ENVOY=" + v + " " + s
-	}
-	return s
-}
-
-// freePort is a loopback port that was free a moment ago (the upstream's, which the cluster
-// names before Envoy starts).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func renderBootstrap(o options, wasm string, upstreamPort int) ([]byte, error) {

@@ -1,15 +1,21 @@
 // Package build builds what the benchmark commands measure — the sluice module as `make build`
 // ships it, the no-op module, the sluice binary and the load generator — from the repository
-// the command runs in, and names the machine's load for their reports.
+// the command runs in, and holds the plumbing the commands share: the machine's load, the
+// checkout's revision and the command line for their reports, a process's CPU time from
+// /proc, and a free loopback port.
 package build
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Root is the directory of the sluice module the command runs in.
@@ -102,4 +108,85 @@ func LoadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// clockTick is USER_HZ, the unit of /proc/PID/stat's times (100 on every Linux sluice runs on).
+const clockTick = 10 * time.Millisecond
+
+// CPUTime is the process's utime+stime so far, from /proc/PID/stat (Linux only). For the
+// whole process: the kernel sums every thread's time into them.
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return ParseCPU(string(b))
+}
+
+// ParseCPU returns utime+stime of a /proc/PID/stat line (fields 14 and 15; the process name
+// in parentheses may hold spaces and parentheses, so fields count from the last ')').
+func ParseCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("/proc stat: no ')'")
+	}
+	f := strings.Fields(stat[i+1:])
+	// after the name: state(3) ppid(4) ... utime(14) stime(15)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc stat: %d fields after the name, want at least 13", len(f))
+	}
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	s, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc stat: utime %q stime %q", f[11], f[12])
+	}
+	return time.Duration(u+s) * clockTick, nil
+}
+
+// Revision is the commit checked out at root (git's short hash), with "+dirty" when tracked
+// files have uncommitted changes; "?" outside git.
+func Revision(root string) string {
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "?"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		rev += "+dirty"
+	}
+	return rev
+}
+
+// CommandLine is how a command's results were produced, for the header line of its results:
+// "go run PKG ARGS" (pkg as given, e.g. "./bench/envoy"; the arguments os.Args[1:]),
+// prefixed "ENVOY=… " when $ENVOY is set and, with a makeTarget while $MAKELEVEL is set (run
+// by make), wrapped as "make TARGET (…)". makeTarget "" never wraps.
+func CommandLine(pkg, makeTarget string) string {
+	return commandLine(pkg, makeTarget, os.Args[1:], os.Getenv)
+}
+
+func commandLine(pkg, makeTarget string, args []string, getenv func(string) string) string {
+	s := "go run " + pkg
+	if len(args) > 0 {
+		s += " " + strings.Join(args, " ")
+	}
+	if v := getenv("ENVOY"); v != "" {
+		s = "ENVOY=" + v + " " + s
+	}
+	if makeTarget != "" && getenv("MAKELEVEL") != "" {
+		s = "make " + makeTarget + " (" + s + ")"
+	}
+	return s
+}
+
+// FreePort is a loopback TCP port that was free a moment ago (for a listener that another
+// configuration must name before its process starts, e.g. the upstream Envoy's cluster
+// routes to).
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
