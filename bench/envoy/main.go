@@ -55,6 +55,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/bench/internal/build"
 	"github.com/sluice-proxy/sluice/bench/internal/loadgen"
+	"github.com/sluice-proxy/sluice/bench/internal/rounds"
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
@@ -181,23 +182,9 @@ func (e *env) setup() error {
 	if err := build.Run(e.root, e.dir, "bench-envoy", steps...); err != nil {
 		return err
 	}
-	bin := e.o.envoy
-	if bin == "" {
-		bin = os.Getenv("ENVOY")
-	}
-	if strings.HasPrefix(bin, "docker:") {
-		return errors.New("ENVOY=docker:… is not supported here: the CPU figures need the Envoy process's /proc entry")
-	}
-	if bin == "" {
-		if bin, err = envoyproc.Binary(e.o.version); err != nil {
-			return err
-		}
-	}
-	v, err := envoyproc.Version(bin)
-	if err != nil {
+	if e.target, err = envoyproc.LocalTarget(e.o.envoy, e.o.version, "the CPU figures need the Envoy process's /proc entry"); err != nil {
 		return err
 	}
-	e.target = envoyproc.Target{Version: v, Bin: bin}
 	if e.o.wasmB != "" {
 		if e.wasmB, err = filepath.Abs(e.o.wasmB); err != nil {
 			return err
@@ -314,26 +301,6 @@ func configurations(fams []family) []setup {
 	return cs
 }
 
-// roundOrder is the order of n items in round r of rounds: rotated by r·n/rounds, so that
-// the rounds start at items spread over the list, and reversed in odd rounds, so that
-// neighbours take turns at going first.
-func roundOrder(n, r, rounds int) []int {
-	order := make([]int, n)
-	if n == 0 {
-		return order
-	}
-	off := r * n / max(rounds, 1)
-	for i := range order {
-		order[i] = (off + i) % n
-	}
-	if r%2 == 1 {
-		for i, j := 0, n-1; i < j; i, j = i+1, j-1 {
-			order[i], order[j] = order[j], order[i]
-		}
-	}
-	return order
-}
-
 // latencyFamilies are the families measured at a fixed load: native and sluice's.
 func latencyFamilies(fams []family) []family {
 	var out []family
@@ -376,7 +343,7 @@ func (e *env) run(ph map[string]bool) error {
 	}
 	if ph["startup"] {
 		for r := range e.o.startupRounds {
-			for _, i := range roundOrder(len(whole), r, e.o.startupRounds) {
+			for _, i := range rounds.Order(len(whole), r, e.o.startupRounds) {
 				f := whole[i]
 				s, err := e.startup(f, r)
 				if err != nil {
@@ -431,7 +398,7 @@ func (e *env) throughputRound(fams []family, r int, lat bool, res *results) erro
 	}
 	defer p.stop()
 	cs := configurations(fams)
-	for _, i := range roundOrder(len(cs), r, e.o.rounds) {
+	for _, i := range rounds.Order(len(cs), r, e.o.rounds) {
 		c := cs[i]
 		s, err := e.measure(p, c)
 		if err != nil {
@@ -446,7 +413,7 @@ func (e *env) throughputRound(fams []family, r int, lat bool, res *results) erro
 	nat := res.tput["native "+baselineVariant]
 	rate := nat[len(nat)-1].rps / 2
 	lf := latencyFamilies(fams)
-	for _, i := range roundOrder(len(lf), r, e.o.rounds) {
+	for _, i := range rounds.Order(len(lf), r, e.o.rounds) {
 		c := setup{lf[i], variantNamed(baselineVariant)}
 		s, err := e.measureLatency(p, c, rate)
 		if err != nil {

@@ -17,34 +17,6 @@ import (
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
-func TestSummarize(t *testing.T) {
-	for _, c := range []struct {
-		in   []float64
-		want spread
-	}{
-		{nil, spread{}},
-		{[]float64{2}, spread{2, 2, 2}},
-		{[]float64{3, 1, 2}, spread{2, 1, 3}},
-		{[]float64{4, 1, 3, 2}, spread{2.5, 1, 4}},
-		{[]float64{0.9, 1.1, 0.95, 1.0, 5}, spread{1.0, 0.9, 5}},
-	} {
-		if got := summarize(c.in); got != c.want {
-			t.Errorf("summarize(%v) = %+v, want %+v", c.in, got, c.want)
-		}
-	}
-	in := []float64{3, 1, 2}
-	summarize(in)
-	if in[0] != 3 {
-		t.Error("summarize sorted its argument")
-	}
-	if got, want := (spread{0.934, 0.881, 0.97}).ratio(), "0.93× (0.88–0.97)"; got != want {
-		t.Errorf("ratio() = %q, want %q", got, want)
-	}
-	if got, want := (spread{12000.4, 11000, 13000}).format("%.0f"), "12000 (11000–13000)"; got != want {
-		t.Errorf("format() = %q, want %q", got, want)
-	}
-}
-
 func TestParseRSS(t *testing.T) {
 	st := "Name:\tenvoy\nVmPeak:\t  300000 kB\nVmRSS:\t  175432 kB\nRssAnon:\t  100 kB\n"
 	if got, err := parseRSS(st); err != nil || got != 175432 {
@@ -294,48 +266,6 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 		return vm.GetVmId()
 	}
 	return ""
-}
-
-// Every round runs every item once; the rounds start at items spread over the list; odd
-// rounds run backwards, so that of two neighbours each goes first in some round.
-func TestRoundOrder(t *testing.T) {
-	const n, rounds = 18, 5
-	starts := map[int]bool{}
-	before := map[[2]int]bool{}
-	for r := range rounds {
-		o := roundOrder(n, r, rounds)
-		seen := map[int]bool{}
-		for _, i := range o {
-			if i < 0 || i >= n || seen[i] {
-				t.Fatalf("round %d: %v is not a permutation of 0..%d", r, o, n-1)
-			}
-			seen[i] = true
-		}
-		if len(seen) != n {
-			t.Fatalf("round %d: %v misses items", r, o)
-		}
-		starts[o[0]] = true
-		for k := 1; k < n; k++ {
-			before[[2]int{o[k-1], o[k]}] = true
-		}
-	}
-	if len(starts) != rounds {
-		t.Errorf("rounds start at %v, want %d different items", starts, rounds)
-	}
-	for i := range n - 1 {
-		if !before[[2]int{i, i + 1}] || !before[[2]int{i + 1, i}] {
-			t.Errorf("neighbours %d and %d: not each first in some round", i, i+1)
-		}
-	}
-	if got := roundOrder(4, 0, 1); !slices.Equal(got, []int{0, 1, 2, 3}) {
-		t.Errorf("round 0: %v, want the list's order", got)
-	}
-	if got := roundOrder(4, 1, 2); !slices.Equal(got, []int{1, 0, 3, 2}) {
-		t.Errorf("round 1 of 2: %v, want rotated by 2 and reversed", got)
-	}
-	if got := roundOrder(0, 3, 5); len(got) != 0 {
-		t.Errorf("no items: %v", got)
-	}
 }
 
 // The configurations: every family's variants once (the baselines one each: admit-1k, the

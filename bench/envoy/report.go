@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/bench/internal/build"
+	"github.com/sluice-proxy/sluice/bench/internal/rounds"
 )
 
 // Issue 25's goals, the bounds the goals table checks the medians against.
@@ -42,7 +43,7 @@ func ratioCell(v []float64) string {
 	if len(v) == 0 {
 		return "–"
 	}
-	return summarize(v).ratio()
+	return rounds.Summarize(v).Ratio()
 }
 
 // mark is ✓ when the goal is met, ✗ when not.
@@ -106,7 +107,7 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 			if len(v) == 0 {
 				return "–"
 			}
-			m := summarize(v).med
+			m := rounds.Summarize(v).Med
 			return ratioCell(v) + mark(atLeast && m >= bound || !atLeast && m <= bound)
 		}
 	}
@@ -147,7 +148,7 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 				if len(v) == 0 {
 					return "–"
 				}
-				return ratioCell(v) + mark(summarize(v).med <= goalLatency)
+				return ratioCell(v) + mark(rounds.Summarize(v).Med <= goalLatency)
 			}
 		}
 		rows = append(rows,
@@ -162,7 +163,7 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 				if len(v) == 0 {
 					return "–"
 				}
-				return ratioCell(v) + mark(summarize(v).med <= goalReady)
+				return ratioCell(v) + mark(rounds.Summarize(v).Med <= goalReady)
 			}},
 			row{fmt.Sprintf("slowest request in the first second after ready, both workers, ms: ≤ %d (worst round)", goalFirstMS), func(f family) string {
 				ss := res.start[f.name]
@@ -251,7 +252,7 @@ func (e *env) throughputTable(w io.Writer, fams []family, res *results) {
 			for _, s := range ss {
 				r, u = append(r, s.rps), append(u, s.cpuPerReq)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", c.name(), summarize(r).format("%.0f"), summarize(u).format("%.1f"),
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", c.name(), rounds.Summarize(r).Format("%.0f"), rounds.Summarize(u).Format("%.1f"),
 				ratioCell(perRound(ss, native, rpsOf)), ratioCell(perRound(ss, native, cpuOf)),
 				ratioCell(perRound(ss, none, rpsOf)), ratioCell(perRound(ss, none, cpuOf)))
 		}
@@ -273,12 +274,12 @@ func (e *env) latencyTable(w io.Writer, fams []family, res *results) {
 			rate, p50, p99 = append(rate, s.rate), append(p50, s.p50), append(p99, s.p99)
 			cpu, late = append(cpu, s.cpuPerReq), append(late, float64(s.late))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f.name, summarize(rate).format("%.0f"),
-			summarize(p50).format("%.3f"), summarize(p99).format("%.3f"),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f.name, rounds.Summarize(rate).Format("%.0f"),
+			rounds.Summarize(p50).Format("%.3f"), rounds.Summarize(p99).Format("%.3f"),
 			ratioCell(perRound(ss, nat, func(s latSample) float64 { return s.p50 })),
 			ratioCell(perRound(ss, nat, func(s latSample) float64 { return s.p99 })),
-			summarize(cpu).format("%.1f"), ratioCell(perRound(ss, nat, func(s latSample) float64 { return s.cpuPerReq })),
-			summarize(late).format("%.0f"))
+			rounds.Summarize(cpu).Format("%.1f"), ratioCell(perRound(ss, nat, func(s latSample) float64 { return s.cpuPerReq })),
+			rounds.Summarize(late).Format("%.0f"))
 	}
 	fmt.Fprintln(w)
 }
@@ -375,9 +376,9 @@ func (e *env) startupTable(w io.Writer, fams []family, res *results) {
 				}
 			}
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %d / %d |\n", f.name, summarize(ready).format("%.0f"),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %d / %d |\n", f.name, rounds.Summarize(ready).Format("%.0f"),
 			ratioCell(perRound(ss, noop, func(s startSample) float64 { return float64(s.ready) })),
-			summarize(reqs).format("%.0f"), summarize(p99).format("%.1f"), summarize(mx).format("%.1f"), fewest[0], fewest[1])
+			rounds.Summarize(reqs).Format("%.0f"), rounds.Summarize(p99).Format("%.1f"), rounds.Summarize(mx).Format("%.1f"), fewest[0], fewest[1])
 	}
 	fmt.Fprintln(w)
 }

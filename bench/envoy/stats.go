@@ -3,35 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 )
-
-// spread is the median and the range of one figure over the rounds.
-type spread struct{ med, lo, hi float64 }
-
-func summarize(v []float64) spread {
-	if len(v) == 0 {
-		return spread{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	n := len(s)
-	m := s[n/2]
-	if n%2 == 0 {
-		m = (s[n/2-1] + s[n/2]) / 2
-	}
-	return spread{m, s[0], s[n-1]}
-}
-
-// ratio formats a ratio's spread: 0.93× (0.88–0.97).
-func (s spread) ratio() string { return fmt.Sprintf("%.2f× (%.2f–%.2f)", s.med, s.lo, s.hi) }
-
-// format formats an absolute figure's spread with verb (e.g. "%.0f").
-func (s spread) format(verb string) string {
-	return fmt.Sprintf(verb+" ("+verb+"–"+verb+")", s.med, s.lo, s.hi)
-}
 
 // parseRSS returns VmRSS in KiB from /proc/PID/status.
 func parseRSS(status string) (int, error) {

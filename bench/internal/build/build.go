@@ -190,3 +190,18 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// AppendResults appends b to the results file path (created if missing) and says so on
+// stderr under the command's name.
+func AppendResults(name, path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "%s: appended to %s\n", name, path)
+	return f.Close()
+}

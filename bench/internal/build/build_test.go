@@ -125,3 +125,19 @@ func TestFreePort(t *testing.T) {
 	}
 	l.Close()
 }
+
+// AppendResults creates the file, then appends to it.
+func TestAppendResults(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "results.txt")
+	for _, s := range []string{"# run 1\n", "# run 2\n"} {
+		if err := AppendResults("test", p, []byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "# run 1\n# run 2\n" {
+		t.Errorf("file %q (%v), want both runs in order", b, err)
+	}
+	if err := AppendResults("test", filepath.Join(t.TempDir(), "no", "dir"), nil); err == nil {
+		t.Error("a file in a missing directory: no error")
+	}
+}
