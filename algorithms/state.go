@@ -126,6 +126,11 @@ func (x u128) isZero() bool { return x.hi == 0 && x.lo == 0 }
 // div returns x / d and x % d; ok is false when the quotient does not fit
 // 64 bits. d must not be 0.
 func (x u128) div(d uint64) (q, r uint64, ok bool) {
+	if x.hi == 0 {
+		// The usual case (a product that fits 64 bits): one machine division, where
+		// bits.Div64 is a long routine on targets without a 128-bit divide (wasm).
+		return x.lo / d, x.lo % d, true
+	}
 	if x.hi >= d {
 		return 0, 0, false
 	}
