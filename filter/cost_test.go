@@ -81,27 +81,23 @@ func (r *costRig) exchange(maxTokens, ct string, chunks []string, trailers ...[2
 		for _, kv := range h.Local.Headers {
 			hd[kv[0]] = kv[1]
 		}
-		endStream(r.vm, id)
+		filtertest.EndStream(r.vm, id)
 		return status, hd
 	}
 	h.RespHeaders = [][2]string{{":status", "200"}}
 	if ct != "" {
 		h.RespHeaders = append(h.RespHeaders, [2]string{"content-type", ct})
 	}
-	if !r.vm.QuickResponseHeaders(id) {
-		r.vm.OnResponseHeaders(id, len(h.RespHeaders), len(chunks) == 0 && len(trailers) == 0)
-	}
+	filtertest.ResponseHeaders(r.vm, id, len(h.RespHeaders), len(chunks) == 0 && len(trailers) == 0)
 	for i, c := range chunks {
 		h.body = []byte(c)
-		if !r.vm.QuickResponseBody(id) {
-			r.vm.OnResponseBody(id, len(c), i == len(chunks)-1 && len(trailers) == 0)
-		}
+		filtertest.ResponseBody(r.vm, id, len(c), i == len(chunks)-1 && len(trailers) == 0)
 	}
 	if len(trailers) > 0 {
 		h.trailers = trailers
 		r.vm.OnResponseTrailers(id, len(trailers))
 	}
-	endStream(r.vm, id)
+	filtertest.EndStream(r.vm, id)
 	h.trailers = nil
 	return status, nil
 }

@@ -10,17 +10,6 @@ import (
 
 var _ abi.QuickHandler = (*filter.VM)(nil)
 
-// endStream ends stream id as sluice.wasm's exports do in Envoy: proxy_on_done, then
-// proxy_on_delete (no proxy_on_log), each through its QuickHandler method first.
-func endStream(vm *filter.VM, id uint32) {
-	if !vm.QuickDone(id) {
-		vm.OnDone(id)
-	}
-	if !vm.QuickDelete(id) {
-		vm.OnDelete(id)
-	}
-}
-
 // The quick paths take exactly the callbacks that need no work: a stream with response
 // headers to add declines QuickResponseHeaders, one billed from its body declines
 // QuickResponseBody and QuickDone (OnDone then settles it); root contexts are never

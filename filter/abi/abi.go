@@ -169,8 +169,8 @@ type BodyHandler interface {
 // function calls per callback, which V8 makes dear; an admitted request makes five of
 // these callbacks.
 type QuickHandler interface {
-	// QuickContextCreate creates stream id of root parentID (false: a root context, an
-	// unknown root: OnContextCreate decides).
+	// QuickContextCreate creates stream id of root parentID, or ignores it when that root
+	// is unknown (false for a root context: OnContextCreate creates it).
 	QuickContextCreate(id, parentID uint32) bool
 	// QuickResponseHeaders is true when stream id's response headers need nothing (the
 	// callback answers Continue), QuickResponseBody likewise for a response body chunk.

@@ -37,10 +37,11 @@ func SetHandler(h Handler) {
 // released at proxy_on_done, which every host sends at its end (Envoy: the filter's
 // onDestroy), and proxy_on_delete; a call into the guest per request saved. The build
 // for the proxytest emulator, which calls proxy_on_log and proxy_on_delete but never a
-// stream's proxy_on_done and requires every export it calls, adds it (exports_log_wasip1.go). The body callbacks are exported
-// for token budgets: the request body for a reservation read from it (filter/bodycost.go),
-// the response body and trailers for a cost read from the response (filter/cost.go); a
-// stream that reads neither returns at once — one call into the guest per body chunk.
+// stream's proxy_on_done and requires every export it calls, adds it
+// (exports_log_wasip1.go). The body callbacks are exported for token budgets: the
+// request body for a reservation read from it (filter/bodycost.go), the response body and
+// trailers for a cost read from the response (filter/cost.go); a stream that reads neither
+// returns at once — one call into the guest per body chunk.
 
 //go:wasmexport proxy_abi_version_0_2_1
 func proxyABIVersion() {}

@@ -412,7 +412,7 @@ func (w *Worker) Do(r Request) Response {
 	}
 	h.RespHeaders = nil
 	h.Local = nil
-	w.contextCreate(id, w.root)
+	ContextCreate(w.Handler, id, w.root)
 	act := w.Handler.OnRequestHeaders(id, len(h.ReqHeaders), true)
 	var resp Response
 	resp.Action = act
@@ -421,39 +421,49 @@ func (w *Worker) Do(r Request) Response {
 		resp.Headers = h.Local.Headers
 		// Envoy runs the encoder filters on a local reply.
 		h.RespHeaders = append([][2]string{{":status", itoa(h.Local.Status)}}, h.Local.Headers...)
-		w.responseHeaders(id, len(h.RespHeaders))
+		ResponseHeaders(w.Handler, id, len(h.RespHeaders), false)
 		if len(h.RespHeaders) != 1+len(h.Local.Headers) {
 			resp.Headers = append(resp.Headers, [2]string{"x-test-error", "headers added to a local reply"})
 		}
 	} else {
 		h.RespHeaders = [][2]string{{":status", "200"}, {"content-type", "text/plain"}}
-		w.responseHeaders(id, len(h.RespHeaders))
+		ResponseHeaders(w.Handler, id, len(h.RespHeaders), false)
 		resp.Status = 200
 		resp.Headers = h.RespHeaders[2:]
 	}
-	// sluice.wasm exports no proxy_on_log: a stream ends with proxy_on_done and
-	// proxy_on_delete.
-	if q, ok := w.Handler.(abi.QuickHandler); !ok || !q.QuickDone(id) {
-		w.Handler.OnDone(id)
-	}
-	if q, ok := w.Handler.(abi.QuickHandler); !ok || !q.QuickDelete(id) {
-		w.Handler.OnDelete(id)
-	}
+	EndStream(w.Handler, id)
 	return resp
 }
 
-// contextCreate and responseHeaders dispatch as the module's exports do
-// (filter/abi/exports_wasip1.go): the QuickHandler method first, the Handler's
-// when it declines.
-func (w *Worker) contextCreate(id, parent uint32) {
-	if q, ok := w.Handler.(abi.QuickHandler); !ok || !q.QuickContextCreate(id, parent) {
-		w.Handler.OnContextCreate(id, parent)
+// ContextCreate, ResponseHeaders, ResponseBody and EndStream dispatch a stream's callbacks
+// as sluice.wasm's exports do (filter/abi/exports_wasip1.go): the abi.QuickHandler method
+// first, the Handler's when it declines. EndStream ends a stream with proxy_on_done and
+// proxy_on_delete: the module exports no proxy_on_log.
+func ContextCreate(h abi.Handler, id, parent uint32) {
+	if q, ok := h.(abi.QuickHandler); !ok || !q.QuickContextCreate(id, parent) {
+		h.OnContextCreate(id, parent)
 	}
 }
 
-func (w *Worker) responseHeaders(id uint32, n int) {
-	if q, ok := w.Handler.(abi.QuickHandler); !ok || !q.QuickResponseHeaders(id) {
-		w.Handler.OnResponseHeaders(id, n, false)
+func ResponseHeaders(h abi.Handler, id uint32, n int, endOfStream bool) {
+	if q, ok := h.(abi.QuickHandler); !ok || !q.QuickResponseHeaders(id) {
+		h.OnResponseHeaders(id, n, endOfStream)
+	}
+}
+
+func ResponseBody(h abi.BodyHandler, id uint32, size int, endOfStream bool) {
+	if q, ok := h.(abi.QuickHandler); !ok || !q.QuickResponseBody(id) {
+		h.OnResponseBody(id, size, endOfStream)
+	}
+}
+
+func EndStream(h abi.Handler, id uint32) {
+	q, quick := h.(abi.QuickHandler)
+	if !quick || !q.QuickDone(id) {
+		h.OnDone(id)
+	}
+	if !quick || !q.QuickDelete(id) {
+		h.OnDelete(id)
 	}
 }
 
