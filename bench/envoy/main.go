@@ -222,10 +222,9 @@ type memSample struct {
 	// At the end: where the resident memory is (smaps), and Envoy's C++ heap as its
 	// allocator reports it (server.memory_allocated: in use; server.memory_heap_size: held
 	// from the system, in use or free), MB.
-	split          memSplit
-	heapUsedMB     float64
-	heapMB         float64
-	splitAvailable bool
+	split      memSplit
+	heapUsedMB float64
+	heapMB     float64
 }
 
 // startSample is one fresh process of a family: time to ready and its first second.
@@ -562,7 +561,6 @@ func (e *env) memory(f family) (memSample, error) {
 	}
 	hs := parseStats(heap)
 	ms.heapUsedMB, ms.heapMB = float64(hs["server.memory_allocated"])/(1<<20), float64(hs["server.memory_heap_size"])/(1<<20)
-	ms.splitAvailable = true
 	body, err := p.get("/stats?filter=^wasm")
 	if err != nil {
 		return ms, err

@@ -345,7 +345,7 @@ func (e *env) memoryTable(w io.Writer, fams []family, res *results) {
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, f := range fams {
 		ms, ok := res.mem[f.name]
-		if !ok || !ms.splitAvailable || len(ms.rssMB) == 0 {
+		if !ok || len(ms.rssMB) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", f.name, ms.rssMB[len(ms.rssMB)-1],
