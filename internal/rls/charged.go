@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,61 +19,46 @@ import (
 // every descriptor's hits_addend to its window's counter (INCRBY) and then
 // decides each descriptor from the count after the addition, so a denied
 // request is charged too, and so is every other descriptor of its call. A
-// configured fixed_window limit then keeps one counter per key: the count of
-// hits its current window has seen, denied or not, which this script adds
-// to (or, for is_negative_hits, takes from, never below 0) and returns. The
-// decision is made by the caller: over the limit when count >
-// requests_per_unit.
+// configured fixed_window limit then keeps one counter per key and window,
+// as the peer does: a plain integer at the key chargedKey(…) + ":" + the
+// window's start in Unix µs, the window found from the replica's clock (the
+// peer's clock too; Redis's TIME is not asked, so a decision is one short
+// script). The script adds the hits to it (or, for is_negative_hits, takes
+// them away, never below 0) and returns the count; the decision is made by
+// the caller: over the limit when count > requests_per_unit.
 //
-// Calling convention: KEYS[1] the counter's key (AppendKey's layout with
-// the suffix "fwc"); ARGV[1] the window in µs, ARGV[2] the hits (>= 0, at
-// most maxChargedCount), ARGV[3] now in Unix µs (0: Redis TIME), ARGV[4] "1"
-// to take the hits away instead of adding them. Reply: {count, left_us}, the
-// count after the call and the time until the window ends. The state is
-// "<window start> <count>" in decimal; a count of 0 leaves no key. Every
-// quantity stays below 2^53 (the window within algorithms.MaxWindow, the
-// count within maxChargedCount), so Lua's doubles are exact.
-const chargedScript = `-- sluice fixed_window charged v1
-local W, c, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if not (W and c and now) or W < 1 or c < 0 or c > 4503599627370496 or now < 0 then
+// Calling convention: KEYS[1] the window's counter; ARGV[1] the hits (>= 0,
+// at most maxChargedCount), ARGV[2] the instant the counter expires, in
+// Unix ms (the window's end plus chargedSlack), ARGV[3] "1" to take the
+// hits away instead of adding them. Reply: the count after the call. A
+// count of 0 leaves no key; hits 0 only read. A count saturates at
+// maxChargedCount, so INCRBY never overflows and Lua's doubles stay exact.
+const chargedScript = `-- sluice fixed_window charged v2
+local c, at = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not (c and at) or c < 0 or c > 4503599627370496 or at < 1 then
   return redis.error_reply('ERR sluice: bad arguments')
 end
-local px = 'PX'
-if now == 0 then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-  px = 'PXAT'
-end
 local key = KEYS[1]
-local q = math.floor(now / W)
-if q * W > now then q = q - 1 elseif (q + 1) * W <= now then q = q + 1 end
-local ws = q * W
-local count = 0
-local v = redis.call('GET', key)
-if v then
-  local s, n = string.match(v, '^(%d+) (%d+)$')
-  if s and tonumber(s) == ws then count = tonumber(n) end
+if c == 0 then return tonumber(redis.call('GET', key) or '0') or 0 end
+if ARGV[3] == '1' then
+  local n = redis.call('DECRBY', key, c)
+  if n <= 0 then redis.call('DEL', key) return 0 end
+  return n
 end
-local left = ws + W - now
-if c == 0 then return {count, left} end
-if ARGV[4] == '1' then
-  count = count - c
-  if count < 0 then count = 0 end
-else
-  count = count + c
-  if count > 4503599627370496 then count = 4503599627370496 end
+local n = redis.call('INCRBY', key, c)
+if n > 4503599627370496 then
+  n = 4503599627370496
+  redis.call('SET', key, '4503599627370496')
 end
-if count == 0 then
-  redis.call('DEL', key)
-  return {0, left}
-end
-local x = ws + W
-if px == 'PX' then x = left end
-local ms = math.floor(x / 1000)
-if ms * 1000 < x then ms = ms + 1 end
-redis.call('SET', key, string.format('%d %d', ws, count), px, ms + 1)
-return {count, left}
+redis.call('PEXPIREAT', key, at)
+return n
 `
+
+// chargedSlack keeps a window's counter this long past the window's end,
+// so that a replica whose clock is behind Redis's by up to that much
+// still finds the count (a clock ahead of Redis's needs no slack: the
+// replica moves to the next window's key first).
+const chargedSlack = time.Second
 
 // maxChargedCount bounds a charged counter and the hits of one call (2^52):
 // a counter saturates there instead of overflowing, and every sum the
@@ -83,8 +69,9 @@ var chargedSHA = func() string { s := sha1.Sum([]byte(chargedScript)); return he
 
 // chargedKeySuffix replaces redisrl's "fw2" in a charged counter's key: the
 // layouts differ, so a replica with --charge-denied and one without count on
-// different keys.
-const chargedKeySuffix = "fwc"
+// different keys ("fwc" was the layout of one key per descriptor, holding
+// its window's start and count: replicas of the two versions count apart).
+const chargedKeySuffix = "fwn"
 
 // chargedKey is the key of a configured fixed_window limit's charged
 // counter: redisrl.AppendKey's, with chargedKeySuffix.
@@ -95,28 +82,45 @@ func chargedKey(domain, key string) []byte {
 
 // chargedCall is one call of chargedScript.
 type chargedCall struct {
-	key    []byte
+	key    []byte // chargedKey's; the window's start is appended per call
 	window time.Duration
 	hits   int64 // clamped to maxChargedCount
-	now    int64
-	take   bool // is_negative_hits
+	now    int64 // Unix µs
+	take   bool  // is_negative_hits
 }
 
-// chargedResult is chargedScript's reply.
+// chargedResult is chargedScript's reply, and the wait until the window's
+// end.
 type chargedResult struct {
 	count int64
 	left  time.Duration
 }
 
+// windowStart is the start, in Unix µs, of the window holding c.now, and
+// the wait from now until its end.
+func (c *chargedCall) windowStart() (ws int64, left time.Duration) {
+	w := int64(c.window / time.Microsecond)
+	ws = c.now - c.now%w
+	if c.now < 0 {
+		ws = c.now - (c.now%w+w)%w
+	}
+	return ws, time.Duration(ws+w-c.now) * time.Microsecond
+}
+
 func (c *chargedCall) appendCall(dst []byte, cmd, script string) []byte {
-	dst = resp.AppendArrayHeader(dst, 8)
+	ws, left := c.windowStart()
+	end := time.Duration(c.now)*time.Microsecond + left + chargedSlack
+	dst = resp.AppendArrayHeader(dst, 7)
 	dst = resp.AppendBulkString(dst, cmd)
 	dst = resp.AppendBulkString(dst, script)
 	dst = resp.AppendBulkString(dst, "1")
-	dst = resp.AppendBulk(dst, c.key)
-	dst = resp.AppendBulkInt(dst, int64(c.window/time.Microsecond))
+	var num [20]byte
+	k := strconv.AppendInt(num[:0], ws, 10)
+	dst = resp.AppendBulkHeader(dst, len(c.key)+1+len(k))
+	dst = append(append(append(dst, c.key...), ':'), k...)
+	dst = resp.AppendCRLF(dst)
 	dst = resp.AppendBulkInt(dst, c.hits)
-	dst = resp.AppendBulkInt(dst, c.now)
+	dst = resp.AppendBulkInt(dst, int64((end+time.Millisecond-1)/time.Millisecond))
 	take := "0"
 	if c.take {
 		take = "1"
@@ -132,21 +136,25 @@ func (c *chargedCall) AppendEval(dst []byte) []byte { return c.appendCall(dst, "
 
 // runCharged runs c (EVALSHA; EVAL after NOSCRIPT).
 func runCharged(ctx context.Context, b Backend, c *chargedCall, noscript func()) (chargedResult, error) {
-	return runScript(ctx, b, c, noscript, parseChargedReply)
+	n, err := runScript(ctx, b, c, noscript, parseChargedReply)
+	if err != nil {
+		return chargedResult{}, err
+	}
+	_, left := c.windowStart()
+	return chargedResult{count: n, left: left}, nil
 }
 
-func parseChargedReply(v resp.Value) (chargedResult, error) {
+func parseChargedReply(v resp.Value) (int64, error) {
 	if v.Type == resp.Error {
-		return chargedResult{}, v.Err()
+		return 0, v.Err()
 	}
-	if v.Type != resp.Array || v.Null || len(v.Elems) != 2 || v.Elems[0].Type != resp.Integer || v.Elems[1].Type != resp.Integer {
-		return chargedResult{}, fmt.Errorf("%w: charged counter: %s", redisrl.ErrBadReply, v.Type)
+	if v.Type != resp.Integer {
+		return 0, fmt.Errorf("%w: charged counter: %s", redisrl.ErrBadReply, v.Type)
 	}
-	n, left := v.Elems[0].Int, v.Elems[1].Int
-	if n < 0 || n > maxChargedCount || left < 1 || left > int64(algorithms.MaxWindow/time.Microsecond) {
-		return chargedResult{}, fmt.Errorf("%w: charged counter: count %d, left %d µs", redisrl.ErrBadReply, n, left)
+	if v.Int < 0 || v.Int > maxChargedCount {
+		return 0, fmt.Errorf("%w: charged counter: count %d", redisrl.ErrBadReply, v.Int)
 	}
-	return chargedResult{count: n, left: time.Duration(left) * time.Microsecond}, nil
+	return v.Int, nil
 }
 
 // wholeSeconds is envoyproxy/ratelimit's duration_until_reset for a window

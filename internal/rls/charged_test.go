@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -223,7 +224,7 @@ func TestNegativeHits(t *testing.T) {
 // Huge hits_addend under --charge-denied: the counter saturates at 2^52
 // (no Redis overflow error, no wrap), a huge return brings it back to 0.
 func TestChargeDeniedHugeHits(t *testing.T) {
-	_, c := serve(t, Options{Config: parse(t, chargedConfig), ChargeDenied: true})
+	_, c := serve(t, Options{Config: parse(t, chargedConfig), ChargeDenied: true, Now: func() int64 { return testNow }})
 	k := uniq("k")
 	for i := 0; i < 3; i++ {
 		r := rlCall(t, c, &pb.RateLimitRequest{Domain: "cd", HitsAddend: math.MaxUint32,
@@ -233,11 +234,13 @@ func TestChargeDeniedHugeHits(t *testing.T) {
 	}
 	b := backend(t)
 	cmd := resp.AppendBulkString(resp.AppendArrayHeader(nil, 2), "GET")
-	got, err := b.Do(context.Background(), resp.AppendBulk(cmd, chargedKey("cd", "b="+k)))
+	hour := int64(time.Hour / time.Microsecond)
+	key := fmt.Appendf(chargedKey("cd", "b="+k), ":%d", testNow-testNow%hour)
+	got, err := b.Do(context.Background(), resp.AppendBulk(cmd, key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(got), " 4503599627370496") {
+	if string(got) != "$16\r\n4503599627370496\r\n" {
 		t.Errorf("saturated counter: %q", got)
 	}
 	r := rlCall(t, c, &pb.RateLimitRequest{Domain: "cd", Descriptors: []*ratelimitv3.RateLimitDescriptor{withHits(desc("b", k), math.MaxUint64, true)}})
@@ -259,20 +262,26 @@ func TestCheckChargeDenied(t *testing.T) {
 }
 
 func TestParseChargedReply(t *testing.T) {
-	ints := func(xs ...int64) resp.Value {
-		v := resp.Value{Type: resp.Array}
-		for _, x := range xs {
-			v.Elems = append(v.Elems, resp.Value{Type: resp.Integer, Int: x})
-		}
-		return v
+	if n, err := parseChargedReply(resp.Value{Type: resp.Integer, Int: 7}); err != nil || n != 7 {
+		t.Errorf("good reply: %d %v", n, err)
 	}
-	if r, err := parseChargedReply(ints(7, 1_500_000)); err != nil || r.count != 7 || r.left != 1500*time.Millisecond {
-		t.Errorf("good reply: %+v %v", r, err)
-	}
-	for _, bad := range []resp.Value{ints(-1, 5), ints(1, 0), ints(1<<52+1, 5), ints(1), ints(1, 2, 3), {Type: resp.Error, Str: []byte("ERR x")}, {Type: resp.Integer, Int: 1}} {
+	for _, bad := range []resp.Value{{Type: resp.Integer, Int: -1}, {Type: resp.Integer, Int: 1<<52 + 1},
+		{Type: resp.Array, Elems: []resp.Value{{Type: resp.Integer, Int: 1}}}, {Type: resp.Error, Str: []byte("ERR x")},
+		{Type: resp.BulkString, Str: []byte("1")}} {
 		if _, err := parseChargedReply(bad); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+	// The window holding now, and the wait to its end, from the replica's
+	// clock; the counter expires chargedSlack after the end (ms, rounded up).
+	c := chargedCall{key: []byte("k"), window: time.Minute, hits: 3, now: 90_000_500}
+	if ws, left := c.windowStart(); ws != 60_000_000 || left != 29_999_500*time.Microsecond {
+		t.Errorf("windowStart: %d %v", ws, left)
+	}
+	v, err := resp.Parse(c.AppendEvalSHA(nil))
+	if err != nil || len(v.Elems) != 7 || string(v.Elems[3].Str) != "k:60000000" || string(v.Elems[4].Str) != "3" ||
+		string(v.Elems[5].Str) != "121000" || string(v.Elems[6].Str) != "0" {
+		t.Errorf("call: %v %v", v, err)
 	}
 	for _, c := range []struct{ left, want time.Duration }{{time.Microsecond, time.Second}, {time.Second, time.Second},
 		{time.Second + 1, 2 * time.Second}, {59*time.Second + 999*time.Millisecond, 60 * time.Second}} {

@@ -305,6 +305,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			// reads the counter (envoyproxy/ratelimit's INCRBY).
 			it.call = true
 			it.charged.now = now
+			if now == 0 {
+				// The peer's clock: the replica's (chargedScript).
+				it.charged.now = time.Now().UnixMicro()
+			}
 			it.charged.hits = clampHits(it.cost)
 		case it.in == nil && it.m == nil:
 		case it.cost == 0:
