@@ -266,7 +266,7 @@ func (b *envoyBench) startServices() error {
 	if b.peer, peerAddr, err = startPeer(b.o.peerBin, b.dir, b.cluster.Addrs, peerCfg); err != nil {
 		return err
 	}
-	if b.sluice, sluiceAddr, err = startSluice(b.o.sluiceBin, b.dir, b.cluster.Addrs, peerCfg, "--inline-domains", wasmDomain); err != nil {
+	if b.sluice, sluiceAddr, err = startSluice(b.o.sluiceBin, b.dir, b.cluster.Addrs, peerCfg, append([]string{"--inline-domains", wasmDomain}, b.o.sluiceFlags...)...); err != nil {
 		return err
 	}
 	for _, s := range []struct {

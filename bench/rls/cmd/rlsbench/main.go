@@ -47,6 +47,7 @@ type options struct {
 	warmup, duration, timeout  time.Duration
 	peerOnly                   bool
 	peerBin, sluiceBin         string
+	sluiceFlags                []string // extra arguments of sluice serve
 	algorithms                 []string
 	keep                       bool
 	// -envoy (envoy.go)
@@ -70,6 +71,8 @@ func main() {
 	flag.BoolVar(&o.peerOnly, "peer-only", false, "run envoyproxy/ratelimit alone (no sluice serve)")
 	flag.StringVar(&o.peerBin, "peer-bin", "", "a prebuilt envoyproxy/ratelimit (default: build it)")
 	flag.StringVar(&o.sluiceBin, "sluice-bin", "", "a prebuilt sluice (default: build it from ../..)")
+	var sluiceFlags string
+	flag.StringVar(&sluiceFlags, "sluice-flags", "", "extra arguments of sluice serve, space-separated (e.g. --charge-denied, with -algorithms fixed_window)")
 	flag.StringVar(&algs, "algorithms", strings.Join(algorithmNames, ","), "sluice algorithms to measure (fixed_window is always measured)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, configurations)")
 	flag.BoolVar(&o.envoy, "envoy", false, "compare through a real Envoy instead (envoy.go): its ratelimit filter to either service, and sluice.wasm rls+lease against local; -concurrency is then sluice-load's connections")
@@ -80,6 +83,7 @@ func main() {
 	flag.IntVar(&o.leaseKeys, "lease-keys", 100, "-envoy: x-key values of the sluice.wasm pair")
 	flag.StringVar(&o.out, "out", "results.txt", "-envoy: results file the dated block is added to, newest first (relative to bench/rls; \"-\": none)")
 	flag.Parse()
+	o.sluiceFlags = strings.Fields(sluiceFlags)
 	var err error
 	if o.algorithms, err = parseAlgorithms(algs); err == nil {
 		err = checkOptions(o)
@@ -255,7 +259,9 @@ func run(o options) error {
 		starters = append(starters, struct {
 			name string
 			f    func() (*proc, string, error)
-		}{"sluice", func() (*proc, string, error) { return startSluice(o.sluiceBin, dir, cluster.Addrs, sluiceCfg) }})
+		}{"sluice", func() (*proc, string, error) {
+			return startSluice(o.sluiceBin, dir, cluster.Addrs, sluiceCfg, o.sluiceFlags...)
+		}})
 	}
 	for _, st := range starters {
 		p, addr, err := st.f()
