@@ -197,7 +197,7 @@ func (c *Clusters) Init(name, username, password string, timeout time.Duration) 
 func (c *Clusters) Call(ctx context.Context, name string, cmd []byte, cb func(Status, []byte)) error {
 	if b, err := c.binding(name); err != nil {
 		return err
-	} else if slot, ok := scriptSlot(cmd); ok {
+	} else if slot, ok := pipeSlot(cmd); ok {
 		pc := &pcall{cmd: append([]byte(nil), cmd...), slot: slot, cb: cb, deadline: time.Now().Add(b.timeout)}
 		if b.router.call(pc) {
 			return nil
@@ -216,7 +216,7 @@ func (c *Clusters) Call(ctx context.Context, name string, cmd []byte, cb func(St
 
 // Do is the synchronous form of Call: it returns the status and the reply.
 func (c *Clusters) Do(ctx context.Context, name string, cmd []byte) (Status, []byte, error) {
-	if _, ok := scriptSlot(cmd); ok {
+	if _, ok := pipeSlot(cmd); ok {
 		type result struct {
 			st    Status
 			reply []byte

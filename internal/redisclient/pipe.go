@@ -1,7 +1,8 @@
 package redisclient
 
 // The script path: EVAL, EVALSHA, FCALL (and their _RO forms) with at least
-// one key — every command the sluice guest sends — bypass go-redis. They go,
+// one key — every command the sluice guest sends — and a few single-key
+// commands (keyedCmds) bypass go-redis. They go,
 // as the guest's own RESP bytes, over one pipelined connection per cluster
 // node, and the reply is handed to the callback as Redis's own RESP bytes:
 // no goroutine, timer, string conversion or re-encoding per call. The slot
@@ -648,12 +649,24 @@ func appendCmd(dst []byte, args ...string) []byte {
 	return dst
 }
 
-// scriptSlot reports whether cmd (a RESP array of bulk strings) is a script
-// call with at least one key, and the slot of its first key.
-func scriptSlot(cmd []byte) (int, bool) {
+// pipeSlot reports whether cmd takes the pipe path, and the slot of its
+// (first) key: a script call with at least one key, or one of keyedCmds
+// with its one key at argument 1 and an argument count it allows.
+func pipeSlot(cmd []byte) (int, bool) {
 	var args [4][]byte
 	n, ok := splitCommand(cmd, args[:])
-	if !ok || n < 4 {
+	if !ok || n < 2 {
+		return 0, false
+	}
+	for _, k := range keyedCmds {
+		if eqFold(args[0], k.name) {
+			if n < k.min || n > k.max {
+				return 0, false
+			}
+			return keySlot(args[1]), true
+		}
+	}
+	if n < 4 {
 		return 0, false
 	}
 	switch {
@@ -667,6 +680,22 @@ func scriptSlot(cmd []byte) (int, bool) {
 		return 0, false
 	}
 	return keySlot(args[3]), true
+}
+
+// keyedCmds are the plain commands the pipe path takes: each has exactly
+// one key, its first argument, for every argument count from min to max
+// (the command's name counted). sluice serve --charge-denied sends INCRBY
+// and PEXPIREAT back to back, as envoyproxy/ratelimit does; the same
+// connection keeps them in order.
+var keyedCmds = []struct {
+	name     string
+	min, max int
+}{
+	{"GET", 2, 2},
+	{"INCRBY", 3, 3},
+	{"DECRBY", 3, 3},
+	{"PEXPIREAT", 3, 4},
+	{"PEXPIRE", 3, 4},
 }
 
 // splitCommand validates cmd as one RESP array of bulk strings with nothing

@@ -49,13 +49,22 @@ func TestScriptCommand(t *testing.T) {
 		{cmd("EVAL", "return 1", "2", "k"), 0, false},
 		{cmd("EVAL", "return 1", "x", "k"), 0, false},
 		{cmd("GET", "foo", "a", "b"), 0, false},
+		{cmd("GET", "foo"), 12182, true},
+		{cmd("incrby", "{user1000}.x", "5"), keySlot([]byte("user1000")), true},
+		{cmd("INCRBY", "foo"), 0, false},
+		{cmd("DECRBY", "bar", "1"), 5061, true},
+		{cmd("PEXPIREAT", "foo", "1", "NX"), 12182, true},
+		{cmd("PEXPIREAT", "foo", "1", "NX", "x"), 0, false},
+		{cmd("PEXPIRE", "foo", "1"), 12182, true},
+		{cmd("SET", "foo", "1"), 0, false},
+		{cmd("DEL", "foo"), 0, false},
 		{[]byte("*4\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n1\r\n$1\r\nk\r\nextra"), 0, false},
 		{[]byte("*4\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n1\r\n$2\r\nk\r\n"), 0, false},
 		{[]byte("*4\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n1\r\n:1\r\n"), 0, false},
 		{[]byte("*-1\r\n"), 0, false},
 		{nil, 0, false},
 	} {
-		slot, ok := scriptSlot(tc.cmd)
+		slot, ok := pipeSlot(tc.cmd)
 		if ok != tc.ok || (ok && slot != tc.slot) {
 			t.Errorf("%q: slot %d %v, want %d %v", tc.cmd, slot, ok, tc.slot, tc.ok)
 		}
@@ -134,6 +143,48 @@ func TestScriptPathReplies(t *testing.T) {
 }
 
 func reply2s(b []byte) string { return string(b) }
+
+// The single-key commands of keyedCmds take the script path too, on every
+// node, and calls made back to back are answered in order: INCRBY then
+// PEXPIREAT leaves a counted key with its expiry, as the peer's pipeline.
+func TestScriptPathPlainCommands(t *testing.T) {
+	redistest.SkipShort(t)
+	c := newClusters(t, 5*time.Second)
+	r := waitScriptPath(t, c)
+	before := r.sent.Load()
+	at := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	for i := 0; i < 20; i++ {
+		key := "plain-path-" + strconv.Itoa(i)
+		type res struct {
+			i     int
+			st    Status
+			reply string
+		}
+		got := make(chan res, 3)
+		for j, args := range [][]string{{"INCRBY", key, "3"}, {"PEXPIREAT", key, at}, {"DECRBY", key, "1"}} {
+			if err := c.Call(context.Background(), "rc", cmd(args...), func(st Status, b []byte) { got <- res{j, st, string(b)} }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []string{":3\r\n", ":1\r\n", ":2\r\n"}
+		for range 3 {
+			g := <-got
+			if g.st != StatusOK || g.reply != want[g.i] {
+				t.Fatalf("%s reply %d: %v %q, want %q", key, g.i, g.st, g.reply, want[g.i])
+			}
+		}
+		if st, reply := do(t, c, "GET", key); st != StatusOK || reply != "$1\r\n2\r\n" {
+			t.Fatalf("GET %s: %v %q", key, st, reply)
+		}
+		if st, reply := do(t, c, "PEXPIRETIME", key); st != StatusOK || reply != ":"+at+"\r\n" {
+			t.Fatalf("PEXPIRETIME %s: %v %q, want %s", key, st, reply, at)
+		}
+	}
+	// 20 × (INCRBY, PEXPIREAT, DECRBY, GET); PEXPIRETIME took go-redis's path.
+	if got := r.sent.Load() - before; got != 80 {
+		t.Fatalf("%d calls took the script path, want 80", got)
+	}
+}
 
 // A wrong slot table is corrected by MOVED, which is followed.
 func TestScriptPathFollowsMoved(t *testing.T) {
