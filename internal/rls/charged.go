@@ -22,12 +22,13 @@ import (
 // configured fixed_window limit then keeps one counter per key and window,
 // as the peer does: a plain integer at the key chargedKey(…) + ":" + the
 // window's start in Unix µs, the window found from the replica's clock (the
-// peer's clock too; Redis's TIME is not asked, so a decision is one short
-// script). The script adds the hits to it (or, for is_negative_hits, takes
-// them away, never below 0) and returns the count; the decision is made by
-// the caller: over the limit when count > requests_per_unit.
+// peer's clock too; Redis's TIME is not asked). Adding hits is INCRBY and
+// PEXPIREAT sent together (runChargedPlain); the rest (is_negative_hits:
+// taking hits away, never below 0; hits 0: a read; more hits than
+// maxPlainHits) is chargedScript. Either returns the count; the decision
+// is made by the caller: over the limit when count > requests_per_unit.
 //
-// Calling convention: KEYS[1] the window's counter; ARGV[1] the hits (>= 0,
+// chargedScript's calling convention: KEYS[1] the window's counter; ARGV[1] the hits (>= 0,
 // at most maxChargedCount), ARGV[2] the instant the counter expires, in
 // Unix ms (the window's end plus chargedSlack), ARGV[3] "1" to take the
 // hits away instead of adding them. Reply: the count after the call. A
@@ -108,19 +109,14 @@ func (c *chargedCall) windowStart() (ws int64, left time.Duration) {
 }
 
 func (c *chargedCall) appendCall(dst []byte, cmd, script string) []byte {
-	ws, left := c.windowStart()
-	end := time.Duration(c.now)*time.Microsecond + left + chargedSlack
+	key, at := c.windowKey()
 	dst = resp.AppendArrayHeader(dst, 7)
 	dst = resp.AppendBulkString(dst, cmd)
 	dst = resp.AppendBulkString(dst, script)
 	dst = resp.AppendBulkString(dst, "1")
-	var num [20]byte
-	k := strconv.AppendInt(num[:0], ws, 10)
-	dst = resp.AppendBulkHeader(dst, len(c.key)+1+len(k))
-	dst = append(append(append(dst, c.key...), ':'), k...)
-	dst = resp.AppendCRLF(dst)
+	dst = resp.AppendBulkString(dst, key)
 	dst = resp.AppendBulkInt(dst, c.hits)
-	dst = resp.AppendBulkInt(dst, int64((end+time.Millisecond-1)/time.Millisecond))
+	dst = resp.AppendBulkInt(dst, at)
 	take := "0"
 	if c.take {
 		take = "1"
@@ -134,14 +130,77 @@ func (c *chargedCall) AppendEvalSHA(dst []byte) []byte {
 }
 func (c *chargedCall) AppendEval(dst []byte) []byte { return c.appendCall(dst, "EVAL", chargedScript) }
 
-// runCharged runs c (EVALSHA; EVAL after NOSCRIPT).
-func runCharged(ctx context.Context, b Backend, c *chargedCall, noscript func()) (chargedResult, error) {
+// runCharged runs c: when it adds hits (1 to maxPlainHits), as the plain
+// commands INCRBY and PEXPIREAT sent together (envoyproxy/ratelimit's
+// pipeline, and as cheap for Redis: a script call costs Redis several
+// times the two commands); otherwise chargedScript (EVALSHA; EVAL after
+// NOSCRIPT). expireFailed counts a PEXPIREAT that failed after its INCRBY
+// counted: the decision stands (the hits were added), the key may outlive
+// its window.
+func runCharged(ctx context.Context, b Backend, c *chargedCall, noscript, expireFailed func()) (chargedResult, error) {
+	_, left := c.windowStart()
+	if !c.take && c.hits > 0 && c.hits <= maxPlainHits {
+		n, err := runChargedPlain(ctx, b, c, expireFailed)
+		if err != nil {
+			return chargedResult{}, &errRedis{err}
+		}
+		return chargedResult{count: n, left: left}, nil
+	}
 	n, err := runScript(ctx, b, c, noscript, parseChargedReply)
 	if err != nil {
 		return chargedResult{}, err
 	}
-	_, left := c.windowStart()
 	return chargedResult{count: n, left: left}, nil
+}
+
+// maxPlainHits bounds the hits runCharged adds with a plain INCRBY. The
+// script saturates a counter at maxChargedCount; a plain INCRBY may pass it
+// (the count read is then taken as maxChargedCount), by at most
+// maxPlainHits a call, which leaves INCRBY's 2^63 out of reach (2^31 calls
+// past the saturation, all in one window).
+const maxPlainHits = 1 << 32
+
+// runChargedPlain sends INCRBY key hits and PEXPIREAT key at, and returns
+// the count INCRBY answered.
+func runChargedPlain(ctx context.Context, b Backend, c *chargedCall, expireFailed func()) (int64, error) {
+	key, at := c.windowKey()
+	cmd := func(name string, arg int64) []byte {
+		dst := resp.AppendArrayHeader(make([]byte, 0, 32+len(key)), 3)
+		return resp.AppendBulkInt(resp.AppendBulkString(resp.AppendBulkString(dst, name), key), arg)
+	}
+	cmds := [2][]byte{cmd("INCRBY", c.hits), cmd("PEXPIREAT", at)}
+	replies, errs := doPipeline(ctx, b, cmds[:])
+	expired := errs[1] == nil
+	if expired {
+		v, err := resp.Parse(replies[1])
+		expired = err == nil && v.Type == resp.Integer
+	}
+	if errs[0] != nil {
+		return 0, errs[0]
+	}
+	v, err := resp.Parse(replies[0])
+	if err != nil {
+		return 0, fmt.Errorf("redis reply: %w", err)
+	}
+	if v.Type == resp.Error {
+		return 0, v.Err()
+	}
+	if v.Type != resp.Integer || v.Int < 1 {
+		return 0, fmt.Errorf("%w: charged counter: INCRBY answered %s %d", redisrl.ErrBadReply, v.Type, v.Int)
+	}
+	if !expired && expireFailed != nil {
+		expireFailed()
+	}
+	return min(v.Int, maxChargedCount), nil
+}
+
+// windowKey is the key of the counter of c's window (chargedKey's, ":",
+// the window's start in Unix µs) and the instant it expires, in Unix ms
+// (the window's end plus chargedSlack, rounded up).
+func (c *chargedCall) windowKey() (key string, at int64) {
+	ws, left := c.windowStart()
+	end := time.Duration(c.now)*time.Microsecond + left + chargedSlack
+	return string(c.key) + ":" + strconv.FormatInt(ws, 10), int64((end + time.Millisecond - 1) / time.Millisecond)
 }
 
 func parseChargedReply(v resp.Value) (int64, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -288,5 +289,77 @@ func TestParseChargedReply(t *testing.T) {
 		if got := wholeSeconds(c.left); got != c.want {
 			t.Errorf("wholeSeconds(%v) = %v, want %v", c.left, got, c.want)
 		}
+	}
+}
+
+// pexpireFails wraps a Backend: every PEXPIREAT answers an error reply,
+// and the commands it saw are recorded (a Backend without DoPipeline:
+// the plain commands come one Do after another).
+type pexpireFails struct {
+	Backend
+	mu   sync.Mutex
+	seen []string
+}
+
+func (b *pexpireFails) Do(ctx context.Context, cmd []byte) ([]byte, error) {
+	v, err := resp.Parse(cmd)
+	if err == nil && len(v.Elems) > 0 {
+		b.mu.Lock()
+		b.seen = append(b.seen, string(v.Elems[0].Str))
+		b.mu.Unlock()
+		if string(v.Elems[0].Str) == "PEXPIREAT" {
+			return []byte("-ERR refused by the test\r\n"), nil
+		}
+	}
+	return b.Backend.Do(ctx, cmd)
+}
+
+// A charged call adding hits is INCRBY and PEXPIREAT on the window's key,
+// the key expiring chargedSlack after the window's end; a failed
+// PEXPIREAT leaves the decision standing and is counted.
+func TestChargeDeniedPlainCommands(t *testing.T) {
+	b := backend(t)
+	s, c := serve(t, Options{Config: parse(t, chargedConfig), ChargeDenied: true, Backend: b})
+	k := uniq("plain")
+	for i, code := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
+		r := rlCall(t, c, &pb.RateLimitRequest{Domain: "cd", HitsAddend: uint32(1 + i), Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", k)}})
+		check(t, fmt.Sprint("call ", i), r, code, want{code, []uint32{2, 0, 0}[i], 30 * time.Second})
+	}
+	minute := int64(time.Minute / time.Microsecond)
+	ws := testNow - testNow%minute
+	key := fmt.Appendf(chargedKey("cd", "a="+k), ":%d", ws)
+	get := func(name string) string {
+		t.Helper()
+		got, err := b.Do(context.Background(), resp.AppendBulk(resp.AppendBulkString(resp.AppendArrayHeader(nil, 2), name), key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(got)
+	}
+	if got := get("GET"); got != "$1\r\n6\r\n" {
+		t.Errorf("counter: %q", got)
+	}
+	if got, want := get("PEXPIRETIME"), fmt.Sprintf(":%d\r\n", (ws+minute)/1000+1000); got != want {
+		t.Errorf("expiry: %q, want %q", got, want)
+	}
+	if s.Metrics.expireFails != 0 {
+		t.Errorf("%d expire errors", s.Metrics.expireFails)
+	}
+
+	fb := &pexpireFails{Backend: b}
+	s2, c2 := serve(t, Options{Config: parse(t, chargedConfig), ChargeDenied: true, Backend: fb})
+	k2 := uniq("plain")
+	r := rlCall(t, c2, &pb.RateLimitRequest{Domain: "cd", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", k2)}})
+	check(t, "PEXPIREAT refused", r, pb.RateLimitResponse_OK, want{pb.RateLimitResponse_OK, 2, 30 * time.Second})
+	if got := strings.Join(fb.seen, " "); got != "INCRBY PEXPIREAT" {
+		t.Errorf("commands: %s", got)
+	}
+	if s2.Metrics.expireFails != 1 || s2.Metrics.RedisErrors() != 0 {
+		t.Errorf("expire errors %d, redis errors %d; want 1, 0", s2.Metrics.expireFails, s2.Metrics.RedisErrors())
+	}
+	var out strings.Builder
+	s2.Metrics.WritePrometheus(&out)
+	if !strings.Contains(out.String(), "sluice_rls_redis_expire_errors_total 1\n") {
+		t.Errorf("metrics:\n%s", out.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sluice-proxy/sluice/internal/redisclient"
@@ -43,6 +44,11 @@ func (b *ClusterBackend) Do(ctx context.Context, cmd []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return b.result(st, reply)
+}
+
+// result is a call's reply, or the error its status stands for.
+func (b *ClusterBackend) result(st redisclient.Status, reply []byte) ([]byte, error) {
 	if st != redisclient.StatusOK {
 		if cerr := b.c.ConnError(clusterName); st == redisclient.StatusNetworkError && cerr != nil {
 			return nil, fmt.Errorf("redis: %s: %w", st, cerr)
@@ -50,6 +56,46 @@ func (b *ClusterBackend) Do(ctx context.Context, cmd []byte) ([]byte, error) {
 		return nil, errors.New("redis: " + st.String())
 	}
 	return reply, nil
+}
+
+// Pipeliner is a Backend that sends several commands at once, in order,
+// without waiting for a reply between them: replies[i] and errs[i] are
+// cmds[i]'s, as Do would return them. ClusterBackend is one (commands on
+// one slot share a connection, which keeps their order); on any other
+// Backend the commands go one Do after another.
+type Pipeliner interface {
+	DoPipeline(ctx context.Context, cmds [][]byte) (replies [][]byte, errs []error)
+}
+
+// DoPipeline implements Pipeliner.
+func (b *ClusterBackend) DoPipeline(ctx context.Context, cmds [][]byte) ([][]byte, []error) {
+	replies, errs := make([][]byte, len(cmds)), make([]error, len(cmds))
+	var wg sync.WaitGroup
+	for i, cmd := range cmds {
+		wg.Add(1)
+		err := b.c.Call(ctx, clusterName, cmd, func(st redisclient.Status, reply []byte) {
+			defer wg.Done()
+			replies[i], errs[i] = b.result(st, reply)
+		})
+		if err != nil {
+			errs[i] = err
+			wg.Done()
+		}
+	}
+	wg.Wait()
+	return replies, errs
+}
+
+// doPipeline runs cmds on b: at once when b is a Pipeliner, else in turn.
+func doPipeline(ctx context.Context, b Backend, cmds [][]byte) ([][]byte, []error) {
+	if p, ok := b.(Pipeliner); ok {
+		return p.DoPipeline(ctx, cmds)
+	}
+	replies, errs := make([][]byte, len(cmds)), make([]error, len(cmds))
+	for i, cmd := range cmds {
+		replies[i], errs[i] = b.Do(ctx, cmd)
+	}
+	return replies, errs
 }
 
 // Ping checks that every master answers (TLS and AUTH included) and says

@@ -347,7 +347,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 					return
 				}
 				for c := it; it.charged != nil && c != nil; c = c.next {
-					c.cres, c.err = runCharged(dctx, s.opts.Backend, c.charged, s.Metrics.noscript)
+					c.cres, c.err = runCharged(dctx, s.opts.Backend, c.charged, s.Metrics.noscript, s.Metrics.expireFailed)
 					c.denied = c.err == nil && !c.neg && c.cres.count > c.m.limit.Params.Limit
 				}
 				if it.charged != nil {
