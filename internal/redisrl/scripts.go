@@ -232,7 +232,11 @@ if t * L > x then t = t - 1 end
 if t * L < x then t = t + 1 end
 if t > 0 then t = t + lag end
 if a > 0 then
+  -- The key lives until it is equivalent to a fresh one: t, or, for an
+  -- empty (full) bucket whose state is ahead of now (a shaped slot, a
+  -- refund of one), until eff: before it, a fresh key would admit at now.
   local x = t0 + t
+  if t == 0 then x = t0 + lag end
   local ms = floor(x / 1000)
   if ms * 1000 > x then ms = ms - 1 end
   if ms * 1000 < x then ms = ms + 1 end
@@ -333,7 +337,11 @@ if t * L > lv then t = t - 1 end
 if t * L < lv then t = t + 1 end
 if t > 0 then t = t + lag end
 if a > 0 then
+  -- The key lives until it is equivalent to a fresh one: t, or, for an
+  -- empty (full) bucket whose state is ahead of now (a shaped slot, a
+  -- refund of one), until eff: before it, a fresh key would admit at now.
   local x = t0 + t
+  if t == 0 then x = t0 + lag end
   local ms = floor(x / 1000)
   if ms * 1000 > x then ms = ms - 1 end
   if ms * 1000 < x then ms = ms + 1 end

@@ -158,6 +158,17 @@ func TestShapingConformanceWithAlgorithms(t *testing.T) {
 						if _, err := h.run(rf); err != nil {
 							t.Fatalf("step %d: refund: %v", step, err)
 						}
+						// The key outlives everything the reference still
+						// holds (a refunded last slot left an empty bucket
+						// ahead of now: its TTL was 1 ms). The TTL runs in
+						// real time since the refund: 50 ms allowed for it.
+						pttl, err := pc.PTTL(ctx, string(key)).Result()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !ref.Idle(state, now+int64((pttl+50*time.Millisecond)/us)) {
+							t.Fatalf("step %d: after the refund the key expires in %v, before the reference is idle", step, pttl)
+						}
 						if err := pc.Persist(ctx, string(key)).Err(); err != nil {
 							t.Fatal(err)
 						}

@@ -40,9 +40,11 @@ func delayOf(t *testing.T, r *pb.RateLimitResponse, i int) time.Duration {
 }
 
 // Two replicas, 40 concurrent calls on one shaped key at one (pinned)
-// instant, 10/s with burst 1 and a max delay of 3 s: 31 admitted into the
-// slots 0, 100 ms, …, 3 s (each once), 9 refused with duration_until_reset
-// the wait beyond the max delay; the delays travel in x-sluice-delay.
+// instant, 10 per 10 s with burst 1 and a max delay of 30 s: 31 admitted
+// into the slots 0, 1 s, …, 30 s (each once), 9 refused with
+// duration_until_reset the wait beyond the max delay; the delays travel in
+// x-sluice-delay. The keys' TTLs run on Redis's clock, from the pinned
+// instant: slots of seconds keep them alive however slow the calls are.
 func TestShapedQueueAcrossReplicas(t *testing.T) {
 	now := time.Now().UnixMicro()
 	pinned := func() int64 { return now }
@@ -50,7 +52,7 @@ func TestShapedQueueAcrossReplicas(t *testing.T) {
 	_, r2 := serve(t, Options{InlineDomains: []string{"mesh"}, Now: pinned})
 	for _, alg := range []string{"leaky_bucket", "token_bucket"} {
 		t.Run(alg, func(t *testing.T) {
-			d := shapedDesc(alg, 10, time.Second, 1, uniq("k"), 3*time.Second)
+			d := shapedDesc(alg, 10, 10*time.Second, 1, uniq("k"), 30*time.Second)
 			var mu sync.Mutex
 			slots := map[time.Duration]int{}
 			over := 0
@@ -75,7 +77,7 @@ func TestShapedQueueAcrossReplicas(t *testing.T) {
 						return
 					}
 					over++
-					if got := r.Statuses[0].DurationUntilReset.AsDuration(); got <= 0 || got > 900*time.Millisecond || got%(100*time.Millisecond) != 0 {
+					if got := r.Statuses[0].DurationUntilReset.AsDuration(); got <= 0 || got > 9*time.Second || got%time.Second != 0 {
 						t.Errorf("refused with duration_until_reset %v", got)
 					}
 					if len(header(r, rlswire.DelayHeader)) != 0 {
@@ -88,8 +90,8 @@ func TestShapedQueueAcrossReplicas(t *testing.T) {
 				t.Fatalf("%d refused, slots %v; want 9 refused and 31 slots", over, slots)
 			}
 			for k := 0; k <= 30; k++ {
-				if slots[time.Duration(k)*100*time.Millisecond] != 1 {
-					t.Fatalf("slot %d: %d admissions (%v)", k, slots[time.Duration(k)*100*time.Millisecond], slots)
+				if slots[time.Duration(k)*time.Second] != 1 {
+					t.Fatalf("slot %d: %d admissions (%v)", k, slots[time.Duration(k)*time.Second], slots)
 				}
 			}
 		})
@@ -99,14 +101,16 @@ func TestShapedQueueAcrossReplicas(t *testing.T) {
 // A shaped descriptor in a call another descriptor denies is refunded with
 // the call: its slot goes back, and the next call takes it.
 func TestShapedRefundedWithTheCall(t *testing.T) {
-	// The scripts' clock pinned: the delays are exact whatever time the calls take.
+	// The scripts' clock pinned: the delays are exact whatever time the
+	// calls take. The key's TTL runs on Redis's clock: slots of 10 s keep
+	// it alive on a loaded machine (slots of 100 ms did not).
 	now := time.Now().UnixMicro()
 	_, c := serve(t, Options{InlineDomains: []string{"mesh"}, Now: func() int64 { return now }})
-	d := shapedDesc("leaky_bucket", 10, time.Second, 1, uniq("k"), 3*time.Second)
+	d := shapedDesc("leaky_bucket", 10, 100*time.Second, 1, uniq("k"), 60*time.Second)
 	if r := call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OK || delayOf(t, r, 0) != 0 {
 		t.Fatalf("first: %v", r)
 	}
-	if r := call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OK || delayOf(t, r, 0) != 100*time.Millisecond {
+	if r := call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OK || delayOf(t, r, 0) != 10*time.Second {
 		t.Fatalf("second: %v", r)
 	}
 	deny := inlineDesc("deny", "fixed_window", 1, time.Minute, 0, uniq("k"))
@@ -115,8 +119,8 @@ func TestShapedRefundedWithTheCall(t *testing.T) {
 	if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || len(header(r, rlswire.DelayHeader)) != 0 {
 		t.Fatalf("denied call: %v", r)
 	}
-	// The 200 ms slot was given back.
-	if r := call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OK || delayOf(t, r, 0) != 200*time.Millisecond {
+	// The 20 s slot was given back.
+	if r := call(t, c, "mesh", d); r.OverallCode != pb.RateLimitResponse_OK || delayOf(t, r, 0) != 20*time.Second {
 		t.Fatalf("after the refund: delay %v, %v", delayOf(t, r, 0), r)
 	}
 }
