@@ -170,11 +170,6 @@ func runChargedPlain(ctx context.Context, b Backend, c *chargedCall, expireFaile
 	}
 	cmds := [2][]byte{cmd("INCRBY", c.hits), cmd("PEXPIREAT", at)}
 	replies, errs := doPipeline(ctx, b, cmds[:])
-	expired := errs[1] == nil
-	if expired {
-		v, err := resp.Parse(replies[1])
-		expired = err == nil && v.Type == resp.Integer
-	}
 	if errs[0] != nil {
 		return 0, errs[0]
 	}
@@ -188,10 +183,35 @@ func runChargedPlain(ctx context.Context, b Backend, c *chargedCall, expireFaile
 	if v.Type != resp.Integer || v.Int < 1 {
 		return 0, fmt.Errorf("%w: charged counter: INCRBY answered %s %d", redisrl.ErrBadReply, v.Type, v.Int)
 	}
-	if !expired && expireFailed != nil {
+	set := expireSet(replies[1], errs[1])
+	if set == 0 {
+		// PEXPIREAT found no key: it ran before the INCRBY (two
+		// resends after CLUSTERDOWN may swap), or the key was taken
+		// away meanwhile. Once more, now that the INCRBY has counted:
+		// a key without an expiry would stay for ever.
+		r, err := b.Do(ctx, cmds[1])
+		set = expireSet(r, err)
+	}
+	if set < 0 && expireFailed != nil {
 		expireFailed()
 	}
 	return min(v.Int, maxChargedCount), nil
+}
+
+// expireSet reads PEXPIREAT's answer: 1 the expiry is set, 0 no such key,
+// -1 a failure (no reply, an error reply, or anything else).
+func expireSet(reply []byte, err error) int {
+	if err != nil {
+		return -1
+	}
+	v, perr := resp.Parse(reply)
+	switch {
+	case perr != nil || v.Type != resp.Integer:
+		return -1
+	case v.Int == 0:
+		return 0
+	}
+	return 1
 }
 
 // windowKey is the key of the counter of c's window (chargedKey's, ":",

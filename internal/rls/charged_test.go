@@ -299,17 +299,27 @@ type pexpireFails struct {
 	Backend
 	mu   sync.Mutex
 	seen []string
+	// swapped: the first PEXPIREAT answers 0 (no key) without reaching
+	// Redis, as one sent before its INCRBY; the rest pass.
+	swapped bool
 }
 
 func (b *pexpireFails) Do(ctx context.Context, cmd []byte) ([]byte, error) {
 	v, err := resp.Parse(cmd)
-	if err == nil && len(v.Elems) > 0 {
-		b.mu.Lock()
-		b.seen = append(b.seen, string(v.Elems[0].Str))
-		b.mu.Unlock()
-		if string(v.Elems[0].Str) == "PEXPIREAT" {
-			return []byte("-ERR refused by the test\r\n"), nil
-		}
+	if err != nil || len(v.Elems) == 0 {
+		return b.Backend.Do(ctx, cmd)
+	}
+	name := string(v.Elems[0].Str)
+	b.mu.Lock()
+	b.seen = append(b.seen, name)
+	first := len(b.seen) >= 2 && b.seen[len(b.seen)-2] == "INCRBY"
+	b.mu.Unlock()
+	switch {
+	case name != "PEXPIREAT":
+	case !b.swapped:
+		return []byte("-ERR refused by the test\r\n"), nil
+	case first:
+		return []byte(":0\r\n"), nil
 	}
 	return b.Backend.Do(ctx, cmd)
 }
@@ -357,6 +367,23 @@ func TestChargeDeniedPlainCommands(t *testing.T) {
 	if s2.Metrics.expireFails != 1 || s2.Metrics.RedisErrors() != 0 {
 		t.Errorf("expire errors %d, redis errors %d; want 1, 0", s2.Metrics.expireFails, s2.Metrics.RedisErrors())
 	}
+	// A PEXPIREAT that found no key (it ran first) is sent once more.
+	sb := &pexpireFails{Backend: b, swapped: true}
+	s3, c3 := serve(t, Options{Config: parse(t, chargedConfig), ChargeDenied: true, Backend: sb})
+	k3 := uniq("plain")
+	r = rlCall(t, c3, &pb.RateLimitRequest{Domain: "cd", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", k3)}})
+	check(t, "PEXPIREAT first", r, pb.RateLimitResponse_OK, want{pb.RateLimitResponse_OK, 2, 30 * time.Second})
+	if got := strings.Join(sb.seen, " "); got != "INCRBY PEXPIREAT PEXPIREAT" {
+		t.Errorf("commands: %s", got)
+	}
+	key = fmt.Appendf(chargedKey("cd", "a="+k3), ":%d", ws)
+	if got, want := get("PEXPIRETIME"), fmt.Sprintf(":%d\r\n", (ws+minute)/1000+1000); got != want {
+		t.Errorf("expiry after the second PEXPIREAT: %q, want %q", got, want)
+	}
+	if s3.Metrics.expireFails != 0 {
+		t.Errorf("%d expire errors, want 0", s3.Metrics.expireFails)
+	}
+
 	var out strings.Builder
 	s2.Metrics.WritePrometheus(&out)
 	if !strings.Contains(out.String(), "sluice_rls_redis_expire_errors_total 1\n") {
