@@ -95,6 +95,7 @@ bench-rls:
 
 # The same services where users run them, through one real Envoy (ENVOY=path, else 1.40.0,
 # fetched), --concurrency 2: its ratelimit filter calling envoyproxy/ratelimit or `sluice serve`
+# (as shipped, and with --charge-denied)
 # (one Redis Cluster, the peer's file), and sluice.wasm backend "rls" with a lease against its
 # local backend; goals checked, a dated block added to bench/rls/results.txt (rlsbench -envoy;
 # e.g. RLSBENCH_ENVOY_FLAGS="-rounds 3 -duration 3s", "-out -" to write no file).

@@ -2,10 +2,10 @@ package main
 
 // rlsbench -envoy: the rate-limit services where users run them, behind a real Envoy.
 //
-// One Envoy (--concurrency 2) per round holds six listeners (envoy_bootstrap.go): Envoy's
-// own envoy.filters.http.ratelimit calling envoyproxy/ratelimit or sluice serve (both on
-// one Redis Cluster, both reading the peer's configuration file) on an ok and a denied
-// variant, and sluice.wasm with one fixed_window rule, local or backend "rls" with a lease.
+// One Envoy (--concurrency 2) per round holds eight listeners (envoy_bootstrap.go): Envoy's
+// own envoy.filters.http.ratelimit calling envoyproxy/ratelimit, sluice serve, or sluice
+// serve --charge-denied (all on one Redis Cluster, all reading the peer's configuration
+// file) on an ok and a denied variant, and sluice.wasm with one fixed_window rule, local or backend "rls" with a lease.
 // The configurations run one after the other in an order rotated from round to round
 // (reversed every other round), each a closed loop of bench/cmd/sluice-load for -warmup
 // (unmeasured: it also spends the denied variant's limits) then -duration. Over the
@@ -97,14 +97,14 @@ type loadReport struct {
 
 // envoyBench is what the run shares.
 type envoyBench struct {
-	o                    options
-	root, dir            string
-	wasm, load           string
-	target               envoyproc.Target
-	cluster              *redistest.Cluster
-	redisPIDs            []int
-	peer, sluice         *proc
-	peerPort, sluicePort int
+	o                                 options
+	root, dir                         string
+	wasm, load                        string
+	target                            envoyproc.Target
+	cluster                           *redistest.Cluster
+	redisPIDs                         []int
+	peer, sluice, charged             *proc
+	peerPort, sluicePort, chargedPort int
 }
 
 func runEnvoy(o options) error {
@@ -127,7 +127,7 @@ func runEnvoy(o options) error {
 	}
 	defer b.cluster.Close()
 	defer func() {
-		for _, p := range []*proc{b.peer, b.sluice} {
+		for _, p := range []*proc{b.peer, b.sluice, b.charged} {
 			if p != nil {
 				p.stop()
 			}
@@ -256,24 +256,31 @@ func orDefault(a, b string) string {
 	return b
 }
 
-// startServices starts both services on the cluster with the peer's file (sluice serve
-// also accepting sluice.wasm's inline descriptors of wasmDomain) and waits until each
-// answers with a limit.
+// startServices starts the three services on the cluster with the peer's file (sluice
+// serve also accepting sluice.wasm's inline descriptors of wasmDomain; the second sluice
+// serve with --charge-denied) and waits until each answers with a limit.
 func (b *envoyBench) startServices() error {
 	peerCfg, _ := configs(domain)
 	var err error
-	var peerAddr, sluiceAddr string
+	var peerAddr, sluiceAddr, chargedAddr string
 	if b.peer, peerAddr, err = startPeer(b.o.peerBin, b.dir, b.cluster.Addrs, peerCfg); err != nil {
 		return err
 	}
 	if b.sluice, sluiceAddr, err = startSluice(b.o.sluiceBin, b.dir, b.cluster.Addrs, peerCfg, append([]string{"--inline-domains", wasmDomain}, b.o.sluiceFlags...)...); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Join(b.dir, "charged"), 0o755); err != nil {
+		return err
+	}
+	if b.charged, chargedAddr, err = startSluice(b.o.sluiceBin, filepath.Join(b.dir, "charged"), b.cluster.Addrs, peerCfg, append([]string{"--charge-denied"}, b.o.sluiceFlags...)...); err != nil {
+		return err
+	}
+	b.charged.name += " --charge-denied"
 	for _, s := range []struct {
 		p    *proc
 		addr string
 		port *int
-	}{{b.peer, peerAddr, &b.peerPort}, {b.sluice, sluiceAddr, &b.sluicePort}} {
+	}{{b.peer, peerAddr, &b.peerPort}, {b.sluice, sluiceAddr, &b.sluicePort}, {b.charged, chargedAddr, &b.chargedPort}} {
 		_, port, _ := strings.Cut(s.addr, ":")
 		if *s.port, err = strconv.Atoi(port); err != nil {
 			return fmt.Errorf("%s: address %q", s.p.name, s.addr)
@@ -299,7 +306,7 @@ func (b *envoyBench) round(r int) ([]envoySample, error) {
 	if err != nil {
 		return nil, err
 	}
-	y, err := renderEnvoy(envoySpec{round: r + 1, upstreamPort: up, peerPort: b.peerPort, sluicePort: b.sluicePort,
+	y, err := renderEnvoy(envoySpec{round: r + 1, upstreamPort: up, peerPort: b.peerPort, sluicePort: b.sluicePort, chargedPort: b.chargedPort,
 		wasm: b.wasm, lease: b.o.lease, configs: envoyConfigs})
 	if err != nil {
 		return nil, err
@@ -328,7 +335,7 @@ func (b *envoyBench) round(r int) ([]envoySample, error) {
 			r+1, c.name, s.rps, s.p50, s.p99, 100*s.admittedShare(), s.redisPerDecision(), s.readsPerDecision(), s.svcPerDecision(), s.envoyPerRequest(),
 			s.callsPerRequest(), s.errors)
 		fmt.Printf("    redis commands per decision × time per call: %s\n", (measurement{commands: s.commands, res: &result{ok: s.decisions}}).commandProfile())
-		for _, p := range []*proc{b.peer, b.sluice} {
+		for _, p := range []*proc{b.peer, b.sluice, b.charged} {
 			if !p.running() {
 				return nil, fmt.Errorf("%s exited:\n%s", p.name, p.tail())
 			}
@@ -406,8 +413,11 @@ func (b *envoyBench) measure(e *envoyproc.Envoy, c envoyConfig) (envoySample, er
 		return envoySample{}, err
 	}
 	svc := b.sluice
-	if c.service == "peer" {
+	switch c.service {
+	case "peer":
 		svc = b.peer
+	case "charged":
+		svc = b.charged
 	}
 	if b.o.warmup > 0 {
 		if _, err := b.loadRun(url, c, b.o.warmup); err != nil {

@@ -9,14 +9,15 @@ import (
 )
 
 // The -envoy comparison's configurations: what one listener of the round's Envoy does.
-// Four go through Envoy's own envoy.filters.http.ratelimit to a rate-limit service (the
-// peer or sluice serve, each a cluster of its own) on one descriptor key of the peer's
-// file; two are sluice.wasm with one fixed_window rule, decided locally (shared data) or
-// through sluice serve with a lease.
+// Six go through Envoy's own envoy.filters.http.ratelimit to a rate-limit service (the
+// peer, sluice serve as shipped, and sluice serve --charge-denied, which counts as the
+// peer does: each a cluster of its own) on one descriptor key of the peer's file; two are
+// sluice.wasm with one fixed_window rule, decided locally (shared data) or through sluice
+// serve with a lease.
 type envoyConfig struct {
 	name    string // also the listener's name and stat prefix
 	kind    string // "ratelimit" or "wasm"
-	service string // ratelimit: "peer" or "sluice"
+	service string // ratelimit: "peer", "sluice" or "charged" (sluice serve --charge-denied)
 	variant string // ratelimit: "ok" or "denied" (the descriptor key); wasm: "local" or "lease"
 }
 
@@ -36,8 +37,10 @@ func (c envoyConfig) keys(o options) int {
 var envoyConfigs = []envoyConfig{
 	{name: "rl-peer-ok", kind: "ratelimit", service: "peer", variant: "ok"},
 	{name: "rl-sluice-ok", kind: "ratelimit", service: "sluice", variant: "ok"},
+	{name: "rl-charged-ok", kind: "ratelimit", service: "charged", variant: "ok"},
 	{name: "rl-peer-denied", kind: "ratelimit", service: "peer", variant: "denied"},
 	{name: "rl-sluice-denied", kind: "ratelimit", service: "sluice", variant: "denied"},
+	{name: "rl-charged-denied", kind: "ratelimit", service: "charged", variant: "denied"},
 	{name: "wasm-local", kind: "wasm", variant: "local"},
 	{name: "wasm-lease", kind: "wasm", variant: "lease"},
 }
@@ -47,6 +50,8 @@ func (c envoyConfig) label() string {
 	switch {
 	case c.kind == "ratelimit" && c.service == "peer":
 		return "ratelimit filter → envoyproxy/ratelimit"
+	case c.kind == "ratelimit" && c.service == "charged":
+		return "ratelimit filter → sluice serve --charge-denied"
 	case c.kind == "ratelimit":
 		return "ratelimit filter → sluice serve"
 	case c.variant == "lease":
@@ -100,6 +105,7 @@ type envoySpec struct {
 	upstreamPort int
 	peerPort     int // envoyproxy/ratelimit's gRPC port
 	sluicePort   int // sluice serve's
+	chargedPort  int // sluice serve --charge-denied's
 	wasm         string
 	lease        int
 	configs      []envoyConfig
@@ -130,7 +136,7 @@ type listenerData struct {
 // services as HTTP/2 clusters, and one listener per configuration.
 func renderEnvoy(s envoySpec) ([]byte, error) {
 	d := bootstrapData{UpstreamPort: s.upstreamPort,
-		Services: []serviceCluster{{"rls_peer", s.peerPort}, {"rls_sluice", s.sluicePort}}}
+		Services: []serviceCluster{{"rls_peer", s.peerPort}, {"rls_sluice", s.sluicePort}, {"rls_charged", s.chargedPort}}}
 	for _, c := range s.configs {
 		l := listenerData{Name: c.name}
 		switch c.kind {

@@ -21,14 +21,14 @@ import (
 
 // TestEnvoyBootstrap: a round's bootstrap is a valid Envoy v3 configuration (parsed
 // strictly, every Any unpacked and validated): every address loopback; the upstream a
-// direct response on the port its cluster names; both services HTTP/2 clusters on their
+// direct response on the port its cluster names; the three services HTTP/2 clusters on their
 // ports; one listener per configuration, the ratelimit ones calling their service's
 // cluster with the variant's descriptor key and failures denied, the wasm ones a V8 VM of
 // their own whose configuration sluice.wasm accepts (the local rule, and the same rule
 // through the service with the lease).
 func TestEnvoyBootstrap(t *testing.T) {
-	const up, peerPort, sluicePort, wasm = 18200, 18201, 18202, "/tmp/rlsbench/sluice.wasm"
-	y, err := renderEnvoy(envoySpec{round: 3, upstreamPort: up, peerPort: peerPort, sluicePort: sluicePort, wasm: wasm, lease: 50, configs: envoyConfigs})
+	const up, peerPort, sluicePort, chargedPort, wasm = 18200, 18201, 18202, 18203, "/tmp/rlsbench/sluice.wasm"
+	y, err := renderEnvoy(envoySpec{round: 3, upstreamPort: up, peerPort: peerPort, sluicePort: sluicePort, chargedPort: chargedPort, wasm: wasm, lease: 50, configs: envoyConfigs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 			t.Errorf("cluster %s is not HTTP/2 (gRPC needs it)", c.GetName())
 		}
 	}
-	if want := map[string]uint32{"upstream": up, "rls_peer": peerPort, "rls_sluice": sluicePort}; fmt.Sprint(clusters) != fmt.Sprint(want) {
+	if want := map[string]uint32{"upstream": up, "rls_peer": peerPort, "rls_sluice": sluicePort, "rls_charged": chargedPort}; fmt.Sprint(clusters) != fmt.Sprint(want) {
 		t.Errorf("clusters %v, want %v", clusters, want)
 	}
 	var names []string

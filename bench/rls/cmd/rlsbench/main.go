@@ -72,7 +72,7 @@ func main() {
 	flag.StringVar(&o.peerBin, "peer-bin", "", "a prebuilt envoyproxy/ratelimit (default: build it)")
 	flag.StringVar(&o.sluiceBin, "sluice-bin", "", "a prebuilt sluice (default: build it from ../..)")
 	var sluiceFlags string
-	flag.StringVar(&sluiceFlags, "sluice-flags", "", "extra arguments of sluice serve, space-separated (e.g. --charge-denied, with -algorithms fixed_window)")
+	flag.StringVar(&sluiceFlags, "sluice-flags", "", "extra arguments of sluice serve, space-separated (e.g. --charge-denied, with -algorithms fixed_window; with -envoy, of both sluice serve processes)")
 	flag.StringVar(&algs, "algorithms", strings.Join(algorithmNames, ","), "sluice algorithms to measure (fixed_window is always measured)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, configurations)")
 	flag.BoolVar(&o.envoy, "envoy", false, "compare through a real Envoy instead (envoy.go): its ratelimit filter to either service, and sluice.wasm rls+lease against local; -concurrency is then sluice-load's connections")
