@@ -33,17 +33,24 @@ import (
 // Unix ms (the window's end plus chargedSlack), ARGV[3] "1" to take the
 // hits away instead of adding them. Reply: the count after the call. A
 // count of 0 leaves no key; hits 0 only read. A count saturates at
-// maxChargedCount, so INCRBY never overflows and Lua's doubles stay exact.
-const chargedScript = `-- sluice fixed_window charged v2
+// maxChargedCount, so INCRBY never overflows and Lua's doubles stay exact;
+// plain INCRBYs (runChargedPlain) may carry it past, and every reply is
+// then maxChargedCount.
+const chargedScript = `-- sluice fixed_window charged v3
 local c, at = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not (c and at) or c < 0 or c > 4503599627370496 or at < 1 then
   return redis.error_reply('ERR sluice: bad arguments')
 end
 local key = KEYS[1]
-if c == 0 then return tonumber(redis.call('GET', key) or '0') or 0 end
+if c == 0 then
+  local n = tonumber(redis.call('GET', key) or '0') or 0
+  if n > 4503599627370496 then n = 4503599627370496 end
+  return n
+end
 if ARGV[3] == '1' then
   local n = redis.call('DECRBY', key, c)
   if n <= 0 then redis.call('DEL', key) return 0 end
+  if n > 4503599627370496 then n = 4503599627370496 end
   return n
 end
 local n = redis.call('INCRBY', key, c)

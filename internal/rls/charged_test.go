@@ -248,6 +248,37 @@ func TestChargeDeniedHugeHits(t *testing.T) {
 	check(t, "huge return", r, pb.RateLimitResponse_OK, want{pb.RateLimitResponse_OK, 10, 1770 * time.Second})
 }
 
+// A counter past maxChargedCount (plain INCRBYs may carry it there) reads
+// as maxChargedCount on every path: the plain INCRBY, the script's read
+// (hits 0) and its give-back (is_negative_hits); none is a bad reply.
+func TestChargeDeniedPastSaturation(t *testing.T) {
+	b := backend(t)
+	_, c := serve(t, Options{Config: parse(t, chargedConfig), ChargeDenied: true, Backend: b, Now: func() int64 { return testNow }})
+	k := uniq("past")
+	hour := int64(time.Hour / time.Microsecond)
+	key := fmt.Appendf(chargedKey("cd", "b="+k), ":%d", testNow-testNow%hour)
+	set := resp.AppendBulk(resp.AppendBulkString(resp.AppendArrayHeader(nil, 3), "SET"), key)
+	if got, err := b.Do(context.Background(), resp.AppendBulkString(set, "4503599627370501")); err != nil || !strings.Contains(string(got), "OK") {
+		t.Fatalf("SET: %q %v", got, err)
+	}
+	over := want{pb.RateLimitResponse_OVER_LIMIT, 0, 1770 * time.Second}
+	for _, step := range []struct {
+		name string
+		d    *ratelimitv3.RateLimitDescriptor
+		w    want
+	}{
+		{"read", withHits(desc("b", k), 0, false), over},
+		{"plain", desc("b", k), over},
+		{"give back", withHits(desc("b", k), 1, true), want{pb.RateLimitResponse_OK, 0, 1770 * time.Second}},
+	} {
+		r, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "cd", Descriptors: []*ratelimitv3.RateLimitDescriptor{step.d}})
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		check(t, step.name, r, step.w.code, step.w)
+	}
+}
+
 func TestCheckChargeDenied(t *testing.T) {
 	err := parse(t, chargedConfig).CheckChargeDenied()
 	if err == nil || !strings.Contains(err.Error(), "cd.tb (token_bucket)") || !strings.Contains(err.Error(), "cd.sw (sliding_window)") ||
