@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -146,6 +147,14 @@ func values(kv [][2]string, name string) []string {
 func h2cServer(t *testing.T, handler http.Handler) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(handler)
+	// net/http recovers a panic of a connection's goroutine and logs it: a test fails on it.
+	var logs logBuffer
+	srv.Config.ErrorLog = log.New(&logs, "", 0)
+	t.Cleanup(func() {
+		if strings.Contains(logs.String(), "panic") {
+			t.Errorf("net/http logged a panic:\n%.2000s", logs.String())
+		}
+	})
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)

@@ -150,6 +150,23 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 	}
 	serveUpstream(upstream, iw, out)
 	iw.end()
+	if hasBody && held == nil && r.ProtoMajor == 1 {
+		drainDuplex(r.Body)
+	}
+}
+
+// maxDrain bounds what drainDuplex reads of a request body nobody read (net/http's own
+// bound on what it discards before reusing a connection).
+const maxDrain = 256 << 10
+
+// drainDuplex reads what is left of an HTTP/1 request body in full duplex before the
+// handler returns. An upstream that answered without reading it (httputil.ReverseProxy on
+// a refused connection) otherwise leaves net/http reading the connection's next request
+// while a read of this one is in flight: "http: panic serving …: invalid concurrent
+// Body.Read call", and the connection reset (TestUpstreamFailureAnswersAsEnvoy). A body the
+// upstream read is at its end already; past maxDrain net/http closes the connection.
+func drainDuplex(body io.Reader) {
+	io.Copy(io.Discard, io.LimitReader(body, maxDrain))
 }
 
 // serveUpstream runs the upstream handler. One that breaks off its response panics
