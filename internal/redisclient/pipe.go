@@ -658,6 +658,19 @@ func pipeSlot(cmd []byte) (int, bool) {
 	if !ok || n < 2 {
 		return 0, false
 	}
+	switch {
+	case eqFold(args[0], "EVALSHA"), eqFold(args[0], "EVAL"), eqFold(args[0], "FCALL"),
+		eqFold(args[0], "EVALSHA_RO"), eqFold(args[0], "EVAL_RO"), eqFold(args[0], "FCALL_RO"):
+		// The guest's calls: checked first.
+		if n < 4 {
+			return 0, false
+		}
+		nk, err := strconv.Atoi(string(args[2]))
+		if err != nil || nk < 1 || nk > n-3 {
+			return 0, false
+		}
+		return keySlot(args[3]), true
+	}
 	for _, k := range keyedCmds {
 		if eqFold(args[0], k.name) {
 			if n < k.min || n > k.max {
@@ -666,20 +679,7 @@ func pipeSlot(cmd []byte) (int, bool) {
 			return keySlot(args[1]), true
 		}
 	}
-	if n < 4 {
-		return 0, false
-	}
-	switch {
-	case eqFold(args[0], "EVALSHA"), eqFold(args[0], "EVAL"), eqFold(args[0], "FCALL"),
-		eqFold(args[0], "EVALSHA_RO"), eqFold(args[0], "EVAL_RO"), eqFold(args[0], "FCALL_RO"):
-	default:
-		return 0, false
-	}
-	nk, err := strconv.Atoi(string(args[2]))
-	if err != nil || nk < 1 || nk > n-3 {
-		return 0, false
-	}
-	return keySlot(args[3]), true
+	return 0, false
 }
 
 // keyedCmds are the plain commands the pipe path takes: each has exactly
