@@ -184,11 +184,15 @@ func runChargedPlain(ctx context.Context, b Backend, c *chargedCall, expireFaile
 	if err != nil {
 		return 0, fmt.Errorf("redis reply: %w", err)
 	}
-	if v.Type == resp.Error {
-		return 0, v.Err()
+	if v.Type == resp.Integer {
+		v.Int = min(v.Int, maxChargedCount) // past the script's saturation: see maxPlainHits
 	}
-	if v.Type != resp.Integer || v.Int < 1 {
-		return 0, fmt.Errorf("%w: charged counter: INCRBY answered %s %d", redisrl.ErrBadReply, v.Type, v.Int)
+	n, err := parseChargedReply(v)
+	if err == nil && n < 1 {
+		err = fmt.Errorf("%w: charged counter: INCRBY of %d answered %d", redisrl.ErrBadReply, c.hits, n)
+	}
+	if err != nil {
+		return 0, err
 	}
 	set := expireSet(replies[1], errs[1])
 	if set == 0 {
@@ -202,7 +206,7 @@ func runChargedPlain(ctx context.Context, b Backend, c *chargedCall, expireFaile
 	if set < 0 && expireFailed != nil {
 		expireFailed()
 	}
-	return min(v.Int, maxChargedCount), nil
+	return n, nil
 }
 
 // expireSet reads PEXPIREAT's answer: 1 the expiry is set, 0 no such key,
