@@ -127,7 +127,7 @@ func runEnvoy(o options) error {
 	}
 	defer b.cluster.Close()
 	defer func() {
-		for _, p := range []*proc{b.peer, b.sluice, b.charged} {
+		for _, p := range b.services() {
 			if p != nil {
 				p.stop()
 			}
@@ -256,6 +256,20 @@ func orDefault(a, b string) string {
 	return b
 }
 
+// services are the three rate-limit services (nil before they start).
+func (b *envoyBench) services() []*proc { return []*proc{b.peer, b.sluice, b.charged} }
+
+// service is the process of an envoyConfig's service ("peer", "charged", else sluice serve).
+func (b *envoyBench) service(name string) *proc {
+	switch name {
+	case "peer":
+		return b.peer
+	case "charged":
+		return b.charged
+	}
+	return b.sluice
+}
+
 // startServices starts the three services on the cluster with the peer's file (sluice
 // serve also accepting sluice.wasm's inline descriptors of wasmDomain; the second sluice
 // serve with --charge-denied) and waits until each answers with a limit.
@@ -335,7 +349,7 @@ func (b *envoyBench) round(r int) ([]envoySample, error) {
 			r+1, c.name, s.rps, s.p50, s.p99, 100*s.admittedShare(), s.redisPerDecision(), s.readsPerDecision(), s.svcPerDecision(), s.envoyPerRequest(),
 			s.callsPerRequest(), s.errors)
 		fmt.Printf("    redis commands per decision × time per call: %s\n", (measurement{commands: s.commands, res: &result{ok: s.decisions}}).commandProfile())
-		for _, p := range []*proc{b.peer, b.sluice, b.charged} {
+		for _, p := range b.services() {
 			if !p.running() {
 				return nil, fmt.Errorf("%s exited:\n%s", p.name, p.tail())
 			}
@@ -412,13 +426,7 @@ func (b *envoyBench) measure(e *envoyproc.Envoy, c envoyConfig) (envoySample, er
 	if err != nil {
 		return envoySample{}, err
 	}
-	svc := b.sluice
-	switch c.service {
-	case "peer":
-		svc = b.peer
-	case "charged":
-		svc = b.charged
-	}
+	svc := b.service(c.service)
 	if b.o.warmup > 0 {
 		if _, err := b.loadRun(url, c, b.o.warmup); err != nil {
 			return envoySample{}, fmt.Errorf("warm-up: %w", err)
