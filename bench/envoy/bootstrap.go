@@ -20,7 +20,7 @@ const (
 type family struct {
 	name string
 	what string
-	kind string // "none", "noop", "native", "sluice"
+	kind string // "none", "noop", "denier", "counter", "native", "sluice"
 	// sluice only
 	algorithm string // token_bucket, sliding_window
 	headers   string // response headers: none, both
@@ -32,6 +32,10 @@ type family struct {
 	// in "-b"): the same configuration, the other module, in the same rounds.
 	b string
 }
+
+// floor reports whether f is one of the floors (deny-floor, admit-floor): modules that do
+// the least a Proxy-Wasm limiter must, measured in the throughput phase only.
+func (f family) floor() bool { return f.kind == "denier" || f.kind == "counter" }
 
 // variantName is the variant a baseline family is measured on.
 func (f family) variantName() string {
@@ -52,6 +56,7 @@ var families = []family{
 	{name: "none", what: "no HTTP filter but the router", kind: "none", baseline: true},
 	{name: "noop", what: "no-op standard-Go Proxy-Wasm module (host/testdata/guests/minimal, patched as sluice.wasm)", kind: "noop", baseline: true},
 	{name: "deny-floor", what: "a standard-Go Proxy-Wasm module that refuses every request with a 429 and two headers, nothing else (host/testdata/guests/denier, patched as sluice.wasm): the least a Proxy-Wasm denial costs", kind: "denier", baseline: true, only: "deny-1k"},
+	{name: "admit-floor", what: "a standard-Go Proxy-Wasm module that, per request, reads x-key, the clock and the key's shared-data entry and writes it back with compare-and-swap, nothing else (host/testdata/guests/counter, patched as sluice.wasm): the least an exact shared-data limiter's admission costs", kind: "counter", baseline: true},
 	{name: "native", what: "Envoy's local_ratelimit: a token bucket per x-key value (dynamic descriptor, max_dynamic_descriptors 2000)", kind: "native"},
 	{name: "tb-none", what: "sluice token_bucket on x-key, response headers none", kind: "sluice", algorithm: "token_bucket", headers: "none"},
 	{name: "tb-both", what: "sluice token_bucket on x-key, response headers both", kind: "sluice", algorithm: "token_bucket", headers: "both"},
@@ -119,13 +124,14 @@ type bootstrapSpec struct {
 	upstreamPort int
 	wasm, noop   string // sluice.wasm and the no-op module
 	denier       string // the deny-everything module (family deny-floor)
+	counter      string // the count-every-key module (family admit-floor)
 	listeners    []listenerSpec
 }
 
 // sharedSpec is the bootstrap of a throughput round: one listener per configuration of
 // every family given, all in one process.
-func sharedSpec(fams []family, wasm, noop, denier string, upstreamPort int) bootstrapSpec {
-	s := bootstrapSpec{title: "every configuration, one listener each", upstreamPort: upstreamPort, wasm: wasm, noop: noop, denier: denier}
+func sharedSpec(fams []family, wasm, noop, denier, counter string, upstreamPort int) bootstrapSpec {
+	s := bootstrapSpec{title: "every configuration, one listener each", upstreamPort: upstreamPort, wasm: wasm, noop: noop, denier: denier, counter: counter}
 	for _, c := range configurations(fams) {
 		s.listeners = append(s.listeners, listenerSpec{c: c})
 	}
@@ -164,6 +170,8 @@ func renderBootstrap(spec bootstrapSpec) ([]byte, error) {
 			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), spec.noop, `""`
 		case "denier":
 			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), spec.denier, `""`
+		case "counter":
+			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), spec.counter, `""`
 		case "native":
 			fc.Native, fc.Tokens, fc.FillSecs = true, admitLimit, 1
 			if v.deny {

@@ -79,15 +79,16 @@ type options struct {
 
 // env is what the run shares: the built artifacts and the Envoy binary.
 type env struct {
-	o      options
-	root   string
-	dir    string
-	wasm   string
-	wasmB  string // -wasm-b, absolute
-	noop   string
-	denier string
-	load   string
-	target envoyproc.Target
+	o       options
+	root    string
+	dir     string
+	wasm    string
+	wasmB   string // -wasm-b, absolute
+	noop    string
+	denier  string
+	counter string
+	load    string
+	target  envoyproc.Target
 }
 
 var allPhases = []string{"throughput", "latency", "memory", "startup"}
@@ -103,7 +104,7 @@ func main() {
 	flag.StringVar(&o.wasm, "wasm", "", "sluice.wasm to load (default: built and patched into a temporary directory)")
 	flag.StringVar(&o.wasmB, "wasm-b", "", "a second sluice.wasm (say, built before a change): every sluice family selected is also run on it as FAMILY-b, in the same rounds, and the goals table adds each -b family against its own")
 	flag.StringVar(&o.out, "out", "", "results file (default: bench/envoy/results.txt in the repository; \"-\": none)")
-	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none, noop, deny-floor and native are always run: the ratios need them)")
+	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none, noop, the floors and native are always run: the ratios need them)")
 	flag.StringVar(&o.phases, "phases", strings.Join(allPhases, ","), "comma-separated phases to run (latency needs throughput)")
 	flag.IntVar(&o.memRequests, "mem-requests", 300_000, "memory: requests before the RSS readings (in three parts)")
 	flag.IntVar(&o.memKeys, "mem-keys", 200_000, "memory: distinct keys sent after the requests (rate-limiting families)")
@@ -165,10 +166,11 @@ func (e *env) setup() error {
 	if e.root, e.dir, err = build.Workspace("bench-envoy"); err != nil {
 		return err
 	}
-	e.noop, e.denier, e.load = filepath.Join(e.dir, "noop.wasm"), filepath.Join(e.dir, "denier.wasm"), filepath.Join(e.dir, "sluice-load")
+	e.noop, e.denier, e.counter = filepath.Join(e.dir, "noop.wasm"), filepath.Join(e.dir, "denier.wasm"), filepath.Join(e.dir, "counter.wasm")
+	e.load = filepath.Join(e.dir, "sluice-load")
 	var steps []build.Step
 	// Every module as make build ships sluice.wasm: patched (poll_oneoff answered in the guest).
-	patch := []string{e.noop, e.denier}
+	patch := []string{e.noop, e.denier, e.counter}
 	if e.o.wasm != "" {
 		if e.wasm, err = filepath.Abs(e.o.wasm); err != nil {
 			return err
@@ -178,7 +180,7 @@ func (e *env) setup() error {
 		steps = append(steps, build.SluiceWasm(e.wasm))
 		patch = append(patch, e.wasm)
 	}
-	steps = append(steps, build.NoopWasm(e.noop), build.DenierWasm(e.denier), build.Command("./bench/cmd/sluice-load", e.load), build.Patch(patch...))
+	steps = append(steps, build.NoopWasm(e.noop), build.DenierWasm(e.denier), build.CounterWasm(e.counter), build.Command("./bench/cmd/sluice-load", e.load), build.Patch(patch...))
 	if err := build.Run(e.root, e.dir, "bench-envoy", steps...); err != nil {
 		return err
 	}
@@ -246,13 +248,13 @@ type results struct {
 func (e *env) selected() []family {
 	fs := families
 	if e.o.only != "" {
-		want := map[string]bool{"none": true, "noop": true, "native": true, "deny-floor": true}
+		want := map[string]bool{}
 		for _, n := range strings.Split(e.o.only, ",") {
 			want[strings.TrimSpace(n)] = true
 		}
 		fs = nil
 		for _, f := range families {
-			if want[f.name] {
+			if want[f.name] || f.baseline || f.kind == "native" { // the ratios need them
 				fs = append(fs, f)
 			}
 		}
@@ -323,11 +325,12 @@ func (e *env) run(ph map[string]bool) error {
 			}
 		}
 	}
-	// The deny floor is a throughput figure only: it answers every request 429, and the
-	// memory and start-up phases load their listener with admitted requests.
+	// The floors are throughput figures only: the deny floor answers every request 429, and
+	// the memory and start-up phases load their listener with admitted requests; the admit
+	// floor's memory and start-up are the no-op module's.
 	var whole []family
 	for _, f := range fams {
-		if f.kind != "denier" {
+		if !f.floor() {
 			whole = append(whole, f)
 		}
 	}
@@ -383,7 +386,7 @@ func (e *env) throughputRound(fams []family, r int, lat bool, res *results) erro
 	if err != nil {
 		return err
 	}
-	y, err := renderBootstrap(sharedSpec(fams, e.wasm, e.noop, e.denier, port))
+	y, err := renderBootstrap(sharedSpec(fams, e.wasm, e.noop, e.denier, e.counter, port))
 	if err != nil {
 		return err
 	}

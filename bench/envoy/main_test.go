@@ -74,13 +74,14 @@ func parseBootstrap(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
 // parses it), one VM per family.
 func TestBootstraps(t *testing.T) {
 	const port, wasm, noop, denier = 18123, "/tmp/bench-envoy/sluice.wasm", "/tmp/bench-envoy/noop.wasm", "/tmp/bench-envoy/denier.wasm"
+	const counter = "/tmp/bench-envoy/counter.wasm"
 	const wasmB = "/tmp/bench-envoy/before.wasm"
 	specs := map[string]bootstrapSpec{
-		"shared":   sharedSpec(families, wasm, noop, denier, port),
-		"shared-b": sharedSpec(withB(families, wasmB), wasm, noop, denier, port), // -wasm-b
+		"shared":   sharedSpec(families, wasm, noop, denier, counter, port),
+		"shared-b": sharedSpec(withB(families, wasmB), wasm, noop, denier, counter, port), // -wasm-b
 	}
 	for _, f := range families {
-		if f.kind != "denier" { // throughput only: it has no bootstrap of its own
+		if !f.floor() { // throughput only: no bootstrap of its own
 			specs[f.name] = familySpec(f, wasm, noop, port, 18124)
 		}
 	}
@@ -146,6 +147,8 @@ func TestBootstraps(t *testing.T) {
 					module = noop
 				case "denier":
 					module = denier
+				case "counter":
+					module = counter
 				}
 				if want.c.f.b != "" {
 					module = want.c.f.b
@@ -157,19 +160,19 @@ func TestBootstraps(t *testing.T) {
 					vms[id] = module
 				}
 			}
-			if name == "shared" && len(vms) != 5 || name == "shared-b" && len(vms) != 8 {
+			if name == "shared" && len(vms) != 6 || name == "shared-b" && len(vms) != 9 {
 				t.Errorf("VMs %v: want one per Wasm family", vms)
 			}
 		})
 	}
 	// The shared bootstrap holds every configuration once; a family's, its admit-1k.
-	if got, want := len(specs["shared"].listeners), 3+4*len(variants); got != want {
+	if got, want := len(specs["shared"].listeners), 4+4*len(variants); got != want {
 		t.Errorf("shared: %d listeners, want %d", got, want)
 	}
-	if got, want := len(specs["shared-b"].listeners), 3+7*len(variants); got != want {
+	if got, want := len(specs["shared-b"].listeners), 4+7*len(variants); got != want {
 		t.Errorf("shared-b: %d listeners, want %d (each sluice family twice)", got, want)
 	}
-	if fs := withB(families, wasmB); fs[5].name != "tb-none-b" || fs[5].b != wasmB || fs[4].b != "" || len(withB(families, "")) != len(families) {
+	if fs := withB(families, wasmB); fs[6].name != "tb-none-b" || fs[6].b != wasmB || fs[5].b != "" || len(withB(families, "")) != len(families) {
 		t.Errorf("withB: %+v", fs)
 	}
 	if l := specs["tb-none"].listeners; len(l) != 1 || l[0].c.v.name != baselineVariant || !l[0].exact {
@@ -222,7 +225,7 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 			t.Errorf("%s: bucket %v, want %d per %v", v.name, tb, wantTok, wantFill)
 		}
 		return ""
-	case "noop", "denier", "sluice":
+	case "noop", "denier", "counter", "sluice":
 		var w wasmv3.Wasm
 		if err := filters[0].GetTypedConfig().UnmarshalTo(&w); err != nil {
 			t.Fatal(err)
@@ -273,7 +276,7 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 // other.
 func TestConfigurations(t *testing.T) {
 	cs := configurations(families)
-	if len(cs) != 3+4*len(variants) {
+	if len(cs) != 4+4*len(variants) {
 		t.Fatalf("%d configurations", len(cs))
 	}
 	seen := map[string]bool{}

@@ -68,6 +68,13 @@ func DenierWasm(out string) Step {
 		[]string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "."}}
 }
 
+// CounterWasm builds the count-every-key module (host/testdata/guests/counter), bench/envoy's
+// floor under an exact shared-data admission.
+func CounterWasm(out string) Step {
+	return Step{filepath.Join("host", "testdata", "guests", "counter"), wasip1,
+		[]string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "."}}
+}
+
 // Patch patches modules as `make build` does (internal/wasmpatch: poll_oneoff answered in
 // the guest).
 func Patch(modules ...string) Step {
