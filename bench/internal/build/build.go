@@ -56,22 +56,19 @@ func SluiceWasm(out string) Step {
 }
 
 // NoopWasm builds the Proxy-Wasm module that does nothing (host/testdata/guests/minimal).
-func NoopWasm(out string) Step {
-	return Step{filepath.Join("host", "testdata", "guests", "minimal"), wasip1,
-		[]string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "."}}
-}
+func NoopWasm(out string) Step { return guestWasm("minimal", out) }
 
 // DenierWasm builds the Proxy-Wasm module that refuses every request
 // (host/testdata/guests/denier).
-func DenierWasm(out string) Step {
-	return Step{filepath.Join("host", "testdata", "guests", "denier"), wasip1,
-		[]string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "."}}
-}
+func DenierWasm(out string) Step { return guestWasm("denier", out) }
 
 // CounterWasm builds the count-every-key module (host/testdata/guests/counter), bench/envoy's
 // floor under an exact shared-data admission.
-func CounterWasm(out string) Step {
-	return Step{filepath.Join("host", "testdata", "guests", "counter"), wasip1,
+func CounterWasm(out string) Step { return guestWasm("counter", out) }
+
+// guestWasm builds the test guest host/testdata/guests/<name> to out (unpatched).
+func guestWasm(name, out string) Step {
+	return Step{filepath.Join("host", "testdata", "guests", name), wasip1,
 		[]string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "."}}
 }
 
