@@ -3,9 +3,10 @@
 // and the key's shared-data entry, and writes the entry back with compare-and-swap (a
 // count and the time, 25 bytes as sluice's slot of a token bucket), retrying a lost race.
 // It decides nothing and lets every request through, and exports only the callbacks a
-// stream needs (no proxy_on_log, as sluice.wasm: one call into the module fewer). bench/envoy measures it next to
-// Envoy's native local_ratelimit and sluice's admissions (family admit-floor): the least
-// an exact shared-data limiter in a standard-Go module costs in a host.
+// stream needs (no proxy_on_log, as sluice.wasm: one call into the module fewer).
+// bench/envoy measures it next to Envoy's native local_ratelimit and sluice's admissions
+// (family admit-floor): the least an exact shared-data limiter in a standard-Go module
+// costs in a host.
 package main
 
 import (
