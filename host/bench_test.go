@@ -90,10 +90,10 @@ func BenchmarkHandlerNoFilter(b *testing.B) {
 func BenchmarkSharedDataSet(b *testing.B) {
 	d := newSharedData()
 	key, val := []byte("rule:key"), []byte("0123456789abcdef")
-	d.set(key, val, 0)
+	d.SetBytes(key, val, 0)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		_, cas, _ := d.getInto(key, val[:0:0])
-		d.set(key, val, cas)
+		_, cas, _ := d.GetInto(key, val[:0:0])
+		d.SetBytes(key, val, cas)
 	}
 }

@@ -684,7 +684,7 @@ func hcGetSharedData(v *vm, s []uint64) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
-	val, cas, found := v.h.shared.getInto(key, v.scratch[:0])
+	val, cas, found := v.h.shared.GetInto(key, v.scratch[:0])
 	v.scratch = val[:0]
 	if !found {
 		ret(s, StatusNotFound)
@@ -704,7 +704,7 @@ func hcSetSharedData(v *vm, s []uint64) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
-	ret(s, v.h.shared.set(key, val, u32(s[4])))
+	ret(s, v.h.shared.SetBytes(key, val, u32(s[4])))
 }
 
 func hcDefineMetric(v *vm, s []uint64) {
