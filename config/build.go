@@ -24,14 +24,32 @@ const (
 	// calls): both backends; Redis rules must also satisfy RedisParams and
 	// their local fallback (Rule.Fallback) must be a valid limiter.
 	BuildRedis
+	// BuildDynamic is libsluice.so, the Envoy dynamic module: the local backend only.
+	// Envoy's dynamic-module ABI has no gRPC client and no Redis calls, so a rule with
+	// backend "rls" or "redis" is an error (sluice.wasm has "rls").
+	BuildDynamic
 )
 
 // String returns the artifact's file name.
 func (b Build) String() string {
-	if b == BuildRedis {
+	switch b {
+	case BuildRedis:
 		return "sluice-redis.wasm"
+	case BuildDynamic:
+		return "libsluice.so"
 	}
 	return "sluice.wasm"
+}
+
+// backends names the backends b has, for the errors of the others.
+func (b Build) backends() string {
+	switch b {
+	case BuildRedis:
+		return `the "local", "rls" and "redis" backends`
+	case BuildDynamic:
+		return `the "local" backend only (Envoy's dynamic-module ABI has no gRPC client and no Redis calls: use sluice.wasm for "rls")`
+	}
+	return `the "local" and "rls" backends only`
 }
 
 // ParseFor is Parse for the module b: Parse accepts what sluice-redis.wasm

@@ -216,7 +216,7 @@ func (p *parser) parse(data []byte) *Config {
 				p.fail(item.Get("backend"), path+".backend", `"redis" and "rls" rules cannot be mixed in one configuration (one remote backend per configuration)`)
 			}
 			if p.build != BuildRedis {
-				p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+` has the "local" and "rls" backends only`)
+				p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+` has `+p.build.backends())
 			}
 			if c.Redis == nil && redisOK {
 				p.fail(item.Get("backend"), path+".backend", `"redis" needs a top-level "redis" object`)
@@ -228,6 +228,9 @@ func (p *parser) parse(data []byte) *Config {
 		if r.Backend == BackendRLS {
 			if c.HasRedisRules() {
 				p.fail(item.Get("backend"), path+".backend", `"rls" and "redis" rules cannot be mixed in one configuration (one remote backend per configuration)`)
+			}
+			if p.build == BuildDynamic {
+				p.fail(item.Get("backend"), path+".backend", `"rls" needs sluice.wasm (a host with Proxy-Wasm's gRPC calls); `+p.build.String()+` has `+p.build.backends())
 			}
 			if c.RLS == nil && rlsOK {
 				p.fail(item.Get("backend"), path+".backend", `"rls" needs a top-level "rls" object`)

@@ -139,6 +139,13 @@ func RuleMetric(rule, counter string) string { return "sluice." + rule + "." + c
 // ErrorsMetric counts recovered panics and other internal errors.
 const ErrorsMetric = "sluice.errors"
 
+// BuildHost is implemented by a host that says which artifact the filter runs as (the
+// dynamic module: config.BuildDynamic); without it the build is sluice-redis.wasm's when
+// the host has Redis calls, else sluice.wasm's.
+type BuildHost interface {
+	Build() config.Build
+}
+
 // configure compiles data and prepares the rules. The error is the
 // configuration error (path-named lines) or a setup failure. The
 // configuration is validated by config.ParseFor for this build — the same
@@ -146,7 +153,9 @@ const ErrorsMetric = "sluice.errors"
 // nothing below refuses a configuration for its content.
 func (p *Plugin) configure(data []byte) error {
 	build := config.BuildLocal
-	if hasRedisCalls(p.host) {
+	if b, ok := p.host.(BuildHost); ok {
+		build = b.Build()
+	} else if hasRedisCalls(p.host) {
 		build = config.BuildRedis
 	}
 	cfg, err := config.ParseFor(data, build)
@@ -777,6 +786,21 @@ func (p *Plugin) onResponse(s *stream) abi.Action {
 	if !s.hasHeaders || s.denied || p.cfg == nil {
 		return abi.ActionContinue
 	}
+	p.responseHeaders(s)
+	if p.adder != nil {
+		p.adder.AddHeaders(abi.MapResponseHeaders, p.hdrs) // one guest call, not one per header
+	} else {
+		for i := range p.hdrs {
+			p.host.AddHeader(abi.MapResponseHeaders, p.hdrs[i].Name, p.hdrs[i].Value)
+		}
+	}
+	s.hasHeaders = false
+	return abi.ActionContinue
+}
+
+// responseHeaders puts in p.hdrs (values in p.vals) the headers s's response gets: the
+// rate-limit headers of its rule and the delay it was held.
+func (p *Plugin) responseHeaders(s *stream) {
 	p.vals = p.vals[:0]
 	p.hdrs = p.hdrs[:0]
 	if s.rule != nil {
@@ -787,13 +811,4 @@ func (p *Plugin) onResponse(s *stream) abi.Action {
 		p.vals = appendInt(p.vals, s.heldMS)
 		p.hdrs = append(p.hdrs, abi.Header{Name: DelayHeader, Value: p.vals[n:len(p.vals):len(p.vals)]})
 	}
-	if p.adder != nil {
-		p.adder.AddHeaders(abi.MapResponseHeaders, p.hdrs) // one guest call, not one per header
-	} else {
-		for i := range p.hdrs {
-			p.host.AddHeader(abi.MapResponseHeaders, p.hdrs[i].Name, p.hdrs[i].Value)
-		}
-	}
-	s.hasHeaders = false
-	return abi.ActionContinue
 }

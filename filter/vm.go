@@ -291,6 +291,36 @@ func (vm *VM) quickRelease(id uint32) bool {
 	return true
 }
 
+// EndAtRequest ends stream id right after its request headers when nothing later needs the
+// VM — no hold, body, bill or remote wait, and the request goes on (act is Continue) or
+// was answered locally (denied): it
+// returns the headers its response must get (valid until the next call into the VM) and
+// true, and the stream is released as at its end; the caller adds those headers to the
+// response itself. Otherwise it returns false and the stream lives on. A host whose calls
+// into the module cost more than its own work (the dynamic module: one entry into the Go
+// runtime per call) saves the response and end callbacks of most requests this way; the
+// headers are the ones onResponse would add, computed from the same decision.
+func (vm *VM) EndAtRequest(id uint32, act abi.Action) ([]abi.Header, bool) {
+	s := vm.streams.get(id)
+	if s == nil {
+		return nil, act == abi.ActionContinue
+	}
+	if act != abi.ActionContinue && !s.denied {
+		return nil, false
+	}
+	if s.hold != nil || s.body != nil || s.bill != nil || s.rwait != nil {
+		return nil, false
+	}
+	var hdrs []abi.Header
+	if p := s.plugin; s.hasHeaders && !s.denied && p != nil && p.cfg != nil {
+		p.responseHeaders(s)
+		hdrs = p.hdrs
+	}
+	vm.streams.remove(id)
+	vm.recycle(s)
+	return hdrs, true
+}
+
 // OnConfigure implements abi.Handler: it compiles the plugin configuration;
 // a bad one is logged at critical level and refuses the start.
 func (vm *VM) OnConfigure(rootID uint32, size int) bool {
