@@ -13,6 +13,9 @@ import (
 type EnvoySite struct {
 	WasmPath     string // the module, as `make build` ships it
 	UpstreamPort int    // the test's upstream on 127.0.0.1 (HTTP/1.1 and h2c)
+	// DynamicModule, when set, is the name of the dynamic module (libNAME.so in Envoy's
+	// ENVOY_DYNAMIC_MODULES_SEARCH_PATH) that serves as sluice instead of WasmPath.
+	DynamicModule string
 }
 
 //go:embed envoy/envoy.yaml.tmpl

@@ -66,7 +66,7 @@ func TestEnvoyGRPCBootstrap(t *testing.T) {
 // exactly the 6 admitted calls reach the server (none of the denied), over HTTP/2
 // connections Envoy opened (at most one per worker); no VM failed.
 func TestEnvoyGRPC(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
 		t.Parallel()
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -83,7 +83,7 @@ func TestEnvoyGRPC(t *testing.T) {
 		t.Cleanup(srv.Stop)
 		port := ln.Addr().(*net.TCPAddr).Port
 
-		e := startEnvoy(t, tg, envoyGRPCWorkers, func(site EnvoySite) ([]byte, error) {
+		e := startEnvoyAs(t, tg, a, envoyGRPCWorkers, func(site EnvoySite) ([]byte, error) {
 			site.UpstreamPort = port
 			return renderEnvoyGRPC(site, envoyGRPCConfig)
 		})
@@ -105,7 +105,7 @@ func TestEnvoyGRPC(t *testing.T) {
 			t.Errorf("cluster grpc: upstream_cx_http2_total %d (the server accepted %d), upstream_rq_total %d (want 6)",
 				st["cluster.grpc.upstream_cx_http2_total"], cl.n.Load(), st["cluster.grpc.upstream_rq_total"])
 		}
-		checkEnvoyHealthy(t, e, envoyGRPCWorkers)
+		checkHealthyAs(t, e, a, envoyGRPCWorkers)
 		t.Logf("the server got %d calls over %d HTTP/2 connections", calls.Load(), cl.n.Load())
 	})
 }

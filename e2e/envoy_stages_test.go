@@ -52,12 +52,12 @@ func TestEnvoyExactAcrossWorkers(t *testing.T) {
 			alg, BurstLimit, int(window/time.Hour), burst))
 	}
 	cfg := "{\"rules\":[\n" + strings.Join(rules, ",\n") + "\n ],\n \"response\":{\"headers\":\"none\"}}"
-	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
 		t.Parallel()
 		render := func(site EnvoySite) ([]byte, error) {
 			return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: "exact-across-workers", Config: cfg, ExactBalance: true, CatchAll: true})
 		}
-		e := startEnvoy(t, tg, exactWorkers, render)
+		e := startEnvoyAs(t, tg, a, exactWorkers, render)
 		p := envoyProxy(t, e)
 		began := time.Now()
 		before, err := e.WorkerConnections()
@@ -100,7 +100,7 @@ func TestEnvoyExactAcrossWorkers(t *testing.T) {
 				time.Since(t0).Round(time.Millisecond), per)
 			before = after
 		}
-		checkEnvoyHealthy(t, e, exactWorkers)
+		checkHealthyAs(t, e, a, exactWorkers)
 		t.Logf("window %v; five bursts in %v", window, time.Since(began).Round(time.Millisecond))
 	})
 }

@@ -104,9 +104,9 @@ func envoySurvivalWantDenied(n int) int {
 // algorithm, the two key rules admitted every request but the denied ones, the deny rule
 // admitted 3 and denied the rest of the x-deny requests, and no rule had a store error or an
 // eviction. It returns the guest's collection count.
-func checkSurvivalMetrics(t *testing.T, e *envoyproc.Envoy, n int) int64 {
+func checkSurvivalMetrics(t *testing.T, e *envoyproc.Envoy, a artifact, n int) int64 {
 	t.Helper()
-	st, err := e.Stats("wasmcustom")
+	st, err := e.Stats(strings.TrimSuffix(a.stats, "."))
 	if err != nil {
 		t.Errorf("admin /stats: %v", err)
 		return 0
@@ -133,12 +133,12 @@ func checkSurvivalMetrics(t *testing.T, e *envoyproc.Envoy, n int) int64 {
 			}
 		}
 		for name, w := range want {
-			if got, ok := st["wasmcustom.sluice."+name]; !ok || got != w {
-				t.Errorf("wasmcustom.sluice.%s = %d (present: %v), want %d", name, got, ok, w)
+			if got, ok := st[a.stats+"sluice."+name]; !ok || got != w {
+				t.Errorf("%ssluice.%s = %d (present: %v), want %d", a.stats, name, got, ok, w)
 			}
 		}
 	}
-	return st["wasmcustom."+filter.GCCyclesMetric]
+	return st[a.stats+filter.GCCyclesMetric]
 }
 
 // sendSurvivalTraffic sends n hostile requests to base over envoySurvivalClients
@@ -245,7 +245,7 @@ func sendSurvivalTraffic(t *testing.T, base string, n int, timeout time.Duration
 // lives: all envoySurvivalRequests sent and answered, only 200 and 429, exactly the x-deny
 // requests past their key's limit denied; the guest's counters agree; checkEnvoyHealthy
 // (one worker) finds no failure.
-func checkSurvived(t *testing.T, e *envoyproc.Envoy, res survivalResult) {
+func checkSurvived(t *testing.T, e *envoyproc.Envoy, a artifact, res survivalResult) {
 	t.Helper()
 	if res.maxHeaderBytes > (envoySurvivalHeadersKB-8)<<10 {
 		t.Errorf("a request carried %d header bytes: more than max_request_headers_kb %d allows with room for Envoy's own", res.maxHeaderBytes, envoySurvivalHeadersKB)
@@ -258,11 +258,13 @@ func checkSurvived(t *testing.T, e *envoyproc.Envoy, res survivalResult) {
 		t.Errorf("statuses %v, want %d × 200 and %d × 429 and nothing else (first other: request %d, status %d, body %q)",
 			res.statuses, envoySurvivalRequests-want, want, res.first, res.firstStatus, res.firstBody)
 	}
-	checkEnvoyHealthy(t, e, 1)
-	if sig, _ := envoyFailureSignals(e, 1); len(sig) != 0 {
-		t.Errorf("envoyFailureSignals: %v, where checkEnvoyHealthy sees none", sig)
+	checkHealthyAs(t, e, a, 1)
+	if !a.dynmod {
+		if sig, _ := envoyFailureSignals(e, 1); len(sig) != 0 {
+			t.Errorf("envoyFailureSignals: %v, where checkEnvoyHealthy sees none", sig)
+		}
 	}
-	gc := checkSurvivalMetrics(t, e, envoySurvivalRequests)
+	gc := checkSurvivalMetrics(t, e, a, envoySurvivalRequests)
 	t.Logf("%d requests (largest %d header bytes) in %v: statuses %v; the guest ran %d collections",
 		res.sent, res.maxHeaderBytes, res.elapsed.Round(time.Millisecond), res.statuses, gc)
 }
@@ -273,11 +275,11 @@ func checkSurvived(t *testing.T, e *envoyproc.Envoy, res survivalResult) {
 // signal checkEnvoyHealthy reads.
 func TestEnvoySurvival(t *testing.T) {
 	window := steadyWindow(30 * time.Minute)
-	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
 		t.Parallel()
-		e := startEnvoy(t, tg, 1, renderEnvoySurvivalStage("", window))
+		e := startEnvoyAs(t, tg, a, 1, renderEnvoySurvivalStage("", window))
 		p := envoyProxy(t, e)
 		res := sendSurvivalTraffic(t, p.url, envoySurvivalRequests, 3*time.Minute, nil)
-		checkSurvived(t, e, res)
+		checkSurvived(t, e, a, res)
 	})
 }

@@ -90,7 +90,7 @@ func TestEnvoyUnpatched(t *testing.T) {
 		e := startEnvoy(t, tg, 1, renderEnvoySurvivalStage(wasm, window))
 		p := envoyProxy(t, e)
 		if fixed {
-			checkSurvived(t, e, sendSurvivalTraffic(t, p.url, envoySurvivalRequests, 3*time.Minute, nil))
+			checkSurvived(t, e, artWasm, sendSurvivalTraffic(t, p.url, envoySurvivalRequests, 3*time.Minute, nil))
 			return
 		}
 		// Until the VM has answered unpatchedDeadAnswers requests dead, or at most

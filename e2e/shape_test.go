@@ -307,13 +307,13 @@ func TestRunShaping(t *testing.T) {
 // TestEnvoyShaping: the burst through real Envoy with two workers (exact connection
 // balance: both VMs hold requests of the one key).
 func TestEnvoyShaping(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
 		up := startArrivals(t)
 		render := func(site EnvoySite) ([]byte, error) {
 			site.UpstreamPort = up.port
 			return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: "shaping", Config: shapeConfig, ExactBalance: true, CatchAll: true})
 		}
-		e := startEnvoy(t, tg, 2, render)
+		e := startEnvoyAs(t, tg, a, 2, render)
 		p := envoyProxy(t, e)
 		before, err := e.WorkerConnections()
 		if err != nil {
@@ -332,7 +332,8 @@ func TestEnvoyShaping(t *testing.T) {
 		checkShapedBurst(t, res, start, spread, up.of("alice"))
 		shapeAbandon(t, p.url, up)
 		admitted := int64(len(up.of("alice")))
-		st, err := e.Stats(`wasmcustom\.sluice\.db\.`)
+		prefix := a.stats + "sluice.db."
+		st, err := e.Stats(strings.ReplaceAll(prefix, ".", `\.`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,14 +344,14 @@ func TestEnvoyShaping(t *testing.T) {
 			"held":            0,
 			"allowed":         admitted + 4,
 		} {
-			if got := st["wasmcustom.sluice.db."+name]; got != want {
-				t.Errorf("wasmcustom.sluice.db.%s = %d, want %d", name, got, want)
+			if got := st[prefix+name]; got != want {
+				t.Errorf("%s%s = %d, want %d", prefix, name, got, want)
 			}
 		}
 		// Envoy merges histograms at its stats flush (every 5 s by default): poll.
 		var hist string
 		for deadline := time.Now().Add(20 * time.Second); ; {
-			if hist, err = e.Get("/stats?filter=" + `wasmcustom\.sluice\.db\.delay_ms`); err != nil {
+			if hist, err = e.Get("/stats?filter=" + strings.ReplaceAll(prefix, ".", `\.`) + "delay_ms"); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.Contains(hist, "No recorded values") || time.Now().After(deadline) {
@@ -359,7 +360,7 @@ func TestEnvoyShaping(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		checkDelayHistogram(t, hist)
-		checkEnvoyHealthy(t, e, 2)
+		checkHealthyAs(t, e, a, 2)
 	})
 }
 

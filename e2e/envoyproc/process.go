@@ -35,6 +35,8 @@ type Options struct {
 	Args []string
 	// ReadyTimeout bounds the wait for /ready; 0: 2 minutes.
 	ReadyTimeout time.Duration
+	// Env is more environment ("NAME=value"), e.g. ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+	Env []string
 }
 
 // Envoy is a running Envoy process.
@@ -75,11 +77,17 @@ func Start(ctx context.Context, t Target, opts Options) (*Envoy, error) {
 	e := &Envoy{Target: t, log: &syncBuffer{}, done: make(chan struct{})}
 	if t.Image != "" {
 		e.name = fmt.Sprintf("sluice-envoy-%d-%d", os.Getpid(), time.Now().UnixNano())
-		dargs := []string{"run", "--rm", "--name", e.name, "--network", "host", "-v", opts.Dir + ":" + opts.Dir,
-			"--entrypoint", "envoy", t.Image}
+		dargs := []string{"run", "--rm", "--name", e.name, "--network", "host", "-v", opts.Dir + ":" + opts.Dir}
+		for _, kv := range opts.Env {
+			dargs = append(dargs, "-e", kv)
+		}
+		dargs = append(dargs, "--entrypoint", "envoy", t.Image)
 		e.cmd = exec.Command("docker", append(dargs, args...)...)
 	} else {
 		e.cmd = exec.Command(t.Bin, args...)
+		if len(opts.Env) > 0 {
+			e.cmd.Env = append(os.Environ(), opts.Env...)
+		}
 	}
 	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -187,7 +187,9 @@ func sluiceConfigNew(cfg unsafe.Pointer, name *C.char, nameLen C.size_t, data *C
 	}()
 	i, err := theModule.newConfig(configPtr(cfg), string(cbytes(name, nameLen)), cbytes(data, dataLen))
 	if err != nil {
-		theModule.env.log(abi.LogCritical, err.Error())
+		if err != errRefused { // the VM logged its reasons already
+			theModule.env.log(abi.LogCritical, err.Error())
+		}
 		return 0
 	}
 	return C.uint32_t(i)

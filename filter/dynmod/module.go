@@ -124,6 +124,9 @@ type liveStream struct {
 	paused bool
 }
 
+// errRefused: a VM refused the configuration, and logged why.
+var errRefused = errors.New("sluice: invalid plugin configuration")
+
 var errTooManyConfigs = errors.New("sluice: " + strconv.Itoa(maxConfigs) + " filter configurations are alive already")
 
 // newConfig compiles a filter configuration (Envoy's main thread, config_new): one VM per
@@ -140,7 +143,7 @@ func (m *module) newConfig(ptr configPtr, name string, data []byte) (uint32, err
 		w.vm = filter.NewVM(&w.host)
 		w.vm.OnContextCreate(rootID, 0)
 		if !w.vm.OnConfigure(rootID, len(c.data)) {
-			return 0, errors.New("sluice: invalid plugin configuration (logged above)")
+			return 0, errRefused
 		}
 		c.workers = append(c.workers, w)
 	}

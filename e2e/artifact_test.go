@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sluice-proxy/sluice/e2e/envoyproc"
+)
+
+// The Envoy suite runs its scenarios on both artifacts: sluice.wasm in the Wasm filter, and
+// libsluice.so, the same filter as an Envoy dynamic module, in every target Envoy whose
+// dynamic-module ABI it speaks (1.38 and later; make test runs 1.40.0).
+
+// artifact is one way sluice runs in Envoy.
+type artifact struct {
+	name   string // as subtests and messages name it
+	dynmod bool
+	// stats is the prefix of sluice's own metrics in Envoy's /stats.
+	stats string
+}
+
+var (
+	artWasm   = artifact{name: "wasm", stats: "wasmcustom."}
+	artDynmod = artifact{name: "dynmod", dynmod: true, stats: "dynamicmodulescustom."}
+)
+
+// dynmodMinVersion is the oldest Envoy whose dynamic-module ABI libsluice.so speaks.
+const dynmodMinVersion = "1.38.0"
+
+// shippedDynmod is libsluice.so built as `make build` builds it, once per test binary, in a
+// directory of its own (Envoy's ENVOY_DYNAMIC_MODULES_SEARCH_PATH), unless SLUICE_E2E_DYNMOD
+// names one.
+var shippedDynmod = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv("SLUICE_E2E_DYNMOD"); p != "" {
+		return filepath.Abs(p)
+	}
+	return buildDynmod("")
+})
+
+// buildDynmod builds cmd/sluice-dynmod with the build tags into a new directory and returns
+// the library's path (libsluice.so).
+func buildDynmod(tags string) (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	root, err := moduleRoot(goTool)
+	if err != nil {
+		return "", err
+	}
+	envoyBuildOnce.Do(func() { envoyWasmDir, envoyBuildErr = os.MkdirTemp("", "sluice-e2e-envoy-") })
+	if envoyBuildErr != nil {
+		return "", envoyBuildErr
+	}
+	dir, err := os.MkdirTemp(envoyWasmDir, "dynmod-")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "libsluice.so")
+	args := []string{"build", "-buildmode=c-shared", "-trimpath"}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command(goTool, append(args, "-o", out, "./cmd/sluice-dynmod")...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building libsluice.so: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// forEachArtifact runs f once per Envoy target and artifact: sluice.wasm in every target,
+// libsluice.so in those from dynmodMinVersion on, as subtests "VERSION" and
+// "VERSION-dynmod".
+func forEachArtifact(t *testing.T, f func(t *testing.T, tg envoyproc.Target, a artifact)) {
+	t.Helper()
+	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+		f(t, tg, artWasm)
+	})
+	ts, err := envoyTargets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range ts {
+		if compareVersions(tg.Version, dynmodMinVersion) < 0 {
+			continue
+		}
+		t.Run(tg.Version+"-dynmod", func(t *testing.T) { f(t, tg, artDynmod) })
+	}
+}
+
+// startEnvoyAs is startEnvoy for artifact a.
+func startEnvoyAs(t *testing.T, tg envoyproc.Target, a artifact, workers int, render func(EnvoySite) ([]byte, error), args ...string) *envoyproc.Envoy {
+	t.Helper()
+	e, err := tryStartEnvoyAs(t, tg, a, "", workers, render, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// tryStartEnvoyAs starts Envoy with sluice as artifact a (lib: another build of
+// libsluice.so, "" for the shipped one).
+func tryStartEnvoyAs(t *testing.T, tg envoyproc.Target, a artifact, lib string, workers int, render func(EnvoySite) ([]byte, error), args ...string) (*envoyproc.Envoy, error) {
+	t.Helper()
+	site, env := EnvoySite{}, []string(nil)
+	if a.dynmod {
+		if lib == "" {
+			var err error
+			if lib, err = shippedDynmod(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		site.DynamicModule = "sluice"
+		env = []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + filepath.Dir(lib)}
+	} else {
+		wasm, err := shippedWasm()
+		if err != nil {
+			t.Fatal(err)
+		}
+		site.WasmPath = wasm
+	}
+	up, err := sharedUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	site.UpstreamPort = up.port
+	y, err := render(site)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envoyParallel <- struct{}{}
+	var once sync.Once
+	release := func() { once.Do(func() { <-envoyParallel }) }
+	e, err := envoyproc.Start(context.Background(), tg, envoyproc.Options{Bootstrap: y, Concurrency: workers, Dir: t.TempDir(), Args: args, Env: env})
+	if err != nil {
+		release()
+		return nil, err
+	}
+	t.Cleanup(func() {
+		e.Stop()
+		release()
+		if t.Failed() {
+			t.Logf("envoy %s (%s) log:\n%s", tg.Version, a.name, boundedLog(e.Log()))
+		}
+	})
+	return e, nil
+}
+
+// checkHealthyAs is checkEnvoyHealthy for artifact a. For the dynamic module: sluice's error
+// counter present and 0, and no line of a recovered panic, a Go crash or a refused module in
+// the log.
+func checkHealthyAs(t *testing.T, e *envoyproc.Envoy, a artifact, workers int) {
+	t.Helper()
+	if !a.dynmod {
+		checkEnvoyHealthy(t, e, workers)
+		return
+	}
+	signals, lines := dynmodFailureSignals(e)
+	for _, s := range signals {
+		t.Errorf("envoy shows a module failure: %s", s)
+	}
+	for _, l := range lines {
+		t.Errorf("envoy log: %s", l)
+	}
+}
+
+var dynmodFailureLines = regexp.MustCompile(`recovered from a panic|runtime\.throw|panic:|fatal error|Failed to load dynamic module|Failed to initialize dynamic module|Caught Aborted|Caught Segmentation`)
+
+func dynmodFailureSignals(e *envoyproc.Envoy) (signals []string, lines []string) {
+	st, err := e.Stats(`dynamicmodulescustom\.sluice\.errors`)
+	if err != nil {
+		return []string{"admin /stats: " + err.Error()}, nil
+	}
+	if v, ok := st["dynamicmodulescustom.sluice.errors"]; !ok {
+		signals = append(signals, "dynamicmodulescustom.sluice.errors missing")
+	} else if v != 0 {
+		signals = append(signals, fmt.Sprintf("dynamicmodulescustom.sluice.errors = %d", v))
+	}
+	for _, l := range strings.Split(e.Log(), "\n") {
+		if dynmodFailureLines.MatchString(l) {
+			if len(l) > 300 {
+				l = l[:300] + "…"
+			}
+			lines = append(lines, l)
+		}
+	}
+	return signals, lines
+}
