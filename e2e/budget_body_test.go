@@ -139,10 +139,21 @@ func budgetBodyTimeout(t *testing.T, bp *budgetProxy) {
 // while the headers wait; without it, every such request is decided at body_timeout and
 // the filter's warning names the setting.
 func TestEnvoyBudgetBody(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
+		if a.dynmod {
+			// The dynamic module gets the body while the headers wait, always (a paused
+			// request's headers return StopIteration): there is no setting to leave out.
+			up := startLLMUpstream(t)
+			e := startBudgetBodyEnvoy(t, tg, a, up, budgetBodyConfig("5s"), false)
+			bp := newBudgetProxy(envoyProxy(t, e).url, up, envoyMetricsAs(e, a))
+			defer bp.close()
+			budgetBodySuite(t, bp)
+			checkHealthyAs(t, e, a, 2)
+			return
+		}
 		t.Run("StopIteration", func(t *testing.T) {
 			up := startLLMUpstream(t)
-			e := startBudgetBodyEnvoy(t, tg, up, budgetBodyConfig("5s"), true)
+			e := startBudgetBodyEnvoy(t, tg, a, up, budgetBodyConfig("5s"), true)
 			bp := newBudgetProxy(envoyProxy(t, e).url, up, envoyMetrics(e))
 			defer bp.close()
 			budgetBodySuite(t, bp)
@@ -150,7 +161,7 @@ func TestEnvoyBudgetBody(t *testing.T) {
 		})
 		t.Run("Default", func(t *testing.T) {
 			up := startLLMUpstream(t)
-			e := startBudgetBodyEnvoy(t, tg, up, budgetBodyConfig("300ms"), false)
+			e := startBudgetBodyEnvoy(t, tg, a, up, budgetBodyConfig("300ms"), false)
 			bp := newBudgetProxy(envoyProxy(t, e).url, up, envoyMetrics(e))
 			defer bp.close()
 			budgetBodyTimeout(t, bp)
@@ -166,13 +177,13 @@ func TestEnvoyBudgetBody(t *testing.T) {
 // headers waited.
 var bodyWarning = regexp.MustCompile(`wasm log.*a request waited .* for its body while its headers were held`)
 
-func startBudgetBodyEnvoy(t *testing.T, tg envoyproc.Target, up *llmUpstream, config string, allow bool) *envoyproc.Envoy {
+func startBudgetBodyEnvoy(t *testing.T, tg envoyproc.Target, a artifact, up *llmUpstream, config string, allow bool) *envoyproc.Envoy {
 	t.Helper()
 	render := func(site EnvoySite) ([]byte, error) {
 		site.UpstreamPort = up.port
 		return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: "budget-body", Config: config, ExactBalance: true, CatchAll: true, AllowStopIteration: allow})
 	}
-	return startEnvoy(t, tg, 2, render)
+	return startEnvoyAs(t, tg, a, 2, render)
 }
 
 // TestBudgetBodyRun: the same through `sluice run`: with --allow-on-headers-stop-iteration

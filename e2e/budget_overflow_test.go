@@ -47,13 +47,13 @@ func TestBudgetRunHugeUsage(t *testing.T) {
 }
 
 func TestBudgetEnvoyHugeUsage(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
 		up := startLLMUpstream(t)
-		e := startBudgetEnvoy(t, tg, up, "budget-huge-usage", budgetConfig)
-		bp := newBudgetProxy(envoyProxy(t, e).url, up, envoyMetrics(e))
+		e := startBudgetEnvoy(t, tg, a, up, "budget-huge-usage", budgetConfig)
+		bp := newBudgetProxy(envoyProxy(t, e).url, up, envoyMetricsAs(e, a))
 		defer bp.close()
 		budgetHugeUsage(t, bp)
-		checkEnvoyHealthy(t, e, 2)
+		checkHealthyAs(t, e, a, 2)
 	})
 }
 

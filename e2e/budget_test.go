@@ -708,15 +708,21 @@ func runMetrics(admin string) func(t *testing.T) map[string]int64 {
 
 // envoyMetrics reads Envoy's wasmcustom.sluice.<rule>.<metric> stats as "rule.metric".
 func envoyMetrics(e *envoyproc.Envoy) func(t *testing.T) map[string]int64 {
+	return envoyMetricsAs(e, artWasm)
+}
+
+// envoyMetricsAs is envoyMetrics for artifact a.
+func envoyMetricsAs(e *envoyproc.Envoy, a artifact) func(t *testing.T) map[string]int64 {
+	prefix := a.stats + "sluice."
 	return func(t *testing.T) map[string]int64 {
 		t.Helper()
-		st, err := e.Stats(`wasmcustom\.sluice\.`)
+		st, err := e.Stats(strings.ReplaceAll(prefix, ".", `\.`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		m := map[string]int64{}
 		for k, v := range st {
-			if rest, ok := strings.CutPrefix(k, "wasmcustom.sluice."); ok {
+			if rest, ok := strings.CutPrefix(k, prefix); ok {
 				m[rest] = v
 			}
 		}
@@ -738,13 +744,13 @@ func startBudgetRun(t *testing.T, up *llmUpstream, config string) *proxy {
 
 // startBudgetEnvoy starts Envoy with two workers (exact connection balance) and config in
 // front of up.
-func startBudgetEnvoy(t *testing.T, tg envoyproc.Target, up *llmUpstream, name, config string) *envoyproc.Envoy {
+func startBudgetEnvoy(t *testing.T, tg envoyproc.Target, a artifact, up *llmUpstream, name, config string) *envoyproc.Envoy {
 	t.Helper()
 	render := func(site EnvoySite) ([]byte, error) {
 		site.UpstreamPort = up.port
 		return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: name, Config: config, ExactBalance: true, CatchAll: true})
 	}
-	return startEnvoy(t, tg, 2, render)
+	return startEnvoyAs(t, tg, a, 2, render)
 }
 
 // TestBudgetRun: the token-budget scenarios through `sluice run` with two workers, all but
@@ -772,14 +778,14 @@ func checkNoStoreErrors(t *testing.T, bp *budgetProxy) {
 
 // TestBudgetEnvoy: the same through each real Envoy with two workers.
 func TestBudgetEnvoy(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
 		up := startLLMUpstream(t)
-		e := startBudgetEnvoy(t, tg, up, "budget", budgetConfig)
-		bp := newBudgetProxy(envoyProxy(t, e).url, up, envoyMetrics(e))
+		e := startBudgetEnvoy(t, tg, a, up, "budget", budgetConfig)
+		bp := newBudgetProxy(envoyProxy(t, e).url, up, envoyMetricsAs(e, a))
 		bp.resets = true
 		defer bp.close()
 		budgetSuite(t, bp)
-		checkEnvoyHealthy(t, e, 2)
+		checkHealthyAs(t, e, a, 2)
 		checkNoStoreErrors(t, bp)
 	})
 }
