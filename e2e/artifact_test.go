@@ -85,15 +85,25 @@ func forEachArtifact(t *testing.T, f func(t *testing.T, tg envoyproc.Target, a a
 	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
 		f(t, tg, artWasm)
 	})
+	forEachEnvoyWhere(t, dynmodSpoken, "-dynmod", func(t *testing.T, tg envoyproc.Target) { f(t, tg, artDynmod) })
+}
+
+// dynmodSpoken reports whether libsluice.so speaks tg's dynamic-module ABI.
+func dynmodSpoken(tg envoyproc.Target) bool { return compareVersions(tg.Version, dynmodMinVersion) >= 0 }
+
+// forEachEnvoyWhere runs f as subtest VERSION+suffix for each Envoy target that pred
+// accepts.
+func forEachEnvoyWhere(t *testing.T, pred func(envoyproc.Target) bool, suffix string, f func(t *testing.T, tg envoyproc.Target)) {
+	t.Helper()
+	skipShort(t, "runs real Envoy")
 	ts, err := envoyTargets()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tg := range ts {
-		if compareVersions(tg.Version, dynmodMinVersion) < 0 {
-			continue
+		if pred(tg) {
+			t.Run(tg.Version+suffix, func(t *testing.T) { f(t, tg) })
 		}
-		t.Run(tg.Version+"-dynmod", func(t *testing.T) { f(t, tg, artDynmod) })
 	}
 }
 

@@ -58,6 +58,9 @@ func panicSite(stack []byte) string {
 		if strings.HasPrefix(fn, "panic(") || strings.HasPrefix(fn, "runtime/debug.") || strings.HasPrefix(fn, "runtime.") || strings.Contains(fn, ".func") && strings.Contains(fn, "sluiceRequest") {
 			continue
 		}
+		if j := strings.LastIndexByte(fn, '('); j > 0 {
+			fn = fn[:j]
+		}
 		file := strings.TrimSpace(lines[i+1])
 		if j := strings.LastIndexByte(file, ' '); j > 0 {
 			file = file[:j]
