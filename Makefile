@@ -3,11 +3,12 @@ GO        ?= go
 DIST      := dist
 WASM      := $(DIST)/sluice.wasm
 WASMREDIS := $(DIST)/sluice-redis.wasm
+DYNMOD    := $(DIST)/libsluice.so
 BIN       := $(DIST)/sluice
 LISTEN    ?= 127.0.0.1:8080
 ADMIN     ?= 127.0.0.1:9901
 
-.PHONY: all build wasm test test-unit bench bench-envoy-perf bench-envoy-calls bench-rls bench-startup bench-compare check run e2e-envoy envoy-fetch envoy-run fuzz clean
+.PHONY: all build wasm dynmod test test-unit bench bench-envoy-perf bench-envoy-calls bench-rls bench-startup bench-compare check run e2e-envoy envoy-fetch envoy-run fuzz clean
 
 # Real Envoy (e2e/envoyproc): ENVOY=/path/to/envoy (or docker:IMAGE) runs one binary;
 # ENVOY_VERSIONS="1.36.4 1.40.0" chooses pinned versions, fetched into SLUICE_ENVOY_CACHE
@@ -17,7 +18,16 @@ ENVOY_VERSION ?= 1.40.0
 
 all: build
 
-build: $(BIN) wasm
+build: $(BIN) wasm dynmod
+
+# The Envoy dynamic module (Envoy >= 1.38): the same filter, native, built with cgo (a C
+# compiler: Debian's gcc). docs/deploy.md, "Envoy dynamic module".
+dynmod: SHELL := /bin/bash
+dynmod: .SHELLFLAGS := -o pipefail -ec
+dynmod:
+	@mkdir -p $(DIST)
+	CGO_ENABLED=1 $(GO) build -v -buildmode=c-shared -trimpath -o $(DYNMOD) ./cmd/sluice-dynmod 2>&1 | awk -f .ci/build-progress.awk
+	@rm -f $(DIST)/libsluice.h
 
 # Builds print a count of the packages they compile on a cold cache (.ci/build-progress.awk),
 # nothing when it is warm; pipefail keeps a failing build failing.
@@ -177,10 +187,12 @@ e2e-envoy:
 envoy-fetch:
 	$(GO) run ./e2e/cmd/sluice-envoy -fetch
 
-# sluice.wasm in a real Envoy on this machine: envoy/envoy.yaml, Envoy ENVOY_VERSION
-# (fetched when missing), listener 127.0.0.1:10000, admin 127.0.0.1:9901.
+# sluice in a real Envoy on this machine: envoy/envoy.yaml with sluice.wasm, or with
+# ARTIFACT=dynmod envoy/envoy-dynmod.yaml with libsluice.so; Envoy ENVOY_VERSION (fetched
+# when missing), listener 127.0.0.1:10000, admin 127.0.0.1:9901.
+ARTIFACT ?= wasm
 envoy-run: build
-	$(GO) run ./e2e/cmd/sluice-envoy -version $(ENVOY_VERSION) -wasm $(WASM)
+	$(GO) run ./e2e/cmd/sluice-envoy -version $(ENVOY_VERSION) $(if $(filter dynmod,$(ARTIFACT)),-dynmod $(DYNMOD),-wasm $(WASM))
 
 clean:
 	rm -rf $(DIST)

@@ -11,12 +11,14 @@ import (
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	dynmodv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_modules/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/google/go-containerregistry/pkg/name"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	istiov1alpha1 "istio.io/api/extensions/v1alpha1"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -69,12 +71,31 @@ func checkEnvoy(b *bootstrapv3.Bootstrap) (problems []string, found int) {
 					fail("listener " + l.GetName() + ": the last HTTP filter is " + last.GetName() + ", not the router")
 				}
 				for i, hf := range filters {
+					// sluice.wasm in the Wasm filter, or libsluice.so in the dynamic-module filter.
+					var plugin *anypb.Any
+					build := config.BuildLocal
 					var w wasmfilterv3.Wasm
-					if hf.GetTypedConfig().UnmarshalTo(&w) != nil {
+					var dm dynmodv3.DynamicModuleFilter
+					switch {
+					case hf.GetTypedConfig().UnmarshalTo(&w) == nil:
+						pc := w.GetConfig()
+						if pc.GetVmConfig().GetVmId() == "" {
+							fail("vm_id not set: workers would not share one limit")
+						}
+						if pc.GetVmConfig().GetRuntime() != "envoy.wasm.runtime.v8" {
+							fail("runtime " + pc.GetVmConfig().GetRuntime())
+						}
+						plugin = pc.GetConfiguration()
+					case hf.GetTypedConfig().UnmarshalTo(&dm) == nil && dm.GetDynamicModuleConfig().GetName() == "sluice":
+						if !dm.GetDynamicModuleConfig().GetDoNotClose() {
+							fail("listener " + l.GetName() + ": libsluice.so without do_not_close: a Go library cannot be unloaded")
+						}
+						plugin, build = dm.GetFilterConfig(), config.BuildDynamic
+					default:
 						continue
 					}
 					if i == len(filters)-1 {
-						fail("wasm filter after the router")
+						fail("sluice after the router")
 					}
 					if !hcm.GetUseRemoteAddress().GetValue() {
 						fail("listener " + l.GetName() + ": use_remote_address is off: source.address would be the right-most X-Forwarded-For entry, which a client can write")
@@ -82,19 +103,12 @@ func checkEnvoy(b *bootstrapv3.Bootstrap) (problems []string, found int) {
 					if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() {
 						fail("listener " + l.GetName() + ": normalize_path and merge_slashes must both be on: the upstream must receive the path sluice matched (/x/../h is /h)")
 					}
-					pc := w.GetConfig()
-					if pc.GetVmConfig().GetVmId() == "" {
-						fail("vm_id not set: workers would not share one limit")
-					}
-					if pc.GetVmConfig().GetRuntime() != "envoy.wasm.runtime.v8" {
-						fail("runtime " + pc.GetVmConfig().GetRuntime())
-					}
 					var sv wrapperspb.StringValue
-					if err := pc.GetConfiguration().UnmarshalTo(&sv); err != nil {
+					if err := plugin.UnmarshalTo(&sv); err != nil {
 						fail("plugin configuration is not a StringValue: " + err.Error())
 						continue
 					}
-					cfg, err := config.ParseFor([]byte(sv.GetValue()), config.BuildLocal)
+					cfg, err := config.ParseFor([]byte(sv.GetValue()), build)
 					if err != nil {
 						fail("plugin configuration:\n" + err.Error())
 						continue
@@ -113,20 +127,47 @@ func checkEnvoy(b *bootstrapv3.Bootstrap) (problems []string, found int) {
 }
 
 func TestEnvoyYAML(t *testing.T) {
-	data, err := os.ReadFile("envoy.yaml")
+	for _, name := range []string{"envoy.yaml", "envoy-dynmod.yaml"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := loadBootstrap(data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		problems, n := checkEnvoy(b)
+		for _, p := range problems {
+			t.Errorf("%s: %s", name, p)
+		}
+		if n != 1 {
+			t.Errorf("%s: %d sluice filters, want 1", name, n)
+		}
+	}
+}
+
+// The dynamic module's bootstrap is envoy.yaml with the filter swapped: the same listener,
+// routes, cluster and plugin configuration.
+func TestEnvoyDynmodYAMLMatches(t *testing.T) {
+	a, err := os.ReadFile("envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := loadBootstrap(data)
+	b, err := os.ReadFile("envoy-dynmod.yaml")
 	if err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
+		t.Fatal(err)
 	}
-	problems, n := checkEnvoy(b)
-	for _, p := range problems {
-		t.Error(p)
+	plugin := func(y []byte) string {
+		s := string(y)
+		i := strings.Index(s, `"rules"`)
+		j := strings.Index(s, `"client_ip"`)
+		if i < 0 || j < i {
+			t.Fatal("no plugin configuration")
+		}
+		return strings.Join(strings.Fields(s[i:j]), " ")
 	}
-	if n != 1 {
-		t.Errorf("%d sluice filters, want 1", n)
+	if plugin(a) != plugin(b) {
+		t.Errorf("the plugin configurations differ:\n%s\n%s", plugin(a), plugin(b))
 	}
 }
 

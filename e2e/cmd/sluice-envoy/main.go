@@ -1,11 +1,13 @@
-// Command sluice-envoy runs sluice.wasm in a real Envoy on this machine (make envoy-run),
-// or fetches the pinned Envoy binaries the tests use (make envoy-fetch, .ci/run):
+// Command sluice-envoy runs sluice.wasm, or libsluice.so (the dynamic module), in a real
+// Envoy on this machine (make envoy-run, make envoy-run ARTIFACT=dynmod), or fetches the
+// pinned Envoy binaries the tests use (make envoy-fetch, .ci/run):
 //
-//	sluice-envoy [-version 1.40.0 | -envoy PATH] [-wasm dist/sluice.wasm]
+//	sluice-envoy [-version 1.40.0 | -envoy PATH] [-wasm dist/sluice.wasm | -dynmod dist/libsluice.so]
 //	             [-bootstrap envoy/envoy.yaml] [-upstream 127.0.0.1:8081] [-concurrency 2]
 //	sluice-envoy -fetch
 //
-// Run mode takes the example bootstrap, points its module at -wasm and its cluster
+// Run mode takes the example bootstrap (envoy/envoy-dynmod.yaml with -dynmod), points its
+// module at -wasm (or Envoy's ENVOY_DYNAMIC_MODULES_SEARCH_PATH at -dynmod's directory) and its cluster
 // "upstream" at -upstream (where, unless something already listens there, it serves a
 // small echo upstream itself), starts Envoy in the foreground and stops it on Ctrl-C.
 // -fetch fetches every version of ENVOY_VERSIONS (default: the versions CI runs) into the
@@ -34,7 +36,8 @@ func main() {
 	version := flag.String("version", "1.40.0", "pinned Envoy version to run (fetched when not cached)")
 	bin := flag.String("envoy", "", "an Envoy binary to run instead of a pinned version")
 	wasm := flag.String("wasm", "dist/sluice.wasm", "the module")
-	bootstrap := flag.String("bootstrap", "envoy/envoy.yaml", "the Envoy bootstrap (its module path and upstream are rewritten)")
+	dynmod := flag.String("dynmod", "", "run the dynamic module (a libsluice.so) instead of the Wasm module")
+	bootstrap := flag.String("bootstrap", "", "the Envoy bootstrap (its module path and upstream are rewritten; default envoy/envoy.yaml, envoy/envoy-dynmod.yaml with -dynmod)")
 	upstream := flag.String("upstream", "127.0.0.1:8081", "the upstream's address")
 	conc := flag.Int("concurrency", 2, "Envoy worker threads")
 	fetch := flag.Bool("fetch", false, "fetch and check the pinned binaries, print their paths, and exit")
@@ -46,7 +49,13 @@ func main() {
 		fail(fetchAll())
 		return
 	}
-	fail(run(*version, *bin, *wasm, *bootstrap, *upstream, *conc))
+	if *bootstrap == "" {
+		*bootstrap = "envoy/envoy.yaml"
+		if *dynmod != "" {
+			*bootstrap = "envoy/envoy-dynmod.yaml"
+		}
+	}
+	fail(run(*version, *bin, *wasm, *dynmod, *bootstrap, *upstream, *conc))
 }
 
 func fail(err error) {
@@ -76,7 +85,7 @@ func fetchAll() error {
 	return nil
 }
 
-func run(version, bin, wasm, bootstrap, upstream string, conc int) error {
+func run(version, bin, wasm, dynmod, bootstrap, upstream string, conc int) error {
 	t := envoyproc.Target{Version: version, Bin: bin}
 	if bin == "" {
 		b, err := envoyproc.Binary(version)
@@ -87,7 +96,14 @@ func run(version, bin, wasm, bootstrap, upstream string, conc int) error {
 	} else if v, err := envoyproc.Version(bin); err == nil {
 		t.Version = v
 	}
-	wasmAbs, err := filepath.Abs(wasm)
+	module := wasm
+	if dynmod != "" {
+		module = dynmod
+		if filepath.Base(dynmod) != "libsluice.so" {
+			return fmt.Errorf("-dynmod %s: the bootstrap loads the module by its name, sluice: the file must be libsluice.so", dynmod)
+		}
+	}
+	wasmAbs, err := filepath.Abs(module)
 	if err != nil {
 		return err
 	}
@@ -106,11 +122,17 @@ func run(version, bin, wasm, bootstrap, upstream string, conc int) error {
 		return fmt.Errorf("-upstream %q: port %q", upstream, port)
 	}
 	s := string(y)
-	for old, repl := range map[string]string{
-		"filename: /etc/envoy/sluice.wasm":              "filename: " + strconv.Quote(wasmAbs),
+	rewrites := map[string]string{
 		"{address: upstream, port_value: 8080}":         "{address: " + host + ", port_value: " + port + "}",
 		"socket_address: {address: 0.0.0.0, port_value": "socket_address: {address: 127.0.0.1, port_value",
-	} {
+	}
+	var env []string
+	if dynmod == "" {
+		rewrites["filename: /etc/envoy/sluice.wasm"] = "filename: " + strconv.Quote(wasmAbs)
+	} else {
+		env = []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + filepath.Dir(wasmAbs)}
+	}
+	for old, repl := range rewrites {
 		if !strings.Contains(s, old) {
 			return fmt.Errorf("%s: no %q to rewrite", bootstrap, old)
 		}
@@ -131,13 +153,15 @@ func run(version, bin, wasm, bootstrap, upstream string, conc int) error {
 	}
 	defer os.RemoveAll(dir)
 	e, err := envoyproc.Start(context.Background(), t, envoyproc.Options{Bootstrap: []byte(s), Concurrency: conc, Dir: dir,
-		LogLevel: "info"})
+		LogLevel: "info", Env: env})
 	if err != nil {
 		return err
 	}
 	defer e.Stop()
-	if ok, err := e.HasV8(); err != nil || !ok {
-		return fmt.Errorf("envoy %s has no V8 runtime (%v)", t.Version, err)
+	if dynmod == "" {
+		if ok, err := e.HasV8(); err != nil || !ok {
+			return fmt.Errorf("envoy %s has no V8 runtime (%v)", t.Version, err)
+		}
 	}
 	u, err := e.URL("ingress")
 	if err != nil {
