@@ -20,12 +20,13 @@ func init() {
 // stdin is read by `sluice check -`; tests replace it.
 var stdin io.Reader = os.Stdin
 
-const checkUsage = `usage: sluice check [--redis] FILE...
+const checkUsage = `usage: sluice check [--redis | --target wasm|redis|dynmod] FILE...
 
 Validates sluice plugin configurations (JSON; "-" reads standard input) for
 the module that will load them: sluice.wasm by default, sluice-redis.wasm with
 --redis (the build with the Redis backend, whose rules have the Redis
-scripts' bounds). It runs the module's own validation, so "ok" means the
+scripts' bounds), libsluice.so (the Envoy dynamic module: the local backend
+only) with --target dynmod; --target wasm and --target redis are the other two. It runs the module's own validation, so "ok" means the
 module loads the configuration. Prints "ok" and one line per rule, or every
 error found, one per line, each naming its JSON path; input is quoted and
 escaped in both. With several files, each is checked and reported: "FILE: ok"
@@ -36,7 +37,8 @@ recognized by its content): an Istio WasmPlugin (spec.pluginConfig), a
 Higress WasmPlugin (defaultConfig and matchRules, combined as Higress's
 controller does), an Istio EnvoyFilter, or an Envoy bootstrap, LDS or ECDS
 file (the StringValue configuration of every Wasm HTTP filter whose module,
-vm_id or root_id names sluice). Each configuration found is reported as
+vm_id or root_id names sluice, and of every dynamic-module HTTP filter whose
+module is named sluice, checked for libsluice.so). Each configuration found is reported as
 "FILE: WHERE: ok" (e.g. "envoy.yaml: listener ingress, filter sluice: ok"),
 or its errors as "FILE: WHERE: PATH: MESSAGE", PATH in the manifest's terms
 (pluginConfig.rules[0].limit, matchRules[1].config.rules[0].window). Without
@@ -52,9 +54,25 @@ Exit status: 0 every file valid, 1 any invalid or unreadable, 2 usage error.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	build := config.BuildLocal
 	var names []string
-	stdinSeen := false
+	stdinSeen, wantTarget := false, false
 	for _, a := range args {
+		if wantTarget {
+			wantTarget = false
+			switch a {
+			case "wasm":
+				build = config.BuildLocal
+			case "redis":
+				build = config.BuildRedis
+			case "dynmod":
+				build = config.BuildDynamic
+			default:
+				return usageError(stderr, "check", fmt.Errorf("--target %s: want wasm, redis or dynmod", printable(a)))
+			}
+			continue
+		}
 		switch {
+		case a == "-target" || a == "--target":
+			wantTarget = true
 		case a == "-h" || a == "-help" || a == "--help":
 			fmt.Fprint(stdout, checkUsage)
 			return 0
@@ -70,6 +88,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			stdinSeen = stdinSeen || a == "-"
 			names = append(names, a)
 		}
+	}
+	if wantTarget {
+		return usageError(stderr, "check", errors.New("--target needs wasm, redis or dynmod"))
 	}
 	if len(names) == 0 {
 		return usageError(stderr, "check", errors.New("no FILE"))
@@ -175,7 +196,10 @@ func checkManifest(name string, found []embedded, kinds []string, build config.B
 			continue
 		}
 		b := build
-		if e.redis {
+		switch {
+		case e.dynmod:
+			b = config.BuildDynamic
+		case e.redis:
 			b = config.BuildRedis
 		}
 		c, err := config.ParseFor(e.data, b)

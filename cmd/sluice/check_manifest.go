@@ -30,6 +30,8 @@ type embedded struct {
 	data []byte
 	// redis is set when the manifest loads sluice-redis.wasm.
 	redis bool
+	// dynmod is set when the manifest loads libsluice.so (Envoy's dynamic-module filter).
+	dynmod bool
 	// path maps a JSON path of data to a path of the manifest ("" stays "").
 	path func(string) string
 	// skipped, when set, says why this Wasm plugin is not checked.
@@ -42,6 +44,7 @@ type embedded struct {
 // Wasm filter type names, and the typed structs that can wrap them.
 const (
 	wasmFilterType  = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+	dynmodType      = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
 	stringValueType = "type.googleapis.com/google.protobuf.StringValue"
 	listenerType    = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	extConfigType   = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
@@ -346,6 +349,10 @@ func envoyFilters(where string, v any, yamlPath string) []embedded {
 				out = append(out, wasmFilter(where, loc, p, n))
 				return
 			}
+			if typ == dynmodType {
+				out = append(out, dynmodFilter(where, loc, p, n))
+				return
+			}
 			if typedStructTypes[typ] && str(get(n, "type_url")) == wasmFilterType {
 				out = append(out, wasmFilter(where, loc, p+".value", get(n, "value")))
 				return
@@ -426,6 +433,43 @@ func wasmFilter(where string, loc []string, p string, w any) embedded {
 	val, ok := get(c, "value").(string)
 	if !ok && get(c, "value") != nil {
 		e.err = "configuration.value: must be a string (the JSON text of the configuration)"
+		return e
+	}
+	e.data = []byte(val)
+	return e
+}
+
+// dynmodFilter extracts the plugin configuration of one dynamic-module HTTP filter
+// (envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter): filter_config, a
+// StringValue whose value is the JSON libsluice.so receives. It is checked, for libsluice.so,
+// when dynamic_module_config.name names sluice.
+func dynmodFilter(where string, loc []string, p string, f any) embedded {
+	l := strings.Join(loc, ", ")
+	if l == "" {
+		l = p
+	}
+	e := embedded{where: where + l, dynmod: true, path: func(s string) string {
+		if s == "" {
+			return "filter_config.value"
+		}
+		return s
+	}}
+	module := str(get(get(f, "dynamic_module_config"), "name"))
+	if !looksLikeSluice(module) {
+		e.skipped = "not sluice (dynamic module " + printable(module) + ")"
+		return e
+	}
+	if !has(f, "filter_config") {
+		return e // the module receives an empty configuration
+	}
+	c := get(f, "filter_config")
+	if t := str(get(c, "@type")); t != stringValueType {
+		e.err = "filter_config: the @type is " + strconv.Quote(t) + ", not " + stringValueType + ": sluice reads its configuration as JSON text"
+		return e
+	}
+	val, ok := get(c, "value").(string)
+	if !ok && get(c, "value") != nil {
+		e.err = "filter_config.value: must be a string (the JSON text of the configuration)"
 		return e
 	}
 	e.data = []byte(val)
