@@ -24,13 +24,13 @@ const checkUsage = `usage: sluice check [--redis | --target wasm|redis|dynmod] F
 
 Validates sluice plugin configurations (JSON; "-" reads standard input) for
 the module that will load them: sluice.wasm by default, sluice-redis.wasm with
---redis (the build with the Redis backend, whose rules have the Redis
-scripts' bounds), libsluice.so (the Envoy dynamic module: the local backend
-only) with --target dynmod; --target wasm and --target redis are the other two. It runs the module's own validation, so "ok" means the
-module loads the configuration. Prints "ok" and one line per rule, or every
-error found, one per line, each naming its JSON path; input is quoted and
-escaped in both. With several files, each is checked and reported: "FILE: ok"
-and its rules indented, or its errors, each line starting with FILE.
+--redis or --target redis (the build with the Redis backend, whose rules have
+the Redis scripts' bounds), libsluice.so with --target dynmod (the Envoy
+dynamic module: the local backend only). It runs the module's own validation,
+so "ok" means the module loads the configuration. Prints "ok" and one line per
+rule, or every error found, one per line, each naming its JSON path; input is
+quoted and escaped in both. With several files, each is checked and reported:
+"FILE: ok" and its rules indented, or its errors, each line starting with FILE.
 
 A FILE may also be a manifest that carries the configuration (YAML or JSON,
 recognized by its content): an Istio WasmPlugin (spec.pluginConfig), a
@@ -38,8 +38,9 @@ Higress WasmPlugin (defaultConfig and matchRules, combined as Higress's
 controller does), an Istio EnvoyFilter, or an Envoy bootstrap, LDS or ECDS
 file (the StringValue configuration of every Wasm HTTP filter whose module,
 vm_id or root_id names sluice, and of every dynamic-module HTTP filter whose
-module is named sluice, checked for libsluice.so). Each configuration found is reported as
-"FILE: WHERE: ok" (e.g. "envoy.yaml: listener ingress, filter sluice: ok"),
+module is named sluice, checked for libsluice.so). Each configuration found
+is reported as "FILE: WHERE: ok" (e.g. "envoy.yaml: listener ingress, filter
+sluice: ok"),
 or its errors as "FILE: WHERE: PATH: MESSAGE", PATH in the manifest's terms
 (pluginConfig.rules[0].limit, matchRules[1].config.rules[0].window). Without
 --redis, a configuration is checked for sluice-redis.wasm when the manifest
