@@ -83,6 +83,8 @@ test:
 	  $(GO) test $(TEST_FLAGS) -v ./$$1 2>&1 | awk -v pkg=$$1 -f .ci/test-progress.awk; }; \
 	rc=0; vtest $(firstword $(TEST_SLOW)) & lane=$$!; \
 	echo "== go test -p 1 (the other packages)"; $(GO) test $(TEST_FLAGS) -p 1 $$fast || rc=1; \
+	echo "== go test -race ./filter/dynmod (the dynamic module's shell: Envoy's workers are threads)"; \
+	$(GO) test $(TEST_FLAGS) -race ./filter/dynmod || rc=1; \
 	for p in $(wordlist 2,$(words $(TEST_SLOW)),$(TEST_SLOW)); do vtest $$p || rc=1; done; \
 	wait $$lane || rc=1; \
 	if [ $$rc != 0 ]; then echo "make test: FAIL (above)"; fi; exit $$rc

@@ -2,6 +2,7 @@ package dynmod
 
 import (
 	"errors"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -166,11 +167,14 @@ func (m *module) newConfig(ptr configPtr, name string, data []byte) (uint32, err
 // Envoy worker that calls into Go takes a P, and the extra P keeps one idle, so that the
 // runtime never takes a worker's P back while the worker runs Envoy's code between two
 // calls (see keeper.go).
+// GOMAXPROCS in the environment is the operator's choice and is kept.
 func (m *module) setProcs(workers int) {
 	want := workers + 1
 	if want > m.procs {
 		m.procs = want
-		runtime.GOMAXPROCS(want)
+		if os.Getenv("GOMAXPROCS") == "" {
+			runtime.GOMAXPROCS(want)
+		}
 		startKeeper()
 	}
 }

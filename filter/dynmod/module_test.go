@@ -391,3 +391,45 @@ func TestProcsAndConfigSlots(t *testing.T) {
 		t.Fatalf("slot not reused: %d", idx)
 	}
 }
+
+// Four workers on four goroutines, as Envoy's worker threads call the module, race on one
+// key: exactly the limit is admitted (the shared map's compare-and-swap), and the race
+// detector (make test runs this package with -race) sees no unguarded state.
+func TestConcurrentWorkers(t *testing.T) {
+	e := newFakeEnvoy(4)
+	_, c := newTestConfig(t, e, `{"rules":[{"name":"one","key":[{"header":"x-key"}],"algorithm":"sliding_log","limit":100,"window":"1h"}]}`)
+	var streams [4][]filterPtr
+	for w := range streams {
+		for i := 0; i < 500; i++ {
+			streams[w] = append(streams[w], e.stream(w, "x-key", "k"))
+		}
+	}
+	var admitted, denied [4]int
+	var wg sync.WaitGroup
+	for w := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, f := range streams[w] {
+				var p fakePrepared
+				wk, id, act, ended := c.requestHeaders(f, true, &p)
+				if !ended {
+					wk.destroy(id, f)
+				}
+				if act == abi.ActionContinue {
+					admitted[w]++
+				} else {
+					denied[w]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sum := 0
+	for w := range admitted {
+		sum += admitted[w]
+	}
+	if sum != 100 {
+		t.Fatalf("admitted %d of 2,000 (per worker %v), want exactly 100", sum, admitted)
+	}
+}
