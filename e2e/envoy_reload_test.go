@@ -82,8 +82,14 @@ func writeLDS(site EnvoySite, path, version string, port int, config string) err
 // wasm, when not empty, replaces the shipped module.
 func startLDSEnvoy(t *testing.T, tg envoyproc.Target, workers int, wasm, config string, args ...string) *ldsEnvoy {
 	t.Helper()
+	return startLDSEnvoyAs(t, tg, artWasm, workers, wasm, config, args...)
+}
+
+// startLDSEnvoyAs is startLDSEnvoy for artifact a.
+func startLDSEnvoyAs(t *testing.T, tg envoyproc.Target, a artifact, workers int, wasm, config string, args ...string) *ldsEnvoy {
+	t.Helper()
 	l := &ldsEnvoy{t: t, path: filepath.Join(t.TempDir(), "lds.yaml")}
-	l.e = startEnvoy(t, tg, workers, func(site EnvoySite) ([]byte, error) {
+	l.e = startEnvoyAs(t, tg, a, workers, func(site EnvoySite) ([]byte, error) {
 		if wasm != "" {
 			site.WasmPath = wasm
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,8 +72,10 @@ func Start(ctx context.Context, t Target, opts Options) (*Envoy, error) {
 	if level == "" {
 		level = "warn"
 	}
-	args := []string{"-c", cfg, "--concurrency", strconv.Itoa(conc), "--admin-address-path", adminFile,
-		"--use-dynamic-base-id", "--log-level", level}
+	args := []string{"-c", cfg, "--concurrency", strconv.Itoa(conc), "--admin-address-path", adminFile, "--log-level", level}
+	if !slices.Contains(opts.Args, "--base-id") {
+		args = append(args, "--use-dynamic-base-id") // a hot restart names its base id
+	}
 	args = append(args, opts.Args...)
 	e := &Envoy{Target: t, log: &syncBuffer{}, done: make(chan struct{})}
 	if t.Image != "" {
