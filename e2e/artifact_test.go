@@ -89,7 +89,9 @@ func forEachArtifact(t *testing.T, f func(t *testing.T, tg envoyproc.Target, a a
 }
 
 // dynmodSpoken reports whether libsluice.so speaks tg's dynamic-module ABI.
-func dynmodSpoken(tg envoyproc.Target) bool { return compareVersions(tg.Version, dynmodMinVersion) >= 0 }
+func dynmodSpoken(tg envoyproc.Target) bool {
+	return compareVersions(tg.Version, dynmodMinVersion) >= 0
+}
 
 // forEachEnvoyWhere runs f as subtest VERSION+suffix for each Envoy target that pred
 // accepts.
