@@ -1,5 +1,6 @@
 // Package build builds what the benchmark commands measure — the sluice module as `make build`
-// ships it, the no-op module, the sluice binary and the load generator — from the repository
+// ships it, the no-op module, the dynamic module libsluice.so and a C no-op beside it, the
+// sluice binary and the load generator — from the repository
 // the command runs in, and holds the plumbing the commands share: the machine's load, the
 // checkout's revision and the command line for their reports, a process's CPU time from
 // /proc, and a free loopback port.
@@ -53,6 +54,18 @@ var wasip1 = []string{"GOOS=wasip1", "GOARCH=wasm"}
 // SluiceWasm builds ./cmd/sluice-wasm to out (unpatched: follow with Patch).
 func SluiceWasm(out string) Step {
 	return Step{".", wasip1, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./cmd/sluice-wasm"}}
+}
+
+// SluiceDynmod builds ./cmd/sluice-dynmod, the Envoy dynamic module, to out as `make build`
+// builds dist/libsluice.so (cgo, -buildmode=c-shared).
+func SluiceDynmod(out string) Step {
+	return Step{".", []string{"CGO_ENABLED=1"}, []string{"go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./cmd/sluice-dynmod"}}
+}
+
+// CShared builds the C source src (relative to the root) into the shared library out with
+// the system's gcc, as a dynamic module is built: gcc -shared -fPIC -O2.
+func CShared(src, out string) Step {
+	return Step{".", nil, []string{"gcc", "-shared", "-fPIC", "-O2", "-o", out, src}}
 }
 
 // NoopWasm builds the Proxy-Wasm module that does nothing (host/testdata/guests/minimal).

@@ -2,7 +2,8 @@
 // endpoint on a free loopback port, the upstream (a direct response from a listener of the same
 // Envoy), and measured listeners routing to it, each with its filter chain — Envoy's native
 // local_ratelimit with a token bucket per x-key value, a Wasm filter (sluice or the no-op
-// module), or neither — before the router.
+// module), a dynamic-module filter (libsluice.so or the C no-op), or none — before the
+// router.
 package envoyconf
 
 import (
@@ -107,7 +108,12 @@ type Filters struct {
 	FillSecs   int    // native: the refill interval
 	VMID       string // a Wasm filter when set: its name, root_id and vm_id
 	WasmPath   string
-	Plugin     string // the plugin configuration as a JSON string literal
+	// DynModule, when set, is a dynamic-module filter: the library's name (Envoy loads
+	// lib<DynModule>.so from $ENVOY_DYNAMIC_MODULES_SEARCH_PATH, and keeps it loaded), with
+	// filter_name DynFilter and the plugin configuration as its filter_config.
+	DynModule string
+	DynFilter string
+	Plugin    string // the plugin configuration as a JSON string literal
 }
 
 // YAML is the listener's http_filters list, indented for an HttpConnectionManager under
@@ -156,6 +162,16 @@ var filtersTmpl = template.Must(template.New("filters").Funcs(template.FuncMap{"
                 configuration:
                   "@type": type.googleapis.com/google.protobuf.StringValue
                   value: {{.Plugin}}
+{{- end}}
+{{- if .DynModule}}
+          - name: {{.DynFilter}}
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              dynamic_module_config: {name: {{quote .DynModule}}, do_not_close: true}
+              filter_name: {{quote .DynFilter}}
+              filter_config:
+                "@type": type.googleapis.com/google.protobuf.StringValue
+                value: {{.Plugin}}
 {{- end}}
           - name: envoy.filters.http.router
             typed_config:
