@@ -20,10 +20,13 @@ const (
 type family struct {
 	name string
 	what string
-	kind string // "none", "noop", "denier", "counter", "native", "sluice"
-	// sluice only
+	// "none", "noop", "denier", "counter", "native", "sluice" (sluice.wasm), "dynmod"
+	// (libsluice.so), "dm-c" (the C no-op dynamic module)
+	kind string
+	// sluice and dynmod only
 	algorithm string // token_bucket, sliding_window
 	headers   string // response headers: none, both
+	never     bool   // the rule matches path_prefix /never/: no request is ever limited
 	// baseline families are measured on one variant only (the filter ignores keys):
 	// baselineVariant, or only when set.
 	baseline bool
@@ -36,6 +39,13 @@ type family struct {
 // floor reports whether f is one of the floors (deny-floor, admit-floor): modules that do
 // the least a Proxy-Wasm limiter must, measured in the throughput phase only.
 func (f family) floor() bool { return f.kind == "denier" || f.kind == "counter" }
+
+// dynmod reports whether f is a dynamic module's family (libsluice.so or the C no-op): Envoy
+// loads it from the search path, not as Wasm.
+func (f family) dynmod() bool { return f.kind == "dynmod" || f.kind == "dm-c" }
+
+// limiter reports whether f is one of sluice's rate-limiting families, on either artifact.
+func (f family) limiter() bool { return f.kind == "sluice" || f.kind == "dynmod" && !f.baseline }
 
 // variantName is the variant a baseline family is measured on.
 func (f family) variantName() string {
@@ -61,7 +71,25 @@ var families = []family{
 	{name: "tb-none", what: "sluice token_bucket on x-key, response headers none", kind: "sluice", algorithm: "token_bucket", headers: "none"},
 	{name: "tb-both", what: "sluice token_bucket on x-key, response headers both", kind: "sluice", algorithm: "token_bucket", headers: "both"},
 	{name: "sw-none", what: "sluice sliding_window on x-key, response headers none", kind: "sluice", algorithm: "sliding_window", headers: "none"},
+	// The dynamic module, libsluice.so: its families after Wasm's, so that the Wasm families
+	// keep their places.
+	{name: "dm-noop-c", what: "a no-op C dynamic module: every hook Envoy requires, per request one read of x-key and Continue, nothing else (bench/envoy/testdata/noop_dynmod.c, gcc -O2): the least a dynamic module costs", kind: "dm-c", baseline: true},
+	{name: "dm-noop-go", what: "the dynamic module libsluice.so with one rule that never matches (path_prefix /never/): one entry into the Go runtime per request and nothing done, the Go runtime's floor", kind: "dynmod", algorithm: "token_bucket", headers: "none", never: true, baseline: true},
+	{name: "dm-tb-none", what: "the dynamic module libsluice.so configured as tb-none", kind: "dynmod", algorithm: "token_bucket", headers: "none"},
+	{name: "dm-tb-both", what: "the dynamic module libsluice.so configured as tb-both", kind: "dynmod", algorithm: "token_bucket", headers: "both"},
+	{name: "dm-sw-none", what: "the dynamic module libsluice.so configured as sw-none", kind: "dynmod", algorithm: "sliding_window", headers: "none"},
 }
+
+// The dynamic modules' names: Envoy loads lib<name>.so from $ENVOY_DYNAMIC_MODULES_SEARCH_PATH,
+// a directory holding both (one libsluice.so per process: one Go runtime serves every
+// configuration of the dynamic-module families).
+const (
+	dynmodSluice = "sluice"
+	dynmodNoop   = "noopdm"
+)
+
+// dynmodLib is the file of a dynamic module in the search path.
+func dynmodLib(name string) string { return "lib" + name + ".so" }
 
 var variants = []variant{
 	{name: "admit-1", keys: 1},
@@ -93,14 +121,18 @@ func (c setup) name() string { return c.f.name + " " + c.v.name }
 // metrics of the VMs of one process share their names.
 func (c setup) ruleName() string { return c.f.name + "-" + c.v.name }
 
-// pluginConfig is sluice's configuration for a variant of a sluice family.
+// pluginConfig is sluice's configuration for a variant of a sluice family (either artifact).
 func pluginConfig(f family, v variant) string {
 	limit, window := admitLimit, "1s"
 	if v.deny {
 		limit, window = denyLimit, "1h"
 	}
-	return fmt.Sprintf(`{"rules":[{"name":%q,"key":[{"header":%q}],"algorithm":%q,"limit":%d,"window":%q}],"response":{"headers":%q}}`,
-		setup{f, v}.ruleName(), keyHeader, f.algorithm, limit, window, f.headers)
+	match := ""
+	if f.never {
+		match = `"match":{"path_prefix":"/never/"},`
+	}
+	return fmt.Sprintf(`{"rules":[{"name":%q,%s"key":[{"header":%q}],"algorithm":%q,"limit":%d,"window":%q}],"response":{"headers":%q}}`,
+		setup{f, v}.ruleName(), match, keyHeader, f.algorithm, limit, window, f.headers)
 }
 
 // listenerName is the listener serving a configuration.
@@ -184,6 +216,11 @@ func renderBootstrap(spec bootstrapSpec) ([]byte, error) {
 				path = f.b
 			}
 			fc.VMID, fc.WasmPath, fc.Plugin = vmID(f), path, string(b)
+		case "dynmod":
+			b, _ := json.Marshal(pluginConfig(f, v))
+			fc.DynModule, fc.DynFilter, fc.Plugin = dynmodSluice, "sluice", string(b)
+		case "dm-c":
+			fc.DynModule, fc.DynFilter, fc.Plugin = dynmodNoop, "noop", `""`
 		default:
 			return nil, fmt.Errorf("family %s: unknown kind %q", f.name, f.kind)
 		}

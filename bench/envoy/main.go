@@ -1,40 +1,53 @@
-// Command bench-envoy measures sluice.wasm where users run it: inside one real Envoy (V8),
-// against Envoy's own local_ratelimit filter, a no-op standard-Go module and no filter at
-// all. Every comparison is a ratio taken per round between runs seconds apart in the same
-// process, median and range over the rounds printed: absolute figures on a shared machine
-// swing, ratios measured side by side hold.
+// Command bench-envoy measures sluice where users run it: inside one real Envoy, as
+// sluice.wasm (V8) and as the dynamic module libsluice.so, against Envoy's own
+// local_ratelimit filter, no-op modules and no filter at all. Every comparison is a ratio
+// taken per round between runs seconds apart in the same process, median and range over the
+// rounds printed: absolute figures on a shared machine swing, ratios measured side by side
+// hold.
 //
 //	go run ./bench/envoy [-rounds 5] [-d 3s] [-warmup 1s] [-c 32] [-envoy PATH] [-wasm FILE]
-//	                     [-families tb-none,…] [-phases throughput,latency,memory,startup]
+//	                     [-dynmod libsluice.so] [-families tb-none,…]
+//	                     [-phases throughput,latency,memory,startup]
 //	make bench-envoy                # the same, BENCH_ENVOY_FLAGS to pass flags, ENVOY=path
 //
 // Families: none, noop, native (local_ratelimit, a token bucket per x-key value through a
 // dynamic descriptor), tb-none and tb-both (sluice token_bucket, response headers none /
-// both), sw-none (sluice sliding_window). Variants: 1 key and 1,000 keys, admitted (limits far
-// above the load) and denied (1 per hour; the warm-up uses every key first). The baselines
-// (none, noop) are measured on admit-1k only. Upstream: a direct_response from a listener of
-// the same Envoy, so nothing outside Envoy is measured. Envoy runs with --concurrency 2.
+// both), sw-none (sluice sliding_window); on the dynamic module, dm-tb-none, dm-tb-both and
+// dm-sw-none (the same configurations in libsluice.so), dm-noop-go (libsluice.so whose only
+// rule never matches: one entry into the Go runtime per request, the Go runtime's floor)
+// and dm-noop-c (a C module with every required hook that reads x-key and continues,
+// testdata/noop_dynmod.c built with gcc). Variants: 1 key and 1,000 keys, admitted (limits
+// far above the load) and denied (1 per hour; the warm-up uses every key first). The
+// baselines (none, noop, dm-noop-c, dm-noop-go) are measured on admit-1k only. Upstream: a
+// direct_response from a listener of the same Envoy, so nothing outside Envoy is measured.
+// Envoy runs with --concurrency 2, and with ENVOY_DYNAMIC_MODULES_SEARCH_PATH naming one
+// directory that holds libsluice.so (built from the checkout, or -dynmod) and the C no-op.
+// An Envoy older than 1.38 cannot load libsluice.so: the dm-* families are then left out.
 //
 // Phases:
 //   - throughput: per round one Envoy process with every configuration on a listener of its
-//     own (one Wasm VM per family); the configurations run one after the other in an order
-//     rotated from round to round (reversed every other round), each a closed-loop load
-//     (bench/cmd/sluice-load) for -warmup then -d: req/s, and Envoy's CPU per request
+//     own (one Wasm VM per family; one libsluice.so, one Go runtime, with a filter
+//     configuration per dm-* listener); the configurations run one after the other in an
+//     order rotated from round to round (reversed every other round), each a closed-loop
+//     load (bench/cmd/sluice-load) for -warmup then -d: req/s, and Envoy's CPU per request
 //     (utime+stime of the process from /proc/PID/stat over the measured run, divided by the
 //     requests served; only one listener takes load at a time).
 //   - latency: in the same process, after the round's throughput runs, an open loop at half
 //     the req/s native admit-1k reached in that round, on native's and every sluice family's
-//     admit-1k listener in a rotated order: p50 and p99 measured from each request's due time.
-//   - memory: per family an Envoy process of its own with its admit-1k listener: VmRSS after
-//     start, after every third of -mem-requests requests, after -mem-keys distinct keys (not
-//     for the baselines), and the wasm stats Envoy exposes with sluice's guest metrics.
+//     (either artifact) admit-1k listener in a rotated order: p50 and p99 measured from each
+//     request's due time.
+//   - memory: per family an Envoy process of its own with its admit-1k listener (a dm-*
+//     family's loads its dynamic module and no Wasm): VmRSS after start, after every third of
+//     -mem-requests requests, after -mem-keys distinct keys (not for the baselines), and the
+//     wasm stats Envoy exposes with sluice's guest metrics.
 //   - startup: per family and -startup-rounds round a fresh Envoy process: the time from
 //     starting it to /ready saying LIVE, then a closed loop on -first-c connections (exact
 //     connection balance: both workers take half) for the first second after ready: its
 //     slowest request and p99, and the connections each worker took.
 //
 // Results go to stdout and to -out (bench/envoy/results.txt): a header line (date, commit,
-// command), the setting, the performance goals against the figures, then the tables.
+// command), the setting, the performance goals against the figures (sluice.wasm's, then the
+// dynamic module's of issue 37 with what the Go runtime costs), then the tables.
 //
 // Bounds: loopback only; every process it starts is stopped by its PID; Linux only (/proc).
 package main
@@ -48,6 +61,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,6 +82,7 @@ type options struct {
 	version       string
 	wasm          string
 	wasmB         string
+	dynmod        string
 	out           string
 	only          string
 	phases        string
@@ -84,6 +99,9 @@ type env struct {
 	dir     string
 	wasm    string
 	wasmB   string // -wasm-b, absolute
+	fams    []family
+	dmDir   string // the dynamic modules' search path, "" when no family loads one
+	dmFrom  string // where libsluice.so came from, for the report
 	noop    string
 	denier  string
 	counter string
@@ -103,8 +121,9 @@ func main() {
 	flag.StringVar(&o.version, "envoy-version", "1.40.0", "pinned Envoy version when neither -envoy nor $ENVOY is set")
 	flag.StringVar(&o.wasm, "wasm", "", "sluice.wasm to load (default: built and patched into a temporary directory)")
 	flag.StringVar(&o.wasmB, "wasm-b", "", "a second sluice.wasm (say, built before a change): every sluice family selected is also run on it as FAMILY-b, in the same rounds, and the goals table adds each -b family against its own")
+	flag.StringVar(&o.dynmod, "dynmod", "", "libsluice.so to load (default: built from this checkout into a temporary directory)")
 	flag.StringVar(&o.out, "out", "", "results file (default: bench/envoy/results.txt in the repository; \"-\": none)")
-	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none, noop, the floors and native are always run: the ratios need them)")
+	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none and native are always run, noop and the floors unless only dm-* families are named, dm-noop-c and dm-noop-go with any dm-* family: the ratios need them)")
 	flag.StringVar(&o.phases, "phases", strings.Join(allPhases, ","), "comma-separated phases to run (latency needs throughput)")
 	flag.IntVar(&o.memRequests, "mem-requests", 300_000, "memory: requests before the RSS readings (in three parts)")
 	flag.IntVar(&o.memKeys, "mem-keys", 200_000, "memory: distinct keys sent after the requests (rate-limiting families)")
@@ -159,10 +178,28 @@ func parsePhases(s string) (map[string]bool, error) {
 	return ph, nil
 }
 
-// setup finds the repository, builds the modules and the load generator, and resolves and
-// checks the Envoy binary.
+// setup finds the repository, resolves and checks the Envoy binary, chooses the families,
+// and builds the modules and the load generator.
 func (e *env) setup() error {
 	var err error
+	if e.target, err = envoyproc.LocalTarget(e.o.envoy, e.o.version, "the CPU figures need the Envoy process's /proc entry"); err != nil {
+		return err
+	}
+	if e.o.wasmB != "" {
+		if e.wasmB, err = filepath.Abs(e.o.wasmB); err != nil {
+			return err
+		}
+		if _, err := os.Stat(e.wasmB); err != nil {
+			return fmt.Errorf("-wasm-b: %w", err)
+		}
+	}
+	dm := dynmodSpoken(e.target.Version)
+	if !dm && e.o.only == "" {
+		fmt.Fprintf(os.Stderr, "bench-envoy: Envoy %s cannot load libsluice.so (%s or later): the dm-* families are left out\n", e.target.Version, dynmodMinVersion)
+	}
+	if e.fams, err = selectFamilies(e.o.only, dm, e.wasmB); err != nil {
+		return err
+	}
 	if e.root, e.dir, err = build.Workspace("bench-envoy"); err != nil {
 		return err
 	}
@@ -181,25 +218,57 @@ func (e *env) setup() error {
 		patch = append(patch, e.wasm)
 	}
 	steps = append(steps, build.NoopWasm(e.noop), build.DenierWasm(e.denier), build.CounterWasm(e.counter), build.Command("./bench/cmd/sluice-load", e.load), build.Patch(patch...))
-	if err := build.Run(e.root, e.dir, "bench-envoy", steps...); err != nil {
-		return err
-	}
-	if e.target, err = envoyproc.LocalTarget(e.o.envoy, e.o.version, "the CPU figures need the Envoy process's /proc entry"); err != nil {
-		return err
-	}
-	if e.o.wasmB != "" {
-		if e.wasmB, err = filepath.Abs(e.o.wasmB); err != nil {
+	if slices.ContainsFunc(e.fams, family.dynmod) {
+		// One directory is the dynamic modules' search path: libsluice.so and the C no-op.
+		e.dmDir = filepath.Join(e.dir, "dynmod")
+		if err := os.MkdirAll(e.dmDir, 0o755); err != nil {
 			return err
 		}
-		if _, err := os.Stat(e.wasmB); err != nil {
-			return fmt.Errorf("-wasm-b: %w", err)
+		lib := filepath.Join(e.dmDir, dynmodLib(dynmodSluice))
+		if e.o.dynmod != "" {
+			// A copy: the file given may be rebuilt while the run lasts.
+			src, err := filepath.Abs(e.o.dynmod)
+			if err != nil {
+				return err
+			}
+			if err := copyFile(src, lib); err != nil {
+				return fmt.Errorf("-dynmod: %w", err)
+			}
+			e.dmFrom = "copied from " + src
+		} else {
+			e.dmFrom = "built from this checkout"
+			steps = append(steps, build.SluiceDynmod(lib))
 		}
+		steps = append(steps, build.CShared(noopDynmodSource, filepath.Join(e.dmDir, dynmodLib(dynmodNoop))))
+	}
+	if err := build.Run(e.root, e.dir, "bench-envoy", steps...); err != nil {
+		return err
 	}
 	chk := filepath.Join(e.dir, "v8check")
 	if err := os.MkdirAll(chk, 0o755); err != nil {
 		return err
 	}
 	return envoyproc.CheckV8(e.target, chk)
+}
+
+// noopDynmodSource is the C no-op dynamic module's source (family dm-noop-c), from the root.
+const noopDynmodSource = "bench/envoy/testdata/noop_dynmod.c"
+
+// copyFile copies the file src to dst.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
+}
+
+// envoyEnv is the environment Envoy needs besides ours: the dynamic modules' search path.
+func (e *env) envoyEnv() []string {
+	if e.dmDir == "" {
+		return nil
+	}
+	return []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + e.dmDir}
 }
 
 // sample is one configuration's throughput figures in one round.
@@ -245,21 +314,66 @@ type results struct {
 	start map[string][]startSample
 }
 
-func (e *env) selected() []family {
-	fs := families
-	if e.o.only != "" {
-		want := map[string]bool{}
-		for _, n := range strings.Split(e.o.only, ",") {
-			want[strings.TrimSpace(n)] = true
-		}
-		fs = nil
-		for _, f := range families {
-			if want[f.name] || f.baseline || f.kind == "native" { // the ratios need them
-				fs = append(fs, f)
-			}
+// selectFamilies is the families a run measures: every family, or those -families names
+// (only) with the baselines their ratios need — none and native always, the Wasm baselines
+// (noop, the floors) unless only dynamic-module families are named, the dynamic-module
+// baselines (dm-noop-c, dm-noop-go) with any dynamic-module family. Without dm (an Envoy
+// that cannot load libsluice.so) the dynamic-module families are left out, and naming one
+// is an error. Then each sluice.wasm family's copy on module b (withB).
+func selectFamilies(only string, dm bool, b string) ([]family, error) {
+	want := map[string]bool{}
+	for _, n := range strings.Split(only, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
 		}
 	}
-	return withB(fs, e.wasmB)
+	var names []string
+	for _, f := range families {
+		names = append(names, f.name)
+	}
+	dmNamed, wasmNamed := false, false
+	for n := range want {
+		if !slices.Contains(names, n) {
+			return nil, fmt.Errorf("-families: unknown family %q (have %s)", n, strings.Join(names, ", "))
+		}
+		f := families[slices.Index(names, n)]
+		if f.dynmod() && !dm {
+			return nil, fmt.Errorf("-families: %s needs an Envoy that loads libsluice.so (%s or later)", n, dynmodMinVersion)
+		}
+		dmNamed = dmNamed || f.dynmod()
+		wasmNamed = wasmNamed || !f.dynmod() && f.kind != "none" && f.kind != "native"
+	}
+	var fs []family
+	for _, f := range families {
+		var in bool
+		switch {
+		case f.dynmod() && !dm:
+			in = false
+		case len(want) == 0, want[f.name], f.kind == "none", f.kind == "native": // the ratios need them
+			in = true
+		case f.baseline && f.dynmod():
+			in = dmNamed
+		case f.baseline:
+			in = wasmNamed || !dmNamed
+		}
+		if in {
+			fs = append(fs, f)
+		}
+	}
+	return withB(fs, b), nil
+}
+
+// dynmodMinVersion is the oldest Envoy whose dynamic-module ABI libsluice.so speaks.
+const dynmodMinVersion = "1.38"
+
+// dynmodSpoken reports whether Envoy version v (1.40.0, say) loads libsluice.so: from
+// dynmodMinVersion on; a version it cannot read is taken to.
+func dynmodSpoken(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return true
+	}
+	return major > 1 || major == 1 && minor >= 38
 }
 
 // withB adds, after each sluice family of fs, its copy on module b (none when b is empty).
@@ -302,11 +416,12 @@ func configurations(fams []family) []setup {
 	return cs
 }
 
-// latencyFamilies are the families measured at a fixed load: native and sluice's.
+// latencyFamilies are the families measured at a fixed load: native and sluice's (on
+// either artifact).
 func latencyFamilies(fams []family) []family {
 	var out []family
 	for _, f := range fams {
-		if f.kind == "native" || f.kind == "sluice" {
+		if f.kind == "native" || f.limiter() {
 			out = append(out, f)
 		}
 	}
@@ -314,7 +429,7 @@ func latencyFamilies(fams []family) []family {
 }
 
 func (e *env) run(ph map[string]bool) error {
-	fams := e.selected()
+	fams := e.fams
 	res := &results{tput: map[string][]sample{}, lat: map[string][]latSample{}, mem: map[string]memSample{}, start: map[string][]startSample{}}
 	start := time.Now()
 	load0 := build.LoadAvg()
@@ -351,7 +466,7 @@ func (e *env) run(ph map[string]bool) error {
 				if err != nil {
 					return fmt.Errorf("start-up, %s, round %d: %v", f.name, r+1, err)
 				}
-				fmt.Fprintf(os.Stderr, "start-up %d %-8s ready after %v, first second: %d requests, p99 %.1f ms, max %.1f ms, connections per worker %v\n",
+				fmt.Fprintf(os.Stderr, "start-up %d %-10s ready after %v, first second: %d requests, p99 %.1f ms, max %.1f ms, connections per worker %v\n",
 					r+1, f.name, s.ready.Round(time.Millisecond), s.requests, s.p99, s.max, s.workers)
 				res.start[f.name] = append(res.start[f.name], s)
 			}
@@ -394,7 +509,7 @@ func (e *env) throughputRound(fams []family, r int, lat bool, res *results) erro
 	if err != nil {
 		return err
 	}
-	p, err := startEnvoy(e.target.Bin, dir, y)
+	p, err := startEnvoy(e.target.Bin, dir, y, e.envoyEnv())
 	if err != nil {
 		return err
 	}
@@ -406,7 +521,7 @@ func (e *env) throughputRound(fams []family, r int, lat bool, res *results) erro
 		if err != nil {
 			return fmt.Errorf("%s: %v", c.name(), err)
 		}
-		fmt.Fprintf(os.Stderr, "round %d %-18s %8.0f req/s %7.1f µs Envoy CPU/request\n", r+1, c.name(), s.rps, s.cpuPerReq)
+		fmt.Fprintf(os.Stderr, "round %d %-19s %8.0f req/s %7.1f µs Envoy CPU/request\n", r+1, c.name(), s.rps, s.cpuPerReq)
 		res.tput[c.name()] = append(res.tput[c.name()], s)
 	}
 	if !lat {
@@ -421,7 +536,7 @@ func (e *env) throughputRound(fams []family, r int, lat bool, res *results) erro
 		if err != nil {
 			return fmt.Errorf("latency, %s: %v", c.name(), err)
 		}
-		fmt.Fprintf(os.Stderr, "round %d %-18s at %6.0f req/s: p50 %.3f ms p99 %.3f ms (%d sent late) %7.1f µs Envoy CPU/request\n",
+		fmt.Fprintf(os.Stderr, "round %d %-19s at %6.0f req/s: p50 %.3f ms p99 %.3f ms (%d sent late) %7.1f µs Envoy CPU/request\n",
 			r+1, c.name(), s.rate, s.p50, s.p99, s.late, s.cpuPerReq)
 		res.lat[c.f.name] = append(res.lat[c.f.name], s)
 	}
@@ -508,7 +623,7 @@ func (e *env) memory(f family) (memSample, error) {
 	if err != nil {
 		return memSample{}, err
 	}
-	p, err := startEnvoy(e.target.Bin, dir, y)
+	p, err := startEnvoy(e.target.Bin, dir, y, e.envoyEnv())
 	if err != nil {
 		return memSample{}, err
 	}
@@ -524,7 +639,7 @@ func (e *env) memory(f family) (memSample, error) {
 			return err
 		}
 		ms.rssMB = append(ms.rssMB, rss)
-		fmt.Fprintf(os.Stderr, "memory %-8s %-14s VmRSS %.1f MB\n", f.name, what, rss)
+		fmt.Fprintf(os.Stderr, "memory %-10s %-14s VmRSS %.1f MB\n", f.name, what, rss)
 		return nil
 	}
 	if err := read(memPoints[0]); err != nil {
@@ -605,7 +720,7 @@ func (e *env) startup(f family, r int) (startSample, error) {
 	if err != nil {
 		return startSample{}, err
 	}
-	p, ready, err := startTimed(e.target.Bin, dir, y)
+	p, ready, err := startTimed(e.target.Bin, dir, y, e.envoyEnv())
 	if err != nil {
 		return startSample{}, err
 	}

@@ -1,18 +1,23 @@
 package main
 
 import (
+	"debug/elf"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	dynmodv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_modules/v3"
 	localrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/bench/internal/build"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
@@ -71,7 +76,8 @@ func parseBootstrap(t *testing.T, data []byte) *bootstrapv3.Bootstrap {
 // configurations: loopback only, the upstream a direct response on the port the cluster
 // names, one listener per configuration routed to it with the family's filter before the
 // router and the limits the variant asks for (sluice's configuration parses as the product
-// parses it), one VM per family.
+// parses it, on either artifact), one VM per Wasm family, the dynamic-module families
+// loading their library by name.
 func TestBootstraps(t *testing.T) {
 	const port, wasm, noop, denier = 18123, "/tmp/bench-envoy/sluice.wasm", "/tmp/bench-envoy/noop.wasm", "/tmp/bench-envoy/denier.wasm"
 	const counter = "/tmp/bench-envoy/counter.wasm"
@@ -149,6 +155,10 @@ func TestBootstraps(t *testing.T) {
 					module = denier
 				case "counter":
 					module = counter
+				case "dynmod":
+					module = dynmodSluice
+				case "dm-c":
+					module = dynmodNoop
 				}
 				if want.c.f.b != "" {
 					module = want.c.f.b
@@ -166,10 +176,10 @@ func TestBootstraps(t *testing.T) {
 		})
 	}
 	// The shared bootstrap holds every configuration once; a family's, its admit-1k.
-	if got, want := len(specs["shared"].listeners), 4+4*len(variants); got != want {
+	if got, want := len(specs["shared"].listeners), 6+7*len(variants); got != want {
 		t.Errorf("shared: %d listeners, want %d", got, want)
 	}
-	if got, want := len(specs["shared-b"].listeners), 4+7*len(variants); got != want {
+	if got, want := len(specs["shared-b"].listeners), 6+10*len(variants); got != want {
 		t.Errorf("shared-b: %d listeners, want %d (each sluice family twice)", got, want)
 	}
 	if fs := withB(families, wasmB); fs[6].name != "tb-none-b" || fs[6].b != wasmB || fs[5].b != "" || len(withB(families, "")) != len(families) {
@@ -180,9 +190,9 @@ func TestBootstraps(t *testing.T) {
 	}
 }
 
-// checkFilter checks a listener's filters against its configuration and returns the
-// vm_id of its Wasm filter ("" without one).
-func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter, wasm string) string {
+// checkFilter checks a listener's filters against its configuration (module: the Wasm file,
+// or the dynamic module's name) and returns the vm_id of its Wasm filter ("" without one).
+func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter, module string) string {
 	t.Helper()
 	if f.kind == "none" {
 		if len(filters) != 1 {
@@ -231,8 +241,8 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 			t.Fatal(err)
 		}
 		vm := w.GetConfig().GetVmConfig()
-		if vm.GetRuntime() != "envoy.wasm.runtime.v8" || vm.GetCode().GetLocal().GetFilename() != wasm {
-			t.Errorf("vm %v: want V8 and %s", vm, wasm)
+		if vm.GetRuntime() != "envoy.wasm.runtime.v8" || vm.GetCode().GetLocal().GetFilename() != module {
+			t.Errorf("vm %v: want V8 and %s", vm, module)
 		}
 		var cfg wrapperspb.StringValue
 		if err := w.GetConfig().GetConfiguration().UnmarshalTo(&cfg); err != nil {
@@ -244,31 +254,70 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 			}
 			return vm.GetVmId()
 		}
-		if cfg.GetValue() != pluginConfig(f, v) {
-			t.Errorf("plugin configuration changed in rendering:\n%s\nwant\n%s", cfg.GetValue(), pluginConfig(f, v))
-		}
-		c, err := config.ParseFor([]byte(cfg.GetValue()), config.BuildLocal)
-		if err != nil {
+		checkPlugin(t, f, v, cfg.GetValue())
+		return vm.GetVmId()
+	case "dynmod", "dm-c":
+		var dm dynmodv3.DynamicModuleFilter
+		if err := filters[0].GetTypedConfig().UnmarshalTo(&dm); err != nil {
 			t.Fatal(err)
 		}
-		r := c.Rules[0]
-		wantLimit, wantWindow := int64(admitLimit), time.Second
-		if v.deny {
-			wantLimit, wantWindow = denyLimit, time.Hour
+		if c := dm.GetDynamicModuleConfig(); c.GetName() != module || !c.GetDoNotClose() {
+			t.Errorf("%s: dynamic module %v, want %s kept loaded (do_not_close)", f.name, c, module)
 		}
-		kind, _ := algorithms.ParseKind(f.algorithm)
-		if r.Algorithm != kind || r.Limit != wantLimit || r.Window != wantWindow || len(r.Key) != 1 || r.Key[0].Header != keyHeader {
-			t.Errorf("%s: rule %+v, want %s %d per %v on %s", v.name, r, f.algorithm, wantLimit, wantWindow, keyHeader)
+		var cfg wrapperspb.StringValue
+		if err := dm.GetFilterConfig().UnmarshalTo(&cfg); err != nil {
+			t.Fatal(err)
 		}
-		if !strings.Contains(cfg.GetValue(), `"headers":"`+f.headers+`"`) {
-			t.Errorf("%s: response headers not %q", v.name, f.headers)
+		if f.kind == "dm-c" {
+			if cfg.GetValue() != "" {
+				t.Errorf("dm-c configuration %q, want empty", cfg.GetValue())
+			}
+			return ""
 		}
-		if r.Name != (setup{f, v}).ruleName() {
-			t.Errorf("rule %q, want %q", r.Name, setup{f, v}.ruleName())
+		if dm.GetFilterName() != "sluice" {
+			t.Errorf("%s: filter_name %q, want sluice", f.name, dm.GetFilterName())
 		}
-		return vm.GetVmId()
+		checkPlugin(t, f, v, cfg.GetValue())
+		return ""
 	}
+	t.Errorf("%s: unknown kind %q", f.name, f.kind)
 	return ""
+}
+
+// checkPlugin checks sluice's plugin configuration as rendered (either artifact): it parses
+// as the product parses it, with the variant's limit, the family's algorithm, response
+// headers and match (none, or a path no request has).
+func checkPlugin(t *testing.T, f family, v variant, got string) {
+	t.Helper()
+	if got != pluginConfig(f, v) {
+		t.Errorf("plugin configuration changed in rendering:\n%s\nwant\n%s", got, pluginConfig(f, v))
+	}
+	c, err := config.ParseFor([]byte(got), config.BuildLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	wantLimit, wantWindow := int64(admitLimit), time.Second
+	if v.deny {
+		wantLimit, wantWindow = denyLimit, time.Hour
+	}
+	kind, _ := algorithms.ParseKind(f.algorithm)
+	if r.Algorithm != kind || r.Limit != wantLimit || r.Window != wantWindow || len(r.Key) != 1 || r.Key[0].Header != keyHeader {
+		t.Errorf("%s: rule %+v, want %s %d per %v on %s", v.name, r, f.algorithm, wantLimit, wantWindow, keyHeader)
+	}
+	if !strings.Contains(got, `"headers":"`+f.headers+`"`) {
+		t.Errorf("%s: response headers not %q", v.name, f.headers)
+	}
+	if r.Name != (setup{f, v}).ruleName() {
+		t.Errorf("rule %q, want %q", r.Name, setup{f, v}.ruleName())
+	}
+	wantPrefix := ""
+	if f.never {
+		wantPrefix = "/never/"
+	}
+	if r.Match.PathPrefix != wantPrefix || r.Match.Matches("GET", "/", nil) == f.never {
+		t.Errorf("%s: match %+v, want path_prefix %q (the load's path / matching: %v)", f.name, r.Match, wantPrefix, !f.never)
+	}
 }
 
 // The configurations: every family's variants once (the baselines one each: admit-1k, the
@@ -276,7 +325,7 @@ func checkFilter(t *testing.T, f family, v variant, filters []*hcmv3.HttpFilter,
 // other.
 func TestConfigurations(t *testing.T) {
 	cs := configurations(families)
-	if len(cs) != 4+4*len(variants) {
+	if len(cs) != 6+7*len(variants) {
 		t.Fatalf("%d configurations", len(cs))
 	}
 	seen := map[string]bool{}
@@ -293,8 +342,64 @@ func TestConfigurations(t *testing.T) {
 		}
 		seen["x "+c.v.name] = true
 	}
-	if l := latencyFamilies(families); len(l) != 4 || l[0].name != "native" {
-		t.Errorf("latency families %v, want native and the three sluice families", l)
+	if l := latencyFamilies(families); len(l) != 7 || l[0].name != "native" || l[4].name != "dm-tb-none" {
+		t.Errorf("latency families %v, want native and the three sluice families on each artifact", l)
+	}
+}
+
+// TestSelectFamilies: -families adds the baselines the ratios need — none and native always,
+// Wasm's unless only dm-* families are named, the dynamic module's with any dm-* family —
+// refuses an unknown name, and leaves the dm-* families out of an Envoy that cannot load
+// libsluice.so.
+func TestSelectFamilies(t *testing.T) {
+	names := func(fs []family) string {
+		var n []string
+		for _, f := range fs {
+			n = append(n, f.name)
+		}
+		return strings.Join(n, ",")
+	}
+	const wasmBase, dmBase = "none,noop,deny-floor,admit-floor,native", "dm-noop-c,dm-noop-go"
+	for _, c := range []struct {
+		only string
+		dm   bool
+		b    string
+		want string
+	}{
+		{"", true, "", wasmBase + ",tb-none,tb-both,sw-none," + dmBase + ",dm-tb-none,dm-tb-both,dm-sw-none"},
+		{"", false, "", wasmBase + ",tb-none,tb-both,sw-none"},
+		{"tb-none", true, "", wasmBase + ",tb-none"},
+		{"tb-none", false, "", wasmBase + ",tb-none"},
+		{"native", true, "", wasmBase},
+		{"tb-none", true, "/b.wasm", wasmBase + ",tb-none,tb-none-b"},
+		{"dm-tb-none, dm-noop-go,dm-noop-c", true, "", "none,native," + dmBase + ",dm-tb-none"},
+		{"dm-noop-c", true, "", "none,native," + dmBase},
+		{"sw-none,dm-tb-both", true, "/b.wasm", wasmBase + ",sw-none,sw-none-b," + dmBase + ",dm-tb-both"},
+	} {
+		fs, err := selectFamilies(c.only, c.dm, c.b)
+		if err != nil {
+			t.Errorf("%q: %v", c.only, err)
+			continue
+		}
+		if got := names(fs); got != c.want {
+			t.Errorf("%q (dm %v, b %q):\n got %s\nwant %s", c.only, c.dm, c.b, got, c.want)
+		}
+	}
+	for _, bad := range []struct {
+		only string
+		dm   bool
+	}{{"tb-none,tb-nothing", true}, {"dm-tb-none", false}, {"tb-none-b", true}} {
+		if _, err := selectFamilies(bad.only, bad.dm, ""); err == nil {
+			t.Errorf("%q (dm %v): accepted", bad.only, bad.dm)
+		}
+	}
+}
+
+func TestDynmodSpoken(t *testing.T) {
+	for v, want := range map[string]bool{"1.40.0": true, "1.38.3": true, "1.39.0-dev": true, "2.0.0": true, "1.37.2": false, "1.36.4": false, "unknown": true} {
+		if got := dynmodSpoken(v); got != want {
+			t.Errorf("dynmodSpoken(%q) = %v, want %v", v, got, want)
+		}
 	}
 }
 
@@ -383,5 +488,49 @@ Rss:                1024 kB
 	}
 	if _, err := parseSmaps("7f0000000000-7f0000a00000 rwxp 00000000 00:00 0\nRss: x kB\n"); err == nil {
 		t.Error("a bad Rss line: no error")
+	}
+}
+
+// requiredHooks are the hooks Envoy 1.40 resolves when it loads an HTTP dynamic module's
+// filter configuration: leaving any one out refuses the configuration.
+var requiredHooks = []string{"program_init", "http_filter_config_new", "http_filter_config_destroy", "http_filter_new",
+	"http_filter_request_headers", "http_filter_request_body", "http_filter_request_trailers",
+	"http_filter_response_headers", "http_filter_response_body", "http_filter_response_trailers",
+	"http_filter_stream_complete", "http_filter_destroy", "http_filter_http_callout_done",
+	"http_filter_http_stream_headers", "http_filter_http_stream_data", "http_filter_http_stream_trailers",
+	"http_filter_http_stream_complete", "http_filter_http_stream_reset", "http_filter_scheduled",
+	"http_filter_downstream_above_write_buffer_high_watermark", "http_filter_downstream_below_write_buffer_low_watermark"}
+
+// TestNoopDynmod: the C no-op (family dm-noop-c) builds as the benchmark builds it, without
+// a warning, and exports every hook Envoy requires.
+func TestNoopDynmod(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc")
+	}
+	lib := filepath.Join(t.TempDir(), dynmodLib(dynmodNoop))
+	s := build.CShared(filepath.Join("testdata", filepath.Base(noopDynmodSource)), lib)
+	out, err := exec.Command(s.Cmd[0], append(s.Cmd[1:], "-Wall", "-Werror")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(s.Cmd, " "), err, out)
+	}
+	f, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			defined[s.Name] = true
+		}
+	}
+	for _, h := range requiredHooks {
+		if !defined["envoy_dynamic_module_on_"+h] {
+			t.Errorf("envoy_dynamic_module_on_%s not exported", h)
+		}
 	}
 }

@@ -22,10 +22,11 @@ import (
 // from /proc.
 type envoyProc struct{ *envoyproc.Envoy }
 
-// startEnvoy runs bin with the bootstrap y (--concurrency 2) and waits for /ready.
-func startEnvoy(bin, dir string, y []byte) (*envoyProc, error) {
+// startEnvoy runs bin with the bootstrap y (--concurrency 2) and more environment env
+// ("NAME=value") and waits for /ready.
+func startEnvoy(bin, dir string, y []byte, env []string) (*envoyProc, error) {
 	e, err := envoyproc.Start(context.Background(), envoyproc.Target{Version: filepath.Base(bin), Bin: bin},
-		envoyproc.Options{Bootstrap: y, Concurrency: 2, Dir: dir})
+		envoyproc.Options{Bootstrap: y, Concurrency: 2, Dir: dir, Env: env})
 	if err != nil {
 		return nil, err
 	}
@@ -67,9 +68,10 @@ type timedProc struct {
 // readyPoll is how often startTimed asks whether Envoy is ready.
 const readyPoll = 2 * time.Millisecond
 
-// startTimed runs bin with the bootstrap y (--concurrency 2) and returns once /ready says
-// LIVE, with the time from just before the process started to the LIVE answer.
-func startTimed(bin, dir string, y []byte) (*timedProc, time.Duration, error) {
+// startTimed runs bin with the bootstrap y (--concurrency 2) and more environment env, and
+// returns once /ready says LIVE, with the time from just before the process started to the
+// LIVE answer.
+func startTimed(bin, dir string, y []byte, env []string) (*timedProc, time.Duration, error) {
 	cfg, adminFile := filepath.Join(dir, "envoy.yaml"), filepath.Join(dir, "admin-address")
 	if err := os.WriteFile(cfg, y, 0o644); err != nil {
 		return nil, 0, err
@@ -81,6 +83,9 @@ func startTimed(bin, dir string, y []byte) (*timedProc, time.Duration, error) {
 	p := &timedProc{done: make(chan struct{}), log: log}
 	p.cmd = exec.Command(bin, "-c", cfg, "--concurrency", "2", "--admin-address-path", adminFile,
 		"--use-dynamic-base-id", "--log-level", "warn")
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	t0 := time.Now()

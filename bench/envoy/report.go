@@ -14,21 +14,33 @@ import (
 
 // Issue 25's goals, the bounds the goals table checks the medians against.
 const (
-	goalRPS      = 0.90 // req/s vs native, admit-1k, at least
-	goalCPU      = 1.15 // CPU/request vs native, admit-1k, at most
-	goalDenyCPU  = 1.00 // CPU/request of a denial vs native's, at most
-	goalReady    = 1.20 // time to /ready vs noop, at most
-	goalFirstMS  = 100  // slowest request in the first second after ready, ms, at most
-	goalRSSMB    = 40   // VmRSS above native's, MB, at most
-	goalLatency  = 1.10 // p50 and p99 vs native at half saturation, at most
-	goalFlatMB   = 5    // growth the goals table calls flat, MB, at most
-	nativeFamily = "native"
-	noopFamily   = "noop"
-	denyFloor    = "deny-floor"
-	admitFloor   = "admit-floor"
-	admitVariant = baselineVariant
-	denyVariant1 = "deny-1"
-	denyVariantK = "deny-1k"
+	goalRPS       = 0.90 // req/s vs native, admit-1k, at least
+	goalCPU       = 1.15 // CPU/request vs native, admit-1k, at most
+	goalDenyCPU   = 1.00 // CPU/request of a denial vs native's, at most
+	goalReady     = 1.20 // time to /ready vs noop, at most
+	goalFirstMS   = 100  // slowest request in the first second after ready, ms, at most
+	goalRSSMB     = 40   // VmRSS above native's, MB, at most
+	goalLatency   = 1.10 // p50 and p99 vs native at half saturation, at most
+	goalFlatMB    = 5    // growth the goals table calls flat, MB, at most
+	nativeFamily  = "native"
+	noopFamily    = "noop"
+	denyFloor     = "deny-floor"
+	admitFloor    = "admit-floor"
+	admitVariant  = baselineVariant
+	denyVariant1  = "deny-1"
+	denyVariantK  = "deny-1k"
+	admitVariant1 = "admit-1"
+)
+
+// Issue 37's goals for the dynamic module, libsluice.so, against native local_ratelimit.
+const (
+	goalDMRSSMB = 10   // VmRSS above native's, MB, at most
+	goalDMReady = 1.20 // time to /ready vs native, at most
+	goalDMCPU   = 1.15 // CPU/request admitted vs native, at most
+	goalDMRPS   = 0.90 // req/s admitted vs native, at least
+	dmNoopC     = "dm-noop-c"
+	dmNoopGo    = "dm-noop-go"
+	noneFamily  = "none"
 )
 
 // perRound is f(a[i]) / f(b[i]) for every round both have.
@@ -64,13 +76,21 @@ func (e *env) report(w io.Writer, fams []family, ph map[string]bool, res *result
 	fmt.Fprintf(w, "# %s · %s · %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), build.Revision(e.root), build.CommandLine("./bench/envoy", "bench-envoy"))
 	fmt.Fprintf(w, "Envoy %s (%s) --concurrency 2 · %d CPUs · load average %s at start, %s at end · %v.\n\n",
 		e.target.Version, e.target.Bin, runtime.NumCPU(), load0, build.LoadAvg(), took.Round(time.Second))
-	var sf []family
+	if e.dmDir != "" {
+		fmt.Fprintf(w, "Dynamic modules (search path %s): libsluice.so %s, loaded once per process (one Go runtime for every dm-* configuration in it); the C no-op %s built with gcc -shared -fPIC -O2.\n\n",
+			e.dmDir, e.dmFrom, noopDynmodSource)
+	}
+	var sf, df []family
 	for _, f := range fams {
-		if f.kind == "sluice" {
+		switch {
+		case f.kind == "sluice":
 			sf = append(sf, f)
+		case f.limiter():
+			df = append(df, f)
 		}
 	}
 	e.goals(w, sf, ph, res)
+	e.dynmodGoals(w, df, ph, res)
 	if ph["throughput"] {
 		e.throughputTable(w, fams, res)
 	}
@@ -97,10 +117,7 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 	if len(sf) == 0 {
 		return
 	}
-	type row struct {
-		goal string
-		cell func(f family) string
-	}
+	type row = goalRow
 	var rows []row
 	tput := func(variant string, of func(sample) float64, bound float64, atLeast bool) func(family) string {
 		return func(f family) string {
@@ -220,23 +237,34 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 			})},
 		)
 	}
-	if len(rows) == 0 {
+	writeGoals(w, "Goals, medians over the rounds (min–max); ✓ met, ✗ not:", sf, rows)
+}
+
+// goalRow is one row of a goals table: the goal, and its cell for a family.
+type goalRow struct {
+	goal string
+	cell func(f family) string
+}
+
+// writeGoals writes a goals table: a row per goal, a column per family.
+func writeGoals(w io.Writer, heading string, fams []family, rows []goalRow) {
+	if len(rows) == 0 || len(fams) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "Goals, medians over the rounds (min–max); ✓ met, ✗ not:")
+	fmt.Fprintln(w, heading)
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "| goal |")
-	for _, f := range sf {
+	for _, f := range fams {
 		fmt.Fprintf(w, " %s |", f.name)
 	}
 	fmt.Fprint(w, "\n|---|")
-	for range sf {
+	for range fams {
 		fmt.Fprint(w, "---:|")
 	}
 	fmt.Fprintln(w)
 	for _, r := range rows {
 		fmt.Fprintf(w, "| %s |", r.goal)
-		for _, f := range sf {
+		for _, f := range fams {
 			fmt.Fprintf(w, " %s |", r.cell(f))
 		}
 		fmt.Fprintln(w)
@@ -244,8 +272,125 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 	fmt.Fprintln(w)
 }
 
+// ratioGoal is the cell of a ratio goal: the per-round ratios' median and range, marked
+// against bound (at least, or at most).
+func ratioGoal(v []float64, bound float64, atLeast bool) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	m := rounds.Summarize(v).Med
+	return ratioCell(v) + mark(atLeast && m >= bound || !atLeast && m <= bound)
+}
+
+// dynmodGoals are the dynamic module's goals (issue 37) against the medians, a column per
+// libsluice.so rate-limiting family, and beside them what the Go runtime costs: the Go floor
+// (dm-noop-go) against the C no-op (dm-noop-c), and the C no-op against native and none.
+func (e *env) dynmodGoals(w io.Writer, df []family, ph map[string]bool, res *results) {
+	if len(df) == 0 {
+		return
+	}
+	tput := func(of func(sample) float64, a, b string) []float64 { return perRound(res.tput[a], res.tput[b], of) }
+	vsNative := func(variant string, of func(sample) float64, bound float64, atLeast bool) func(family) string {
+		return func(f family) string {
+			return ratioGoal(tput(of, f.name+" "+variant, nativeFamily+" "+variant), bound, atLeast)
+		}
+	}
+	same := func(v []float64) func(family) string { return func(family) string { return ratioCell(v) } }
+	var rows []goalRow
+	if ph["throughput"] {
+		rows = append(rows,
+			goalRow{fmt.Sprintf("req/s, 1,000 keys admitted, vs native: ≥ %.2f×", goalDMRPS), vsNative(admitVariant, rpsOf, goalDMRPS, true)},
+			goalRow{fmt.Sprintf("req/s, 1 key admitted, vs native: ≥ %.2f×", goalDMRPS), vsNative(admitVariant1, rpsOf, goalDMRPS, true)},
+			goalRow{fmt.Sprintf("Envoy CPU/request, 1,000 keys admitted, vs native: ≤ %.2f×", goalDMCPU), vsNative(admitVariant, cpuOf, goalDMCPU, false)},
+			goalRow{fmt.Sprintf("Envoy CPU/request, 1 key admitted, vs native: ≤ %.2f×", goalDMCPU), vsNative(admitVariant1, cpuOf, goalDMCPU, false)},
+			goalRow{"(no goal) CPU/request of a denial vs native's, 1,000 keys", func(f family) string {
+				return ratioCell(tput(cpuOf, f.name+" "+denyVariantK, nativeFamily+" "+denyVariantK))
+			}},
+			goalRow{"(no goal) CPU/request of a denial vs native's, 1 key", func(f family) string {
+				return ratioCell(tput(cpuOf, f.name+" "+denyVariant1, nativeFamily+" "+denyVariant1))
+			}},
+			goalRow{"(no goal) CPU/request admitted vs dm-noop-go's, 1,000 keys: what sluice adds to the Go runtime's floor", func(f family) string {
+				return ratioCell(tput(cpuOf, f.name+" "+admitVariant, dmNoopGo+" "+admitVariant))
+			}},
+			goalRow{"(no goal) the Go runtime: dm-noop-go's CPU/request vs dm-noop-c's, 1,000 keys admitted (every column the same)",
+				same(tput(cpuOf, dmNoopGo+" "+admitVariant, dmNoopC+" "+admitVariant))},
+			goalRow{"(no goal) the Go runtime: dm-noop-go's req/s vs dm-noop-c's, 1,000 keys admitted (every column the same)",
+				same(tput(rpsOf, dmNoopGo+" "+admitVariant, dmNoopC+" "+admitVariant))},
+			goalRow{"(no goal) any dynamic module: dm-noop-c's CPU/request vs none's, 1,000 keys admitted (every column the same)",
+				same(tput(cpuOf, dmNoopC+" "+admitVariant, noneFamily+" "+admitVariant))},
+			goalRow{"(no goal) any dynamic module: dm-noop-c's CPU/request vs native's, 1,000 keys admitted (every column the same)",
+				same(tput(cpuOf, dmNoopC+" "+admitVariant, nativeFamily+" "+admitVariant))},
+		)
+	}
+	if ph["latency"] {
+		lat := func(of func(latSample) float64) func(family) string {
+			return func(f family) string { return ratioCell(perRound(res.lat[f.name], res.lat[nativeFamily], of)) }
+		}
+		rows = append(rows,
+			goalRow{"(no goal) p50 at half native's saturation, vs native", lat(func(s latSample) float64 { return s.p50 })},
+			goalRow{"(no goal) p99 at half native's saturation, vs native", lat(func(s latSample) float64 { return s.p99 })},
+		)
+	}
+	if ph["startup"] {
+		ready := func(a, b string) []float64 {
+			return perRound(res.start[a], res.start[b], func(s startSample) float64 { return float64(s.ready) })
+		}
+		rows = append(rows,
+			goalRow{fmt.Sprintf("time to /ready vs native: ≤ %.1f×", goalDMReady), func(f family) string {
+				return ratioGoal(ready(f.name, nativeFamily), goalDMReady, false)
+			}},
+			goalRow{"(no goal) the Go runtime: dm-noop-go's time to /ready vs dm-noop-c's (every column the same)", same(ready(dmNoopGo, dmNoopC))},
+			goalRow{"(no goal) slowest request in the first second after ready, ms (worst round)", func(f family) string {
+				worst := -1.0
+				for _, s := range res.start[f.name] {
+					worst = max(worst, s.max)
+				}
+				if worst < 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.1f", worst)
+			}},
+		)
+	}
+	if ph["memory"] {
+		over := func(a, b string) (float64, bool) {
+			ma, ok1 := res.mem[a]
+			mb, ok2 := res.mem[b]
+			if !ok1 || !ok2 || len(ma.rssMB) == 0 || len(mb.rssMB) == 0 {
+				return 0, false
+			}
+			return maxOf(ma.rssMB) - maxOf(mb.rssMB), true
+		}
+		mb := func(d float64, ok bool) string {
+			if !ok {
+				return "–"
+			}
+			return fmt.Sprintf("%+.1f MB", d)
+		}
+		rows = append(rows,
+			goalRow{fmt.Sprintf("VmRSS, 2 workers, vs native's (the largest reading of each): ≤ +%d MB", goalDMRSSMB), func(f family) string {
+				d, ok := over(f.name, nativeFamily)
+				if !ok {
+					return "–"
+				}
+				return mb(d, ok) + mark(d <= goalDMRSSMB)
+			}},
+			goalRow{fmt.Sprintf("(no goal) VmRSS growth over the last ⅔ of %s requests", thousands(e.o.memRequests)), func(f family) string {
+				ms, ok := res.mem[f.name]
+				return mb(ms.requestGrowth(), ok && len(ms.rssMB) > 0)
+			}},
+			goalRow{fmt.Sprintf("(no goal) VmRSS growth over %s distinct keys", thousands(e.o.memKeys)), func(f family) string {
+				return mb(res.mem[f.name].keyGrowth())
+			}},
+			goalRow{"(no goal) the Go runtime: dm-noop-go's VmRSS over dm-noop-c's (every column the same)", func(family) string { return mb(over(dmNoopGo, dmNoopC)) }},
+			goalRow{"(no goal) any dynamic module: dm-noop-c's VmRSS over native's (every column the same)", func(family) string { return mb(over(dmNoopC, nativeFamily)) }},
+		)
+	}
+	writeGoals(w, "The dynamic module's goals (issue 37), medians over the rounds (min–max); ✓ met, ✗ not:", df, rows)
+}
+
 func (e *env) throughputTable(w io.Writer, fams []family, res *results) {
-	fmt.Fprintf(w, "Throughput and CPU: %d rounds, one Envoy process per round holding every configuration on a listener of its own (one Wasm VM per family and worker); the configurations run one at a time, in an order rotated from round to round (reversed every other round). sluice-load -c %d closed loop, %v measured after %v of warm-up per configuration. CPU: utime+stime of the Envoy process over the measured run per request served (only the measured listener takes load).\n\n",
+	fmt.Fprintf(w, "Throughput and CPU: %d rounds, one Envoy process per round holding every configuration on a listener of its own (one Wasm VM per family and worker; the dm-* families a filter configuration each, all served by one libsluice.so); the configurations run one at a time, in an order rotated from round to round (reversed every other round). sluice-load -c %d closed loop, %v measured after %v of warm-up per configuration. CPU: utime+stime of the Envoy process over the measured run per request served (only the measured listener takes load).\n\n",
 		e.o.rounds, e.o.conc, e.o.duration, e.o.warmup)
 	fmt.Fprintln(w, "| configuration | req/s | Envoy CPU µs/request | req/s vs native | CPU/request vs native | req/s vs none | CPU/request vs none |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
@@ -264,7 +409,7 @@ func (e *env) throughputTable(w io.Writer, fams []family, res *results) {
 				ratioCell(perRound(ss, none, rpsOf)), ratioCell(perRound(ss, none, cpuOf)))
 		}
 	}
-	fmt.Fprintln(w, "\nBaselines (none, noop) are measured on admit-1k only, their ratios to native are to native admit-1k; the deny floor on deny-1k only, the admit floor on admit-1k.")
+	fmt.Fprintln(w, "\nBaselines (none, noop, dm-noop-c, dm-noop-go) are measured on admit-1k only, their ratios to native are to native admit-1k; the deny floor on deny-1k only, the admit floor on admit-1k.")
 	fmt.Fprintln(w)
 }
 
