@@ -13,7 +13,7 @@ void sl_send_response(void* filter, uint32_t status, const char* packed, uint16_
 sl_buf* sl_body(void* filter, bool response, size_t* n);
 bool sl_attribute(void* filter, int id, const char** value, size_t* len);
 bool sl_define_metric(void* config, int kind, const char* name, size_t len, size_t* id);
-bool sl_add_metric(void* config, int kind, size_t id, int64_t delta);
+bool sl_add_metric(void* config, void* filter, int kind, size_t id, int64_t delta);
 */
 import "C"
 
@@ -142,8 +142,8 @@ func (cEnvoy) defineMetric(c configPtr, k metricKind, name string) (uint64, bool
 	return uint64(id), bool(ok)
 }
 
-func (cEnvoy) addMetric(c configPtr, k metricKind, id uint64, delta int64) bool {
-	return bool(C.sl_add_metric(unsafe.Pointer(c), C.int(k), C.size_t(id), C.int64_t(delta)))
+func (cEnvoy) addMetric(c configPtr, f filterPtr, k metricKind, id uint64, delta int64) bool {
+	return bool(C.sl_add_metric(unsafe.Pointer(c), f2c(f), C.int(k), C.size_t(id), C.int64_t(delta)))
 }
 
 func (cEnvoy) newScheduler(f filterPtr) schedPtr {
@@ -224,7 +224,7 @@ func sluiceRequestHeaders(s *C.sl_stream, eos C.bool) (status C.int) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.state = C.SL_ENDED
-			status = C.int(c.panicked(filterPtr(s.envoy), r, debug.Stack()))
+			status = C.int(c.panicked(filterPtr(s.envoy), true, r, debug.Stack()))
 		}
 	}()
 	f := filterPtr(s.envoy)
@@ -249,7 +249,7 @@ func sluiceRequestBody(s *C.sl_stream, size C.size_t, eos C.bool) (status C.int)
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			status = C.int(c.panicked(filterPtr(s.envoy), r, debug.Stack()))
+			status = C.int(c.panicked(filterPtr(s.envoy), true, r, debug.Stack()))
 		}
 	}()
 	// Pause is StopIterationAndBuffer (1) for a body.
@@ -264,7 +264,7 @@ func sluiceResponseHeaders(s *C.sl_stream, eos C.bool) (status C.int) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			c.panicked(nil, r, debug.Stack())
+			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
 			status = 0
 		}
 	}()
@@ -279,7 +279,7 @@ func sluiceResponseBody(s *C.sl_stream, size C.size_t, eos C.bool) (status C.int
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			c.panicked(nil, r, debug.Stack())
+			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
 			status = 0
 		}
 	}()
@@ -294,7 +294,7 @@ func sluiceResponseTrailers(s *C.sl_stream) (status C.int) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			c.panicked(nil, r, debug.Stack())
+			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
 			status = 0
 		}
 	}()
@@ -310,7 +310,7 @@ func sluiceDestroy(s *C.sl_stream) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			c.panicked(nil, r, debug.Stack())
+			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
 		}
 	}()
 	w.destroy(uint32(s.id), filterPtr(s.envoy))
@@ -324,7 +324,7 @@ func sluiceScheduled(s *C.sl_stream, event C.uint64_t) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			c.panicked(nil, r, debug.Stack())
+			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
 		}
 	}()
 	w.scheduled(uint32(s.id), filterPtr(s.envoy), uint64(event))

@@ -70,8 +70,10 @@ type envoy interface {
 	concurrency() int
 	// defineMetric defines a metric of the configuration (config_new only).
 	defineMetric(c configPtr, k metricKind, name string) (uint64, bool)
-	// addMetric adds delta to a counter or gauge, or records a histogram value.
-	addMetric(c configPtr, k metricKind, id uint64, delta int64) bool
+	// addMetric adds delta to a counter or gauge, or records a histogram value: through
+	// stream f, the one whose hook is running, or, when f is nil, through the configuration
+	// (Envoy 1.38 has only the stream's form: false, the update dropped).
+	addMetric(c configPtr, f filterPtr, k metricKind, id uint64, delta int64) bool
 	newScheduler(f filterPtr) schedPtr
 	commit(s schedPtr, event uint64)
 	deleteScheduler(s schedPtr)

@@ -64,6 +64,11 @@ SL_WEAK uint32_t envoy_dynamic_module_callback_http_filter_get_worker_index(void
 SL_WEAK int envoy_dynamic_module_callback_http_filter_config_define_counter(void* config, sl_buf name, sl_buf* label_names, size_t label_names_length, size_t* id);
 SL_WEAK int envoy_dynamic_module_callback_http_filter_config_define_gauge(void* config, sl_buf name, sl_buf* label_names, size_t label_names_length, size_t* id);
 SL_WEAK int envoy_dynamic_module_callback_http_filter_config_define_histogram(void* config, sl_buf name, sl_buf* label_names, size_t label_names_length, size_t* id);
+SL_WEAK int envoy_dynamic_module_callback_http_filter_increment_counter(void* filter, size_t id, sl_buf* label_values, size_t label_values_length, uint64_t value);
+SL_WEAK int envoy_dynamic_module_callback_http_filter_increment_gauge(void* filter, size_t id, sl_buf* label_values, size_t label_values_length, uint64_t value);
+SL_WEAK int envoy_dynamic_module_callback_http_filter_decrement_gauge(void* filter, size_t id, sl_buf* label_values, size_t label_values_length, uint64_t value);
+SL_WEAK int envoy_dynamic_module_callback_http_filter_record_histogram_value(void* filter, size_t id, sl_buf* label_values, size_t label_values_length, uint64_t value);
+// The configuration-level updates: Envoy 1.39 and later only (optional).
 SL_WEAK int envoy_dynamic_module_callback_http_filter_config_increment_counter(void* config, size_t id, sl_buf* label_values, size_t label_values_length, uint64_t value);
 SL_WEAK int envoy_dynamic_module_callback_http_filter_config_increment_gauge(void* config, size_t id, sl_buf* label_values, size_t label_values_length, uint64_t value);
 SL_WEAK int envoy_dynamic_module_callback_http_filter_config_decrement_gauge(void* config, size_t id, sl_buf* label_values, size_t label_values_length, uint64_t value);

@@ -21,18 +21,19 @@ const (
 	panicDetails = "sluice_internal_error"
 )
 
-// panicked handles a panic recovered in a hook of configuration c (f: the stream whose
-// request it was deciding, or 0): one log line with where it happened, sluice.errors
-// counted, and for a request, the configuration's failure_mode: "closed" answers 503, any
-// other lets the request through. It returns the hook's status (0 Continue, 1 StopIteration).
-func (c *filterConfig) panicked(f filterPtr, r any, stack []byte) int {
+// panicked handles a panic recovered in a hook of configuration c (f: the stream of the hook,
+// or nil; request: the hook was deciding its request): one log line with where it happened,
+// sluice.errors counted, and for a request, the configuration's failure_mode: "closed"
+// answers 503, any other lets the request through. It returns the hook's status (0
+// Continue, 1 StopIteration).
+func (c *filterConfig) panicked(f filterPtr, request bool, r any, stack []byte) int {
 	c.m.panicked(c, r, stack)
 	if id, ok := c.byName[metricKey{metricCounter, filter.ErrorsMetric}]; ok {
 		if m, ok := metricAt(c.metrics, id); ok {
-			c.m.env.addMetric(c.ptr, m.kind, m.id, 1)
+			c.m.env.addMetric(c.ptr, f, m.kind, m.id, 1)
 		}
 	}
-	if f == nil || c.failure != config.FailClosed {
+	if f == nil || !request || c.failure != config.FailClosed {
 		return 0
 	}
 	var packed []byte

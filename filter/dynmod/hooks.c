@@ -42,10 +42,10 @@ const char* sl_missing_callback(void) {
   SL_NEED(envoy_dynamic_module_callback_http_filter_config_define_counter)
   SL_NEED(envoy_dynamic_module_callback_http_filter_config_define_gauge)
   SL_NEED(envoy_dynamic_module_callback_http_filter_config_define_histogram)
-  SL_NEED(envoy_dynamic_module_callback_http_filter_config_increment_counter)
-  SL_NEED(envoy_dynamic_module_callback_http_filter_config_increment_gauge)
-  SL_NEED(envoy_dynamic_module_callback_http_filter_config_decrement_gauge)
-  SL_NEED(envoy_dynamic_module_callback_http_filter_config_record_histogram_value)
+  SL_NEED(envoy_dynamic_module_callback_http_filter_increment_counter)
+  SL_NEED(envoy_dynamic_module_callback_http_filter_increment_gauge)
+  SL_NEED(envoy_dynamic_module_callback_http_filter_decrement_gauge)
+  SL_NEED(envoy_dynamic_module_callback_http_filter_record_histogram_value)
 #undef SL_NEED
   return NULL;
 }
@@ -330,15 +330,33 @@ bool sl_define_metric(void* config, int kind, const char* name, size_t len, size
   return r == SL_METRICS_OK;
 }
 
-bool sl_add_metric(void* config, int kind, size_t id, int64_t delta) {
+// sl_add_metric updates a metric: through the stream whose hook is running (filter), or,
+// without one, through the configuration where this Envoy can (1.39 and later; 1.38 has
+// only the stream's form: the update is then dropped, and false returned).
+bool sl_add_metric(void* config, void* filter, int kind, size_t id, int64_t delta) {
+  uint64_t v = delta >= 0 ? (uint64_t)delta : (uint64_t)(-delta);
   int r;
+  if (filter != NULL) {
+    switch (kind) {
+      case 0: r = envoy_dynamic_module_callback_http_filter_increment_counter(filter, id, NULL, 0, v); break;
+      case 1:
+        r = delta >= 0 ? envoy_dynamic_module_callback_http_filter_increment_gauge(filter, id, NULL, 0, v)
+                       : envoy_dynamic_module_callback_http_filter_decrement_gauge(filter, id, NULL, 0, v);
+        break;
+      default: r = envoy_dynamic_module_callback_http_filter_record_histogram_value(filter, id, NULL, 0, v); break;
+    }
+    return r == SL_METRICS_OK;
+  }
+  if (envoy_dynamic_module_callback_http_filter_config_increment_counter == NULL) {
+    return false;
+  }
   switch (kind) {
-    case 0: r = envoy_dynamic_module_callback_http_filter_config_increment_counter(config, id, NULL, 0, (uint64_t)delta); break;
+    case 0: r = envoy_dynamic_module_callback_http_filter_config_increment_counter(config, id, NULL, 0, v); break;
     case 1:
-      r = delta >= 0 ? envoy_dynamic_module_callback_http_filter_config_increment_gauge(config, id, NULL, 0, (uint64_t)delta)
-                     : envoy_dynamic_module_callback_http_filter_config_decrement_gauge(config, id, NULL, 0, (uint64_t)(-delta));
+      r = delta >= 0 ? envoy_dynamic_module_callback_http_filter_config_increment_gauge(config, id, NULL, 0, v)
+                     : envoy_dynamic_module_callback_http_filter_config_decrement_gauge(config, id, NULL, 0, v);
       break;
-    default: r = envoy_dynamic_module_callback_http_filter_config_record_histogram_value(config, id, NULL, 0, (uint64_t)delta); break;
+    default: r = envoy_dynamic_module_callback_http_filter_config_record_histogram_value(config, id, NULL, 0, v); break;
   }
   return r == SL_METRICS_OK;
 }

@@ -15,7 +15,10 @@ type host struct {
 	w     *worker
 	curID uint32
 	cur   filterPtr
-	buf   []byte // what the calls of the current hook return (reset by enter)
+	// hook is the stream whose hook is running (nil: none, e.g. the main thread): metrics
+	// go through it, whatever context SetEffectiveContext makes current.
+	hook filterPtr
+	buf  []byte // what the calls of the current hook return (reset by enter)
 	// replied: the current hook answered its stream locally (a paused request that was
 	// answered waits for nothing).
 	replied bool
@@ -32,7 +35,7 @@ var (
 
 // enter starts a hook of stream id (0: the root context).
 func (h *host) enter(id uint32, f filterPtr) {
-	h.curID, h.cur = id, f
+	h.curID, h.cur, h.hook = id, f, f
 	h.buf = h.buf[:0]
 	h.replied = false
 }
@@ -251,7 +254,7 @@ func (h *host) IncrementMetric(id uint32, delta int64) abi.Status {
 	if !ok || m.kind == metricHistogram || (m.kind == metricCounter && delta <= 0) {
 		return abi.StatusBadArgument
 	}
-	if !h.env().addMetric(h.w.cfg.ptr, m.kind, m.id, delta) {
+	if !h.env().addMetric(h.w.cfg.ptr, h.hook, m.kind, m.id, delta) {
 		return abi.StatusNotFound
 	}
 	return abi.StatusOK
@@ -263,7 +266,7 @@ func (h *host) RecordMetric(id uint32, value uint64) abi.Status {
 	if !ok || m.kind != metricHistogram {
 		return abi.StatusBadArgument
 	}
-	if !h.env().addMetric(h.w.cfg.ptr, m.kind, m.id, int64(min(value, 1<<63-1))) {
+	if !h.env().addMetric(h.w.cfg.ptr, h.hook, m.kind, m.id, int64(min(value, 1<<63-1))) {
 		return abi.StatusNotFound
 	}
 	return abi.StatusOK

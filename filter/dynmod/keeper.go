@@ -1,6 +1,7 @@
 package dynmod
 
 import (
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -23,7 +24,12 @@ var keeperOnce sync.Once
 // most of what Go added to an admitted request. A P that is never idle keeps sysmon in its
 // light sleep (at most 10 ms apart, and nothing to wake), and costs one short system call
 // per keeperNap.
+//
+// SLUICE_DYNMOD_KEEPER=0 in Envoy's environment leaves it out (to measure what it saves).
 func startKeeper() {
+	if os.Getenv("SLUICE_DYNMOD_KEEPER") == "0" {
+		return
+	}
 	keeperOnce.Do(func() {
 		go func() {
 			runtime.LockOSThread()

@@ -329,6 +329,7 @@ func (w *worker) scheduled(id uint32, f filterPtr, event uint64) {
 		return
 	}
 	w.host.enter(0, nil)
+	w.host.hook = f // the tick's metrics go through the stream that carried it
 	w.vm.OnTick(rootID)
 	w.arm()
 }

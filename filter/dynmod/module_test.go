@@ -129,7 +129,7 @@ func (e *fakeEnvoy) defineMetric(c configPtr, k metricKind, name string) (uint64
 	return uint64(len(e.names) - 1), true
 }
 
-func (e *fakeEnvoy) addMetric(c configPtr, k metricKind, id uint64, delta int64) bool {
+func (e *fakeEnvoy) addMetric(c configPtr, f filterPtr, k metricKind, id uint64, delta int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if id >= uint64(len(e.names)) || e.kinds[id] != k {
