@@ -131,16 +131,17 @@ BENCH_COMPARE_FLAGS ?=
 bench-compare:
 	$(GO) run ./bench/cmd/sluice-compare $(BENCH_COMPARE_FLAGS)
 
-# sluice.wasm where users run it: one real Envoy (ENVOY=path, else 1.40.0, fetched),
-# --concurrency 2, against Envoy's native local_ratelimit, a no-op module and no filter:
+# sluice.wasm and libsluice.so where users run them: one real Envoy (ENVOY=path, else 1.40.0,
+# fetched), --concurrency 2, against Envoy's native local_ratelimit, no-op modules (Wasm, C
+# and Go dynamic modules) and no filter:
 # throughput and CPU (every configuration in one process per round, runs interleaved),
 # latency at half native's saturation, memory and start-up per family; ratios per round,
 # medians and ranges of 5 rounds, written to bench/envoy/results.txt (bench/envoy; e.g.
 # BENCH_ENVOY_FLAGS="-rounds 7 -d 5s" or "-phases startup -families tb-none").
 .PHONY: bench-envoy
 BENCH_ENVOY_FLAGS ?=
-bench-envoy: wasm
-	$(GO) run ./bench/envoy -wasm $(WASM) $(BENCH_ENVOY_FLAGS)
+bench-envoy: wasm dynmod
+	$(GO) run ./bench/envoy -wasm $(WASM) -dynmod $(DYNMOD) $(BENCH_ENVOY_FLAGS)
 
 # Where Envoy's CPU goes with sluice in V8 (Linux perf; V8's perf map from a copy of the
 # binary with perf_basic_prof set): shares per side, appended to bench/envoy-perf-results.txt.
