@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -47,34 +46,7 @@ var shippedDynmod = sync.OnceValues(func() (string, error) {
 // buildDynmod builds cmd/sluice-dynmod with the build tags into a new directory and returns
 // the library's path (libsluice.so).
 func buildDynmod(tags string) (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	root, err := moduleRoot(goTool)
-	if err != nil {
-		return "", err
-	}
-	envoyBuildOnce.Do(func() { envoyWasmDir, envoyBuildErr = os.MkdirTemp("", "sluice-e2e-envoy-") })
-	if envoyBuildErr != nil {
-		return "", envoyBuildErr
-	}
-	dir, err := os.MkdirTemp(envoyWasmDir, "dynmod-")
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "libsluice.so")
-	args := []string{"build", "-buildmode=c-shared", "-trimpath"}
-	if tags != "" {
-		args = append(args, "-tags", tags)
-	}
-	cmd := exec.Command(goTool, append(args, "-o", out, "./cmd/sluice-dynmod")...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building libsluice.so: %v\n%s", err, b)
-	}
-	return out, nil
+	return goBuildShared("dynmod-", "libsluice.so", "./cmd/sluice-dynmod", tags, "CGO_ENABLED=1")
 }
 
 // forEachArtifact runs f once per Envoy target and artifact: sluice.wasm in every target,

@@ -76,6 +76,18 @@ var shippedWasm = sync.OnceValues(func() (string, error) {
 // wasmpatch shim unless patch is false — into the suite's build directory (removed by
 // TestMain) under name.
 func buildGuest(name, pkg, tags string, patch bool) (string, error) {
+	out, err := goBuildShared("", name, pkg, tags, "GOOS=wasip1", "GOARCH=wasm")
+	if err != nil || !patch {
+		return out, err
+	}
+	return out, wasmpatch.PatchFile(out)
+}
+
+// goBuildShared builds the Go package pkg (relative to the module root) with
+// -buildmode=c-shared -trimpath and the build tags, in the environment env adds, into the
+// suite's build directory (removed by TestMain; in a new directory of it when dir is not
+// "", the directory's name starting with dir) under name.
+func goBuildShared(dir, name, pkg, tags string, env ...string) (string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
@@ -88,21 +100,24 @@ func buildGuest(name, pkg, tags string, patch bool) (string, error) {
 	if envoyBuildErr != nil {
 		return "", envoyBuildErr
 	}
-	out := filepath.Join(envoyWasmDir, name)
+	where := envoyWasmDir
+	if dir != "" {
+		if where, err = os.MkdirTemp(envoyWasmDir, dir); err != nil {
+			return "", err
+		}
+	}
+	out := filepath.Join(where, name)
 	args := []string{"build", "-buildmode=c-shared", "-trimpath"}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
 	cmd := exec.Command(goTool, append(args, "-o", out, pkg)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	cmd.Env = append(os.Environ(), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building %s from %s: %v\n%s", name, pkg, err, b)
 	}
-	if !patch {
-		return out, nil
-	}
-	return out, wasmpatch.PatchFile(out)
+	return out, nil
 }
 
 var (

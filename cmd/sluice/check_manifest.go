@@ -422,21 +422,27 @@ func wasmFilter(where string, loc []string, p string, w any) embedded {
 		e.skipped = "not sluice (" + what + ")"
 		return e
 	}
-	if !has(pc, "configuration") {
-		return e // the plugin receives an empty configuration
+	e.stringValue(pc, "configuration")
+	return e
+}
+
+// stringValue reads the configuration out of field of v, a StringValue whose value is the
+// JSON text the module receives (none: an empty configuration).
+func (e *embedded) stringValue(v any, field string) {
+	if !has(v, field) {
+		return // the module receives an empty configuration
 	}
-	c := get(pc, "configuration")
+	c := get(v, field)
 	if t := str(get(c, "@type")); t != stringValueType {
-		e.err = "configuration: the @type is " + strconv.Quote(t) + ", not " + stringValueType + ": sluice reads its configuration as JSON text"
-		return e
+		e.err = field + ": the @type is " + strconv.Quote(t) + ", not " + stringValueType + ": sluice reads its configuration as JSON text"
+		return
 	}
 	val, ok := get(c, "value").(string)
 	if !ok && get(c, "value") != nil {
-		e.err = "configuration.value: must be a string (the JSON text of the configuration)"
-		return e
+		e.err = field + ".value: must be a string (the JSON text of the configuration)"
+		return
 	}
 	e.data = []byte(val)
-	return e
 }
 
 // dynmodFilter extracts the plugin configuration of one dynamic-module HTTP filter
@@ -459,20 +465,7 @@ func dynmodFilter(where string, loc []string, p string, f any) embedded {
 		e.skipped = "not sluice (dynamic module " + printable(module) + ")"
 		return e
 	}
-	if !has(f, "filter_config") {
-		return e // the module receives an empty configuration
-	}
-	c := get(f, "filter_config")
-	if t := str(get(c, "@type")); t != stringValueType {
-		e.err = "filter_config: the @type is " + strconv.Quote(t) + ", not " + stringValueType + ": sluice reads its configuration as JSON text"
-		return e
-	}
-	val, ok := get(c, "value").(string)
-	if !ok && get(c, "value") != nil {
-		e.err = "filter_config.value: must be a string (the JSON text of the configuration)"
-		return e
-	}
-	e.data = []byte(val)
+	e.stringValue(f, "filter_config")
 	return e
 }
 

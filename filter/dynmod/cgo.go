@@ -221,12 +221,8 @@ func sluiceRequestHeaders(s *C.sl_stream, eos C.bool) (status C.int) {
 		s.state = C.SL_ENDED
 		return 0
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			s.state = C.SL_ENDED
-			status = C.int(c.panicked(filterPtr(s.envoy), true, r, debug.Stack()))
-		}
-	}()
+	s.state = C.SL_ENDED // until the VM holds it: a panic ends the stream for Go
+	defer recoverHook(c, s, true, &status)
 	f := filterPtr(s.envoy)
 	panicHook(c, f)
 	w, id, act, ended := c.requestHeaders(f, bool(eos), cPrepared{s})
@@ -241,17 +237,22 @@ func sluiceRequestHeaders(s *C.sl_stream, eos C.bool) (status C.int) {
 	return C.int(act)
 }
 
+// recoverHook is deferred by the stream exports: a panic in the hook is handled by
+// filterConfig.panicked (request: the hook decides the stream's request, whose status it
+// then sets).
+func recoverHook(c *filterConfig, s *C.sl_stream, request bool, status *C.int) {
+	if r := recover(); r != nil {
+		*status = C.int(c.panicked(filterPtr(s.envoy), request, r, debug.Stack()))
+	}
+}
+
 //export sluiceRequestBody
 func sluiceRequestBody(s *C.sl_stream, size C.size_t, eos C.bool) (status C.int) {
 	c, w := streamOf(s)
 	if w == nil {
 		return 0
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			status = C.int(c.panicked(filterPtr(s.envoy), true, r, debug.Stack()))
-		}
-	}()
+	defer recoverHook(c, s, true, &status)
 	// Pause is StopIterationAndBuffer (1) for a body.
 	return C.int(w.requestBody(uint32(s.id), filterPtr(s.envoy), int(size), bool(eos)))
 }
@@ -262,12 +263,7 @@ func sluiceResponseHeaders(s *C.sl_stream, eos C.bool) (status C.int) {
 	if w == nil {
 		return 0
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
-			status = 0
-		}
-	}()
+	defer recoverHook(c, s, false, &status)
 	return C.int(w.responseHeaders(uint32(s.id), filterPtr(s.envoy), bool(eos)))
 }
 
@@ -277,12 +273,7 @@ func sluiceResponseBody(s *C.sl_stream, size C.size_t, eos C.bool) (status C.int
 	if w == nil {
 		return 0
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
-			status = 0
-		}
-	}()
+	defer recoverHook(c, s, false, &status)
 	return C.int(w.responseBody(uint32(s.id), filterPtr(s.envoy), int(size), bool(eos)))
 }
 
@@ -292,12 +283,7 @@ func sluiceResponseTrailers(s *C.sl_stream) (status C.int) {
 	if w == nil {
 		return 0
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
-			status = 0
-		}
-	}()
+	defer recoverHook(c, s, false, &status)
 	return C.int(w.responseTrailers(uint32(s.id), filterPtr(s.envoy)))
 }
 
@@ -308,11 +294,8 @@ func sluiceDestroy(s *C.sl_stream) {
 	if w == nil {
 		return
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
-		}
-	}()
+	var status C.int
+	defer recoverHook(c, s, false, &status)
 	w.destroy(uint32(s.id), filterPtr(s.envoy))
 }
 
@@ -322,10 +305,7 @@ func sluiceScheduled(s *C.sl_stream, event C.uint64_t) {
 	if w == nil {
 		return
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			c.panicked(filterPtr(s.envoy), false, r, debug.Stack())
-		}
-	}()
+	var status C.int
+	defer recoverHook(c, s, false, &status)
 	w.scheduled(uint32(s.id), filterPtr(s.envoy), uint64(event))
 }
