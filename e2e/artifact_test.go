@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 
@@ -164,18 +162,7 @@ func dynmodFailureSignals(e *envoyproc.Envoy) (signals []string, lines []string)
 	if err != nil {
 		return []string{"admin /stats: " + err.Error()}, nil
 	}
-	if v, ok := st["dynamicmodulescustom.sluice.errors"]; !ok {
-		signals = append(signals, "dynamicmodulescustom.sluice.errors missing")
-	} else if v != 0 {
-		signals = append(signals, fmt.Sprintf("dynamicmodulescustom.sluice.errors = %d", v))
-	}
-	for _, l := range strings.Split(e.Log(), "\n") {
-		if dynmodFailureLines.MatchString(l) {
-			if len(l) > 300 {
-				l = l[:300] + "…"
-			}
-			lines = append(lines, l)
-		}
-	}
+	signals = append(signals, errorsCounter(st, artDynmod)...)
+	lines = failureLines(e, dynmodFailureLines)
 	return signals, lines
 }

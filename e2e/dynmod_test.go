@@ -51,18 +51,7 @@ func TestEnvoyDynmodPanic(t *testing.T) {
 					t.Fatal(err)
 				}
 				p := envoyProxy(t, e)
-				do := func(h ...string) int {
-					req, _ := http.NewRequest("GET", p.url+"/x", nil)
-					for i := 0; i+1 < len(h); i += 2 {
-						req.Header.Set(h[i], h[i+1])
-					}
-					resp, err := http.DefaultClient.Do(req)
-					if err != nil {
-						t.Fatalf("envoy stopped serving: %v", err)
-					}
-					resp.Body.Close()
-					return resp.StatusCode
-				}
+				do := func(h ...string) int { return getStatus(t, p.url+"/x", h...) }
 				for i := 0; i < 4; i++ {
 					if got := do("x-sluice-panic", "shell", "x-api-key", "a"); got != tc.want {
 						t.Errorf("panic in the shell: status %d, want %d", got, tc.want)
@@ -125,8 +114,20 @@ func TestEnvoyDynmodRefusedOld(t *testing.T) {
 // statusOf sends GET path with header x-key: key to url and returns the status.
 func statusOf(t *testing.T, url, path, key string) int {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url+path, nil)
-	req.Header.Set("x-key", key)
+	return getStatus(t, url+path, "x-key", key)
+}
+
+// getStatus sends GET url with the headers (name, value, …) and returns the status, its body
+// read and closed.
+func getStatus(t *testing.T, url string, headers ...string) int {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

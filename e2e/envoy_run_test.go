@@ -253,23 +253,38 @@ func envoyFailureSignals(e *envoyproc.Envoy, workers int) (signals []string, lin
 			signals = append(signals, fmt.Sprintf("%s = %d", name, v))
 		}
 	}
-	if v, ok := st["wasmcustom.sluice.errors"]; !ok {
-		signals = append(signals, "wasmcustom.sluice.errors missing")
-	} else if v != 0 {
-		signals = append(signals, fmt.Sprintf("wasmcustom.sluice.errors = %d", v))
+	signals = append(signals, errorsCounter(st, artWasm)...)
+	lines = failureLines(e, envoyFailureLines)
+	if len(lines) > 0 {
+		signals = append(signals, fmt.Sprintf("%d failure lines in the log", len(lines)))
 	}
+	return signals, lines
+}
+
+// errorsCounter is the signal of sluice's error counter in Envoy's stats st: missing, or
+// not 0.
+func errorsCounter(st map[string]int64, a artifact) []string {
+	name := a.stats + "sluice.errors"
+	if v, ok := st[name]; !ok {
+		return []string{name + " missing"}
+	} else if v != 0 {
+		return []string{fmt.Sprintf("%s = %d", name, v)}
+	}
+	return nil
+}
+
+// failureLines are the lines of e's log that re matches, each cut at 300 bytes.
+func failureLines(e *envoyproc.Envoy, re *regexp.Regexp) []string {
+	var lines []string
 	for _, l := range strings.Split(e.Log(), "\n") {
-		if envoyFailureLines.MatchString(l) {
+		if re.MatchString(l) {
 			if len(l) > 300 {
 				l = l[:300] + "…"
 			}
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) > 0 {
-		signals = append(signals, fmt.Sprintf("%d failure lines in the log", len(lines)))
-	}
-	return signals, lines
+	return lines
 }
 
 // TestEnvoyScenarios runs every scenario that applies to Envoy through each Envoy: one

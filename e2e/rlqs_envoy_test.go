@@ -213,13 +213,5 @@ func (l *rlqsLoad) String() string {
 // rlqsGet sends one request with x-api-key: key and returns its status.
 func rlqsGet(t *testing.T, url, key string) int {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url+"/", nil)
-	req.Header.Set("x-api-key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	return getStatus(t, url+"/", "x-api-key", key)
 }
