@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/redisclient"
@@ -81,6 +83,37 @@ func params(k algorithms.Kind, limit int64, window time.Duration, burst int64) a
 }
 
 const us = time.Microsecond
+
+// keyState is a key's value as Redis serializes it ("" when the key does
+// not exist) and its expiry.
+type keyState struct {
+	dump string
+	pttl time.Duration
+}
+
+func dumpKey(t *testing.T, pc *goredis.Client, key []byte) keyState {
+	t.Helper()
+	ctx := context.Background()
+	v, err := pc.Dump(ctx, string(key)).Result()
+	if errors.Is(err, goredis.Nil) {
+		return keyState{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := pc.PTTL(ctx, string(key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keyState{v, pttl}
+}
+
+// same reports whether a and b are one state read twice: the same value,
+// the expiry apart by no more than the time between the reads could take.
+func (a keyState) same(b keyState) bool {
+	d := a.pttl - b.pttl
+	return a.dump == b.dump && d >= -10*time.Millisecond && d < time.Second
+}
 
 // ceilUS is the script's view of a duration the reference computes in ns.
 func ceilUS(d time.Duration) time.Duration {
@@ -150,12 +183,24 @@ func TestConformanceWithAlgorithms(t *testing.T) {
 					if want.Allowed {
 						nAllowed++
 					}
+					// A peek first: the same decision, and the key untouched.
+					before := dumpKey(t, pc, key)
+					peek, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: cost, Now: now, Peek: true, N: 3})
+					if err != nil {
+						t.Fatalf("step %d: peek: %v", step, err)
+					}
+					if after := dumpKey(t, pc, key); !before.same(after) {
+						t.Fatalf("step %d: the peek changed the key: %+v, then %+v", step, before, after)
+					}
 					got, err := h.run(&Request{Kind: kind, Params: p, Key: key, Cost: cost, Now: now})
 					if err != nil {
 						t.Fatalf("step %d: %v", step, err)
 					}
 					want.ResetAfter = ceilUS(want.ResetAfter)
 					want.RetryAfter = ceilUS(want.RetryAfter)
+					if peek.Decision != want {
+						t.Fatalf("step %d (now %d, cost %d): peek %+v, reference %+v", step, now, cost, peek.Decision, want)
+					}
 					if got.Decision != want {
 						t.Fatalf("step %d (now %d, cost %d): script %+v, reference %+v", step, now, cost, got.Decision, want)
 					}

@@ -226,6 +226,10 @@ type Request struct {
 	// ignored; ParseReply reads the reply (a refund's). |Settle| is at
 	// most algorithms.MaxSettle.
 	Settle int64
+	// Peek asks for the decision of one request of Cost without keeping
+	// it (op 4): the reply is the one that decision would get, and nothing
+	// is written. N and MaxDelay are ignored; not with Refund or Settle.
+	Peek bool
 	// MaxDelay > 0 shapes the decision (token_bucket and leaky_bucket):
 	// a request that fits within MaxDelay, rounded down to whole µs, is
 	// admitted into its slot with Decision.Delay the wait until it
@@ -237,7 +241,7 @@ type Request struct {
 
 // shapes reports whether r's call carries a max delay (ARGV[10]).
 func (r *Request) shapes() bool {
-	return r.MaxDelay >= time.Microsecond && r.Refund == nil && r.Settle == 0 && r.N <= 1 &&
+	return r.MaxDelay >= time.Microsecond && r.Refund == nil && r.Settle == 0 && r.N <= 1 && !r.Peek &&
 		(r.Kind == algorithms.TokenBucket || r.Kind == algorithms.LeakyBucket)
 }
 
@@ -268,7 +272,7 @@ func (r *Request) appendCall(dst []byte, cmd, script string, heads *[3]string) [
 	}
 	args := 8
 	switch {
-	case r.Settle != 0:
+	case r.Settle != 0, r.Peek && r.Refund == nil:
 	case r.shapes():
 		args = 10
 	case r.N > 1 && r.Refund == nil:
@@ -295,8 +299,12 @@ func (r *Request) appendCall(dst []byte, cmd, script string, heads *[3]string) [
 	}
 	dst = appendScriptArgs(dst, r.Key, r.Params, burst, r.Cost, r.Now)
 	if r.Refund == nil {
-		// Three "0": not a refund, no stamp, no ref.
-		dst = append(dst, "$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n"...)
+		// Three "0": not a refund, no stamp, no ref (a peek's op is "4").
+		if r.Peek {
+			dst = append(dst, "$1\r\n4\r\n$1\r\n0\r\n$1\r\n0\r\n"...)
+		} else {
+			dst = append(dst, "$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n"...)
+		}
 		switch args {
 		case 9:
 			dst = resp.AppendBulkInt(dst, r.N)

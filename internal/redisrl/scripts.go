@@ -14,7 +14,8 @@ package redisrl
 //	ARGV[5]  now              Unix microseconds; 0 = Redis TIME (always 0 in production)
 //	ARGV[6]  op               0 = decide, 1 = refund an earlier admission;
 //	                          token_bucket and leaky_bucket: 2 = settle a
-//	                          charge of cost, 3 = settle a refund of cost
+//	                          charge of cost, 3 = settle a refund of cost;
+//	                          4 = peek: decide as 0, write nothing (n = 1)
 //	ARGV[7]  stamp            refund only: the stamp of the admission's reply
 //	ARGV[8]  ref              refund only: the ref of the admission's reply
 //	ARGV[9]  n                optional (default 1): decide n requests of cost
@@ -43,6 +44,12 @@ package redisrl
 // when nothing queued behind it: a key refunded that way decides, from the
 // slot on, exactly as if the admission had never been made; requests that
 // queued behind it keep their slots.
+//
+// A peek (op 4) is a decision that is not kept: the body runs as for op 0
+// with a redis.call that passes the reads (GET, TIME, ZRANGE, ZCOUNT,
+// ZRANGEBYSCORE) and drops every write, so the reply is the one a decision
+// would get (remaining and reset_after as the admission would leave them)
+// and the key is untouched. It builds one closure, for peeks only.
 //
 // Settlement (ops 2 and 3, token_bucket and leaky_bucket: a token
 // budget's reservation settled once its response ended) applies delta =
@@ -100,9 +107,18 @@ if ARGV[10] then D = tonumber(ARGV[10]) end
 if BURST then B = tonumber(ARGV[3]) end
 local settles = false
 if not (L and W and B and c and now and n and D) or L < 1 or W < 1 or B < 1 or c < 1 or now < 0 or n < 1
-  or (op ~= '0' and op ~= '1' and not (settles and (op == '2' or op == '3'))) or (n > 1 and op ~= '0')
+  or (op ~= '0' and op ~= '1' and op ~= '4' and not (settles and (op == '2' or op == '3'))) or (n > 1 and op ~= '0')
   or D < 0 or D >= 9007199254740992 or (D > 0 and (n > 1 or op ~= '0')) then
   return redis.error_reply('ERR sluice: bad arguments')
+end
+local redis = redis
+if op == '4' then
+  op = '0'
+  local call, reads = redis.call, {GET = true, TIME = true, ZRANGE = true, ZCOUNT = true, ZRANGEBYSCORE = true}
+  redis = {error_reply = redis.error_reply, call = function(cmd, ...)
+    if reads[cmd] then return call(cmd, ...) end
+    return 0
+  end}
 end
 local px, t0 = 'PX', 0
 if now == 0 then px = 'PXAT' end
