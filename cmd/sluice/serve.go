@@ -61,6 +61,7 @@ type serveConfig struct {
 	headers                   *rls.HeaderNames
 	poolSize                  int
 	shadow                    bool
+	quota                     bool
 	chargeDenied              bool
 	confOpts                  rls.ConfigOptions
 	tls                       serveTLS // serve_tls.go
@@ -94,6 +95,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 		"let several --config files configure one domain (merged), as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG")
 	fs.BoolVar(&cfg.shadow, "shadow-mode", os.Getenv("SHADOW_MODE") == "true",
 		"answer OK even over a limit (statuses still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE; without --charge-denied such calls are still charged to no descriptor")
+	fs.BoolVar(&cfg.quota, "quota-mode", os.Getenv("QUOTA_MODE") == "true",
+		"put every configured descriptor in quota mode, as envoyproxy/ratelimit's QUOTA_MODE: a call is over only when a descriptor outside quota mode is, or every one in it")
 	fs.BoolVar(&cfg.chargeDenied, "charge-denied", false,
 		"count denied requests too, as envoyproxy/ratelimit does: every descriptor of every call adds its hits_addend to its window's counter; fixed_window limits only")
 	fs.BoolVar(&check, "check", false, "validate --config, print \"ok\" and one line per limit, and exit (no --redis-cluster needed)")
@@ -225,7 +228,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	goredis.SetLogger(redisLogger{logger})
 	cfg.tls.check(logger, backend)
 	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
-		Headers: cfg.headers, GlobalShadow: cfg.shadow, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
+		Headers: cfg.headers, GlobalShadow: cfg.shadow, GlobalQuota: cfg.quota, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {

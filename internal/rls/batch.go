@@ -43,8 +43,8 @@ type batchWait struct {
 // decide runs r's script, coalesced with the other descriptors of r's key
 // (see above).
 func (s *Server) decide(ctx context.Context, r *redisrl.Request) (redisrl.Result, error) {
-	if r.Refund != nil || r.MaxDelay > 0 {
-		// A refund, or a shaped decision (one slot per call).
+	if r.Refund != nil || r.MaxDelay > 0 || r.Peek {
+		// A refund, a shaped decision (one slot per call) or a peek.
 		return run(ctx, s.opts.Backend, r, s.Metrics.noscript)
 	}
 	id := batchID(r)

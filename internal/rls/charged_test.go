@@ -81,7 +81,8 @@ func withHits(d *ratelimitv3.RateLimitDescriptor, n uint64, negative bool) *rate
 // count after the call exceeds the limit (remaining 0); hits_addend 0
 // reads the count (OVER_LIMIT on a counter already over); requests_per_unit
 // 0 is over at the first hit; shadow_mode answers OK with remaining 0;
-// quota_mode OK without a reset and without deciding the call; resets are
+// quota_mode OVER_LIMIT with its reset, the call over when every quota_mode
+// descriptor of it is (TestQuotaMode has the rule); resets are
 // whole seconds to the window's end; a new window starts from 0.
 func TestChargeDenied(t *testing.T) {
 	var now atomic.Int64
@@ -121,8 +122,10 @@ func TestChargeDenied(t *testing.T) {
 	r = call(t, c, "cd", sh, q, z, u, none)
 	check(t, "first", r, pb.RateLimitResponse_OVER_LIMIT, want{pb.RateLimitResponse_OK, 0, min30}, want{pb.RateLimitResponse_OK, 0, min30},
 		want{pb.RateLimitResponse_OVER_LIMIT, 0, min30}, want{pb.RateLimitResponse_OK, math.MaxUint32, -1}, want{pb.RateLimitResponse_OK, 0, -1})
+	// quota is over, and is the call's only quota_mode descriptor: the
+	// call is over (envoyproxy/ratelimit since #1059, TestQuotaMode).
 	r = call(t, c, "cd", sh, q, u)
-	check(t, "second", r, pb.RateLimitResponse_OK, want{pb.RateLimitResponse_OK, 0, min30}, want{pb.RateLimitResponse_OK, 0, -1},
+	check(t, "second", r, pb.RateLimitResponse_OVER_LIMIT, want{pb.RateLimitResponse_OK, 0, min30}, want{pb.RateLimitResponse_OVER_LIMIT, 0, min30},
 		want{pb.RateLimitResponse_OK, math.MaxUint32, -1})
 	if st := r.Statuses[1]; st.CurrentLimit.GetRequestsPerUnit() != 1 {
 		t.Errorf("quota_mode status lost its limit: %v", st)

@@ -75,12 +75,8 @@ func fillCharged(st *pb.RateLimitResponse_DescriptorStatus, it *item, l *Limit) 
 		}
 		return outcomeOK
 	}
-	switch {
-	case l.Shadow:
+	if l.Shadow {
 		return outcomeShadow
-	case l.Quota:
-		st.DurationUntilReset = nil
-		return outcomeOver
 	}
 	st.Code = pb.RateLimitResponse_OVER_LIMIT
 	return outcomeOver

@@ -95,6 +95,11 @@ type Options struct {
 	// Such a call is still charged to no descriptor: the counters are what
 	// enforcement would leave.
 	GlobalShadow bool
+	// GlobalQuota puts every configured descriptor (not the unlimited
+	// ones, nor inline ones) in quota mode, as envoyproxy/ratelimit's
+	// QUOTA_MODE: a descriptor with no limit counts as a quota descriptor
+	// within its limit there, so a call with one is never over by quota.
+	GlobalQuota bool
 	// Headers, when set, adds the limit/remaining/reset headers of the
 	// descriptor closest to its limit to every response.
 	Headers *HeaderNames
@@ -311,12 +316,19 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			}
 			it.charged.hits = clampHits(it.cost)
 		case it.in == nil && it.m == nil:
-		case it.cost == 0:
-			// hits_addend 0 charges nothing: OK without a call.
-		case it.neg && it.m.limit.Params.Limit == 0:
-			// Nothing to give back to a limit that admits nothing.
+		case it.neg && (it.cost == 0 || it.m.limit.Params.Limit == 0):
+			// Nothing to give back, or to a limit that admits nothing.
 		case it.in == nil && it.m.limit.Params.Limit == 0:
-			it.denied = true // requests_per_unit 0
+			it.denied = true // requests_per_unit 0, hits_addend 0 too
+		case it.cost == 0 && it.in != nil && it.in.refund:
+			// A refund of nothing.
+		case it.cost == 0:
+			// hits_addend 0 checks without charging: the decision of one
+			// unit, peeked (written nowhere), is the answer — OVER_LIMIT
+			// when one more request would be refused.
+			it.call = true
+			it.req.Now = now
+			it.req.Peek, it.req.Cost = true, 1
 		default:
 			it.call = true
 			it.req.Now = now
@@ -361,6 +373,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 				if it.err == nil && it.req.Refund == nil && it.req.Settle == 0 {
 					it.denied = !it.res.Allowed
 				}
+				if it.err == nil && it.req.Peek && it.res.Allowed {
+					// The reply counts the unit it would have taken.
+					it.res.Remaining += it.req.Cost
+				}
 			}()
 		}
 	}
@@ -376,16 +392,14 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			}
 		}
 		l := it.limit()
+		// envoyproxy/ratelimit since 05c08d0 (#1059): the call is over
+		// when a descriptor not in quota_mode is over its limit, or when
+		// every quota_mode one is; a shadow_mode limit over its limit
+		// counts as within it.
 		switch {
-		case it.charged != nil:
-			// envoyproxy/ratelimit: a quota_mode limit over its limit
-			// answers OK and never decides the call.
-			if it.denied && !l.Shadow && !l.Quota {
-				over = true
-			}
-		case l != nil && l.Quota:
+		case s.quota(it):
 			quotaTotal++
-			if it.denied {
+			if it.denied && (l == nil || !l.Shadow) {
 				quotaOver++
 			}
 		case it.denied && (l == nil || !l.Shadow):
@@ -461,7 +475,7 @@ func (s *Server) refundAdmitted(ctx context.Context, domain string, items []item
 			}
 			continue
 		}
-		if !it.call || it.err != nil || it.req.Refund != nil || it.req.Settle != 0 || !it.res.Allowed || it.neg || it.charged != nil {
+		if !it.call || it.err != nil || it.req.Refund != nil || it.req.Settle != 0 || it.req.Peek || !it.res.Allowed || it.neg || it.charged != nil {
 			continue
 		}
 		wg.Add(1)
@@ -531,7 +545,7 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 				break
 			}
 			outcome = s.fill(st, it, false)
-			if !over && it.call && it.res.Allowed {
+			if !over && it.call && it.res.Allowed && !it.req.Peek {
 				out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: rlswire.RefundHeader,
 					Value: string(rlswire.AppendToken(nil, i, it.res.Stamp, it.res.Ref))})
 				if it.res.Delay > 0 {
@@ -562,7 +576,7 @@ func (s *Server) response(domain string, items []item, over bool) *pb.RateLimitR
 		s.Metrics.add(&s.Metrics.globalShadow)
 	}
 	if h := s.opts.Headers; h != nil {
-		if st := closest(out.Statuses, items); st != nil {
+		if st := closest(out.Statuses, items, s.quota); st != nil {
 			reset := st.GetDurationUntilReset().AsDuration()
 			secs := int64((reset + time.Second - 1) / time.Second)
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
@@ -605,7 +619,7 @@ func (s *Server) fillLease(out *pb.RateLimitResponse, st *pb.RateLimitResponse_D
 // fill sets a decided descriptor's code, remaining and reset.
 func (s *Server) fill(st *pb.RateLimitResponse_DescriptorStatus, it *item, shadow bool) string {
 	switch {
-	case !it.call && !it.denied: // hits_addend 0
+	case !it.call && !it.denied: // nothing to decide
 		return outcomeOK
 	case !it.call: // requests_per_unit 0: the window's end, on this clock
 		w := it.req.Params.Window
@@ -630,21 +644,31 @@ func (s *Server) fill(st *pb.RateLimitResponse_DescriptorStatus, it *item, shado
 	return outcomeOver
 }
 
+// quota reports whether it is a quota_mode descriptor: its limit says so,
+// or Options.GlobalQuota and it is a configured descriptor that is not
+// unlimited.
+func (s *Server) quota(it *item) bool {
+	if l := it.limit(); l != nil && l.Quota {
+		return true
+	}
+	return s.opts.GlobalQuota && it.in == nil && !it.unlimited
+}
+
 // closest picks the status the rate-limit headers describe, as
 // envoyproxy/ratelimit does: the one with a limit and the fewest remaining
 // (the first of equals), unless a descriptor is over its limit (not in
 // quota mode), then the last such. Only descriptors that were decided count.
-func closest(sts []*pb.RateLimitResponse_DescriptorStatus, items []item) *pb.RateLimitResponse_DescriptorStatus {
+func closest(sts []*pb.RateLimitResponse_DescriptorStatus, items []item, quota func(*item) bool) *pb.RateLimitResponse_DescriptorStatus {
 	var best *pb.RateLimitResponse_DescriptorStatus
 	minRem := uint32(math.MaxUint32)
 	for i, st := range sts {
 		if it := &items[i]; !it.call && !it.denied || it.in != nil && (it.in.refund || it.in.leaseCall() || it.in.settle != 0) {
-			continue // no limit, unlimited, hits_addend 0 (nothing known), a refund, a lease call or a settlement
+			continue // no limit, unlimited, a refund, a lease call or a settlement
 		}
 		if st.CurrentLimit != nil && st.LimitRemaining < minRem {
 			best, minRem = st, st.LimitRemaining
 		}
-		if st.Code == pb.RateLimitResponse_OVER_LIMIT && (items[i].limit() == nil || !items[i].limit().Quota) {
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT && !quota(&items[i]) {
 			best, minRem = st, 0
 		}
 	}
