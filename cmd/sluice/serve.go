@@ -62,6 +62,7 @@ type serveConfig struct {
 	poolSize                  int
 	shadow                    bool
 	quota                     bool
+	maxStatKeys               int
 	chargeDenied              bool
 	confOpts                  rls.ConfigOptions
 	tls                       serveTLS // serve_tls.go
@@ -99,6 +100,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 		"put every configured descriptor in quota mode, as envoyproxy/ratelimit's QUOTA_MODE: a call is over only when a descriptor outside quota mode is, or every one in it")
 	fs.BoolVar(&cfg.chargeDenied, "charge-denied", false,
 		"count denied requests too, as envoyproxy/ratelimit does: every descriptor of every call adds its hits_addend to its window's counter; fixed_window limits only")
+	fs.IntVar(&cfg.maxStatKeys, "max-stat-keys", rls.DefaultMaxStatKeys,
+		"per-limit statistics: how many stat keys holding request values (detailed_metric, value_to_metric, limit overrides) get series of their own; later ones count as key \"other\"")
 	fs.BoolVar(&check, "check", false, "validate --config, print \"ok\" and one line per limit, and exit (no --redis-cluster needed)")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8081", "address to serve gRPC on")
 	fs.StringVar(&cluster, "redis-cluster", "", "HOST:PORT[,HOST:PORT...]: seed nodes of the Redis Cluster (required)")
@@ -123,6 +126,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError(stderr, "serve", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if cfg.maxStatKeys < 1 {
+		return nil, usageError(stderr, "serve", fmt.Errorf("--max-stat-keys %d: must be at least 1", cfg.maxStatKeys))
 	}
 	if check {
 		if cfg.configPath == "" {
@@ -228,7 +234,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	goredis.SetLogger(redisLogger{logger})
 	cfg.tls.check(logger, backend)
 	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
-		Headers: cfg.headers, GlobalShadow: cfg.shadow, GlobalQuota: cfg.quota, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
+		Headers: cfg.headers, GlobalShadow: cfg.shadow, GlobalQuota: cfg.quota, MaxStatKeys: cfg.maxStatKeys, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {

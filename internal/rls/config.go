@@ -51,6 +51,7 @@ type node struct {
 	limit     *Limit
 	share     string // share_threshold: the wildcard value shared by every match
 	detailed  bool
+	valueTo   bool // value_to_metric: the request's value goes into the stat key
 }
 
 type wildcard struct {
@@ -330,7 +331,7 @@ func (n *node) loadDescriptors(parent string, ds []yamlDescriptor) error {
 		if _, dup := n.children[final]; dup {
 			return fmt.Errorf("duplicate descriptor composite key '%s'", full)
 		}
-		child := &node{children: map[string]*node{}, detailed: d.DetailedMetric}
+		child := &node{children: map[string]*node{}, detailed: d.DetailedMetric, valueTo: d.ValueToMetric}
 		if rl := d.RateLimit; rl != nil {
 			l, err := newLimit(full, rl, &d)
 			if err != nil {
@@ -419,6 +420,12 @@ type match struct {
 	shared []string
 	// override reports a limit from the descriptor's own limit field.
 	override bool
+	// stat is the limit's statistics key, envoyproxy/ratelimit's: the
+	// configured full key, the request's entries (detailed_metric, an
+	// override) or the value_to_metric key; fromRequest reports that it
+	// holds values of the request, which Metrics bounds.
+	stat        string
+	fromRequest bool
 }
 
 // errOverride is a descriptor limit override the service cannot apply
@@ -446,22 +453,42 @@ func (c *Config) lookup(domain string, d *ratelimitv3.RateLimitDescriptor) (*mat
 	n := root
 	var lim *Limit
 	var shared []string
+	// vk is the value_to_metric key (config_impl.go's
+	// valueToMetricFullKey): per entry the key, and the value the level
+	// was matched with — the request's for a key_value match or a level
+	// with value_to_metric, the wildcard's (share_threshold's) otherwise,
+	// none for a key-only match.
+	var vk strings.Builder
+	vk.WriteString(domain)
 	for i, e := range es {
 		final := e.GetKey() + "_" + e.GetValue()
 		next := n.children[final]
+		val := e.GetValue()
 		if next == nil {
 			for _, w := range n.wildcards {
 				if globMatch(w.parts, final) {
 					next = n.children[w.key]
+					if next.share != "" || !next.valueTo {
+						val = strings.TrimPrefix(w.key, e.GetKey()+"_")
+					}
 					break
 				}
 			}
 		}
 		if next == nil {
 			next = n.children[e.GetKey()]
+			if next != nil && !next.valueTo {
+				val = ""
+			}
 		}
+		vk.WriteByte('.')
+		vk.WriteString(e.GetKey())
 		if next == nil {
 			break
+		}
+		if val != "" {
+			vk.WriteByte('_')
+			vk.WriteString(val)
 		}
 		if next.share != "" {
 			if shared == nil {
@@ -478,17 +505,25 @@ func (c *Config) lookup(domain string, d *ratelimitv3.RateLimitDescriptor) (*mat
 		n = next
 	}
 	if o := d.GetLimit(); o != nil {
-		return override(domain, d, o, lim)
+		m, err := override(domain, d, o, lim)
+		if m != nil {
+			m.stat, m.fromRequest = m.limit.key, true
+		}
+		return m, err
 	}
 	if lim == nil {
 		return nil, nil
 	}
-	if lim.Detailed {
+	m := &match{limit: lim, shared: shared, stat: lim.key}
+	switch {
+	case lim.Detailed:
 		cp := *lim
 		cp.key = detailedKey(domain, es, shared)
-		lim = &cp
+		m.limit, m.stat, m.fromRequest = &cp, cp.key, true
+	case vk.String() != lim.key:
+		m.stat, m.fromRequest = vk.String(), true
 	}
-	return &match{limit: lim, shared: shared}, nil
+	return m, nil
 }
 
 // override is the limit of a descriptor's limit override: its requests per

@@ -54,11 +54,18 @@ type Metrics struct {
 	buckets      []uint64
 	sum          float64
 	count        uint64
+	// Per-limit statistics (limitstats.go): by stat key; fromRequest
+	// counts the keys holding request values, at most maxFromRequest.
+	limits         map[string]*[numLimitStats]uint64
+	fromRequest    map[string]bool
+	maxFromRequest int
+	limitOverflow  uint64
 }
 
-func newMetrics(known func(string) bool) *Metrics {
+func newMetrics(known func(string) bool, maxFromRequest int) *Metrics {
 	return &Metrics{known: known, calls: map[[2]string]uint64{}, descriptors: map[[2]string]uint64{},
-		buckets: make([]uint64, len(latencyBounds))}
+		buckets: make([]uint64, len(latencyBounds)), limits: map[string]*[numLimitStats]uint64{},
+		fromRequest: map[string]bool{}, maxFromRequest: maxFromRequest}
 }
 
 func (m *Metrics) label(domain string) string {
@@ -209,6 +216,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 		family(c.name, "counter", c.help)
 		fmt.Fprintf(bw, "%s %d\n", c.name, c.v)
 	}
+	m.writeLimits(bw, family)
 	family("sluice_rls_call_duration_seconds", "histogram", "ShouldRateLimit latency, Redis round trips included.")
 	for i, b := range latencyBounds {
 		fmt.Fprintf(bw, "sluice_rls_call_duration_seconds_bucket{le=\"%s\"} %d\n", strconv.FormatFloat(b, 'g', -1, 64), m.buckets[i])

@@ -114,6 +114,10 @@ type Options struct {
 	// (Config.CheckChargeDenied). Inline descriptors keep sluice's
 	// semantics.
 	ChargeDenied bool
+	// MaxStatKeys bounds the per-limit statistics keys that hold request
+	// values (detailed_metric, value_to_metric, limit overrides); a key
+	// past the bound is counted as "other". 0 means DefaultMaxStatKeys.
+	MaxStatKeys int
 	// Now, when set, pins the scripts' time (Unix µs) instead of Redis
 	// TIME: tests only.
 	Now func() int64
@@ -148,7 +152,10 @@ func New(opts Options) *Server {
 		s.opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s.cfg.Store(opts.Config)
-	s.Metrics = newMetrics(s.knownDomain)
+	if s.opts.MaxStatKeys <= 0 {
+		s.opts.MaxStatKeys = DefaultMaxStatKeys
+	}
+	s.Metrics = newMetrics(s.knownDomain, s.opts.MaxStatKeys)
 	return s
 }
 
@@ -408,6 +415,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	}
 	if quotaTotal > 0 && quotaOver == quotaTotal {
 		over = true
+	}
+	if failed == nil {
+		s.countLimits(items)
 	}
 	if failed != nil || over || ctx.Err() != nil {
 		s.refundAdmitted(dctx, domain, items, failed != nil || ctx.Err() != nil)
