@@ -63,6 +63,7 @@ type serveConfig struct {
 	shadow                    bool
 	quota                     bool
 	maxStatKeys               int
+	dynamicMetadata           bool
 	chargeDenied              bool
 	confOpts                  rls.ConfigOptions
 	tls                       serveTLS // serve_tls.go
@@ -100,6 +101,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 		"put every configured descriptor in quota mode, as envoyproxy/ratelimit's QUOTA_MODE: a call is over only when a descriptor outside quota mode is, or every one in it")
 	fs.BoolVar(&cfg.chargeDenied, "charge-denied", false,
 		"count denied requests too, as envoyproxy/ratelimit does: every descriptor of every call adds its hits_addend to its window's counter; fixed_window limits only")
+	fs.BoolVar(&cfg.dynamicMetadata, "response-dynamic-metadata", os.Getenv("RESPONSE_DYNAMIC_METADATA") == "true",
+		"return the domain, the descriptors, the hits addend and the metadata of the descriptors that passed as the response's dynamic metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
 	fs.IntVar(&cfg.maxStatKeys, "max-stat-keys", rls.DefaultMaxStatKeys,
 		"per-limit statistics: how many stat keys holding request values (detailed_metric, value_to_metric, limit overrides) get series of their own; later ones count as key \"other\"")
 	fs.BoolVar(&check, "check", false, "validate --config, print \"ok\" and one line per limit, and exit (no --redis-cluster needed)")
@@ -234,7 +237,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	goredis.SetLogger(redisLogger{logger})
 	cfg.tls.check(logger, backend)
 	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
-		Headers: cfg.headers, GlobalShadow: cfg.shadow, GlobalQuota: cfg.quota, MaxStatKeys: cfg.maxStatKeys, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
+		Headers: cfg.headers, GlobalShadow: cfg.shadow, GlobalQuota: cfg.quota, MaxStatKeys: cfg.maxStatKeys, DynamicMetadata: cfg.dynamicMetadata, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
 
 	lis, err := net.Listen("tcp", cfg.listen)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v2"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
@@ -40,6 +41,9 @@ type Limit struct {
 	// Params are normalised by algorithms.New; Limit 0 (requests_per_unit
 	// 0) denies every request without asking Redis.
 	Params algorithms.Params
+	// Metadata is the descriptor's metadata, returned in the response's
+	// dynamic metadata when the descriptor passes (Options.DynamicMetadata).
+	Metadata *structpb.Struct
 	// key is the envoyproxy/ratelimit "full key" (domain.key_value...),
 	// the metric name of the limit.
 	key string
@@ -363,6 +367,13 @@ func newLimit(full string, rl *yamlRateLimit, d *yamlDescriptor) (*Limit, error)
 		Name: rl.Name, Unit: pb.RateLimitResponse_RateLimit_Unit(u), RequestsPerUnit: rl.RequestsPerUnit,
 		Unlimited: rl.Unlimited, Shadow: d.ShadowMode, Quota: d.QuotaMode, Detailed: d.DetailedMetric, key: full,
 	}
+	if len(d.Metadata) > 0 {
+		md, err := metadataStruct(d.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("metadata: %w", err)
+		}
+		l.Metadata = md
+	}
 	if rl.Unlimited {
 		if valid {
 			return nil, errors.New("should not specify rate limit unit when unlimited")
@@ -395,6 +406,59 @@ func newLimit(full string, rl *yamlRateLimit, d *yamlDescriptor) (*Limit, error)
 		return nil, err
 	}
 	return l, nil
+}
+
+// metadataStruct converts a descriptor's YAML metadata (yaml.v2's maps
+// have keys of any type) to a Struct: keys must be strings, values
+// strings, numbers, booleans, null, lists or maps of them.
+func metadataStruct(m map[string]any) (*structpb.Struct, error) {
+	v, err := jsonish(m)
+	if err != nil {
+		return nil, err
+	}
+	return structpb.NewStruct(v.(map[string]any))
+}
+
+func jsonish(v any) (any, error) {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			c, err := jsonish(e)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			out[k] = c
+		}
+		return out, nil
+	case map[any]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			ks, ok := k.(string)
+			if !ok {
+				return nil, fmt.Errorf("key %v is not a string", k)
+			}
+			c, err := jsonish(e)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", ks, err)
+			}
+			out[ks] = c
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			c, err := jsonish(e)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out[i] = c
+		}
+		return out, nil
+	case nil, string, bool, int, int64, uint64, float64:
+		return v, nil
+	}
+	return nil, fmt.Errorf("value %v of type %T is not a string, number, boolean, list or map", v, v)
 }
 
 // setParams validates the limiter parameters against algorithms.New and the

@@ -114,6 +114,9 @@ type Options struct {
 	// (Config.CheckChargeDenied). Inline descriptors keep sluice's
 	// semantics.
 	ChargeDenied bool
+	// DynamicMetadata adds the response's dynamic metadata, as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA (metadata.go).
+	DynamicMetadata bool
 	// MaxStatKeys bounds the per-limit statistics keys that hold request
 	// values (detailed_metric, value_to_metric, limit overrides); a key
 	// past the bound is counted as "other". 0 means DefaultMaxStatKeys.
@@ -431,7 +434,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	return s.response(domain, items, over), nil
+	out := s.response(domain, items, over)
+	if s.opts.DynamicMetadata {
+		out.DynamicMetadata = dynamicMetadata(req, items, out.Statuses)
+	}
+	return out, nil
 }
 
 // hitsAddend is the cost of descriptor d: its own hits_addend when set
