@@ -12,6 +12,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-proxy/sluice/internal/redistest"
@@ -51,6 +52,18 @@ descriptors:
 // crossing every limit, hits_addend 0, 1, 2 and per descriptor, across
 // several one-second windows — with no difference in overall code,
 // descriptor codes, current limit, limit_remaining or duration_until_reset.
+//
+// The peer is the one bench/rls pins, 3fb7025: the newest pseudo-version
+// the Go module proxy serves, older than the peer's 05c08d0 (#1059), which
+// changed how quota_mode answers. The counting of every descriptor, quota
+// ones included, and every status of a descriptor outside quota mode are
+// checked against the pinned peer itself. A quota_mode descriptor's status
+// and the call's overall code follow #1059, sluice's table of it
+// (internal/rls TestQuotaMode): the pinned peer's answer is rewritten to
+// that rule (quota1059) before the comparison — an over quota descriptor,
+// which the pinned peer answers OK without a reset, is OVER_LIMIT with the
+// window's reset, and the call is over when a descriptor outside quota
+// mode is, or every quota one is.
 //
 // Both read the machine's clock (the peer its own, sluice Redis TIME) and
 // round duration_until_reset to whole seconds, so the two answers of one
@@ -111,7 +124,7 @@ func TestFidelityChargeDenied(t *testing.T) {
 	// pause changes nothing); a pair that straddles a second anyway (the machine stalled)
 	// spoils that attempt's state, and the sequence starts again on fresh values.
 	const attempts, windows, perWindow = 3, 8, 60
-	compared, statuses, overs, differ := 0, 0, 0, 0
+	compared, statuses, overs, differ, quotaOvers := 0, 0, 0, 0, 0
 	for a := 1; ; a++ {
 		rng := rand.New(rand.NewPCG(22, 1))
 		values := []string{"a", "b", "c"}
@@ -140,7 +153,7 @@ func TestFidelityChargeDenied(t *testing.T) {
 			next := time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)
 			time.Sleep(time.Until(next))
 		}
-		compared, statuses, overs, differ = 0, 0, 0, 0
+		compared, statuses, overs, differ, quotaOvers = 0, 0, 0, 0, 0
 		straddled := ""
 	sequence:
 		for w := 0; w < windows; w++ {
@@ -164,6 +177,7 @@ func TestFidelityChargeDenied(t *testing.T) {
 					straddled = fmt.Sprintf("window %d call %d: the pair straddled a second (%d → %d): the machine stalled", w, i, sec, after)
 					break sequence
 				}
+				quotaOvers += quota1059(req, got[0], sec)
 				if d := diff(got[0], got[1]); d != "" {
 					t.Errorf("window %d call %d %v:\n%s", w, i, describe(req), d)
 					differ++
@@ -183,10 +197,13 @@ func TestFidelityChargeDenied(t *testing.T) {
 		}
 		t.Logf("attempt %d: %s; starting again on fresh values", a, straddled)
 	}
-	t.Logf("%d calls (%d descriptor statuses) compared over %d one-second windows, %d of them OVER_LIMIT at the peer; %d differ",
-		compared, statuses, windows, overs, differ)
+	t.Logf("%d calls (%d descriptor statuses) compared over %d one-second windows, %d of them OVER_LIMIT at the peer (%d quota_mode statuses over, rewritten to #1059); %d differ",
+		compared, statuses, windows, overs, quotaOvers, differ)
 	if overs == 0 || overs == compared {
 		t.Errorf("%d of %d calls over the limit: the sequence does not cross the limits", overs, compared)
+	}
+	if quotaOvers == 0 {
+		t.Errorf("no quota_mode descriptor over its limit: the sequence does not cover quota mode")
 	}
 
 	// The peer (at the pinned version) ignores is_negative_hits: such a
@@ -203,6 +220,39 @@ func TestFidelityChargeDenied(t *testing.T) {
 	if p, s := neg(clients[0]), neg(clients[1]); p != 18 || s != 20 {
 		t.Errorf("is_negative_hits on a fresh hour counter: peer remaining %d (want 18: charged), sluice %d (want 20: nothing to give back)", p, s)
 	}
+}
+
+// quota1059 rewrites r, the pinned peer's answer to req at Unix second now,
+// to the quota rule of the peer since 05c08d0 (#1059): a quota_mode
+// descriptor ("quota", one minute) over its limit — which the pinned peer
+// answers OK, with its limit and remaining 0, without a reset — is
+// OVER_LIMIT with the minute's reset (the peer's CalculateReset: the unit
+// minus now's offset in it); the call is OVER_LIMIT when a descriptor
+// outside quota mode is, or every quota_mode one is.
+// It returns how many statuses it rewrote.
+func quota1059(req *rlsv3.RateLimitRequest, r *rlsv3.RateLimitResponse, now int64) int {
+	over, quotas, quotaOver, rewrote := false, 0, 0, 0
+	for i, d := range req.Descriptors {
+		st := r.Statuses[i]
+		if d.Entries[0].Key != "quota" {
+			over = over || st.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+			continue
+		}
+		quotas++
+		if st.Code == rlsv3.RateLimitResponse_OK && st.CurrentLimit != nil && st.DurationUntilReset == nil {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			st.DurationUntilReset = durationpb.New(time.Duration(60-now%60) * time.Second)
+			rewrote++
+		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			quotaOver++
+		}
+	}
+	r.OverallCode = rlsv3.RateLimitResponse_OK
+	if over || quotas > 0 && quotaOver == quotas {
+		r.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return rewrote
 }
 
 // diff describes the differences between two answers to one call, "" when
