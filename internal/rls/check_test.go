@@ -27,7 +27,7 @@ func checkThenCharge(t *testing.T, c pb.RateLimitServiceClient, domain string, d
 	return admitted, last
 }
 
-// A check (hits_addend 0, of the request or of the descriptor) reads the
+// A check (a descriptor's hits_addend 0) reads the
 // limit without charging it, in both modes, and answers OVER_LIMIT when
 // the descriptor is over: without --charge-denied when one more request
 // would be refused (so a limit of N admits N checked-then-charged requests,
@@ -74,11 +74,12 @@ func TestCheckWithoutCharge(t *testing.T) {
 				st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() <= 0 {
 				t.Errorf("last check: %v", last)
 			}
-			// The request's hits_addend 0 is a check too (no descriptor
-			// hits_addend): still over, and nothing charged.
-			r := rlCall(t, c, &pb.RateLimitRequest{Domain: "cd", Descriptors: []*ratelimitv3.RateLimitDescriptor{d()}, HitsAddend: 0})
-			if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-				t.Errorf("request hits_addend 0 over the limit: %v", r.OverallCode)
+			// A check is a descriptor's hits_addend 0: the request's 0 is 1, as
+			// the peer reads it (proto3 tells no 0 from unset), so it charges.
+			fresh := desc(tc.key, uniq("req0"))
+			r := rlCall(t, c, &pb.RateLimitRequest{Domain: "cd", Descriptors: []*ratelimitv3.RateLimitDescriptor{fresh}, HitsAddend: 0})
+			if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != uint32(tc.limit-1) {
+				t.Errorf("request hits_addend 0 on a fresh limit: %v, remaining %d; want OK, %d (charged 1)", r.OverallCode, r.Statuses[0].LimitRemaining, tc.limit-1)
 			}
 		})
 	}
