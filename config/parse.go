@@ -130,10 +130,12 @@ func (p *parser) paramError(path string, rule jsonv.Value, err error, note strin
 }
 
 func (p *parser) parse(data []byte) *Config {
-	switch {
-	case len(data) > MaxConfigSize:
+	if len(data) > MaxConfigSize {
 		p.fail(jsonv.Value{}, "", strconv.Itoa(len(data))+" bytes is more than the limit of "+strconv.Itoa(MaxConfigSize))
 		return nil
+	}
+	data = TrimByteOrderMark(data)
+	switch {
 	case len(bytesTrimSpace(data)) == 0:
 		p.fail(jsonv.Value{}, "", "is empty")
 		return nil
@@ -1145,6 +1147,22 @@ func editDistance(a, b string, max int) int {
 		return prev[len(b)]
 	}
 	return max
+}
+
+// ByteOrderMark is U+FEFF in UTF-8. An editor may write one before a
+// configuration as a signature of the encoding; RFC 8259 (section 8.1)
+// lets a JSON parser ignore it, and Parse does: one mark at the very start,
+// nothing else (a second one, or one after whitespace, is not valid JSON).
+const ByteOrderMark = "\ufeff"
+
+// TrimByteOrderMark returns data without the ByteOrderMark it starts with,
+// if any: what Parse reads. `sluice check` decides on what it returns
+// whether a file is a JSON configuration.
+func TrimByteOrderMark(data []byte) []byte {
+	if len(data) >= len(ByteOrderMark) && string(data[:len(ByteOrderMark)]) == ByteOrderMark {
+		return data[len(ByteOrderMark):]
+	}
+	return data
 }
 
 func bytesTrimSpace(b []byte) []byte {

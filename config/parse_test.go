@@ -72,6 +72,11 @@ var errorCases = []struct {
 	{"trailing garbage", `{} x`, `configuration: is not valid JSON`},
 	{"invalid utf8", "{\"rules\":\"\xff\"}", `configuration: is not valid UTF-8`},
 	{"not an object", `[]`, `configuration: [] is not an object`},
+	{"scalar true", `true`, `configuration: true is not an object`},
+	{"scalar after byte-order mark", "\ufeff0", `configuration: 0 is not an object`},
+	{"byte-order mark only", "\ufeff \n", `configuration: is empty`},
+	{"byte-order mark twice", "\ufeff\ufeff{}", `configuration: is not valid JSON`},
+	{"byte-order mark after space", " \ufeff{}", `configuration: is not valid JSON`},
 	{"unknown top field suggestion", `{"rulez":[]}`, "rulez: unknown field (did you mean \"rules\"?)\nrules: is required"},
 	{"unknown top field", doc(`"colour":1`, rule()), `colour: unknown field`},
 	{"duplicate field", doc(`"failure_mode":"open","failure_mode":"closed"`, rule()), `failure_mode: duplicate field`},
@@ -300,6 +305,24 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error is %T with %d entries, want Errors with one per line", err, len(errs))
 			}
 		})
+	}
+}
+
+// TestParseByteOrderMark: one UTF-8 byte-order mark before the text is
+// ignored (RFC 8259, section 8.1), for both builds; what follows it is
+// parsed as if it were not there.
+func TestParseByteOrderMark(t *testing.T) {
+	for _, in := range []string{designExample, doc("", rule()), " \n" + doc("", rule("name", `"a"`)) + "\n"} {
+		for _, b := range []Build{BuildLocal, BuildRedis} {
+			want, werr := ParseFor([]byte(in), b)
+			got, err := ParseFor([]byte(ByteOrderMark+in), b)
+			if werr != nil || err != nil || len(got.Rules) != len(want.Rules) || got.Rules[0].Summary() != want.Rules[0].Summary() {
+				t.Errorf("%v: %.40q with a byte-order mark: %v, without: %v", b, in, err, werr)
+			}
+		}
+	}
+	if s := TrimByteOrderMark([]byte("\xef\xbb{}")); string(s) != "\xef\xbb{}" {
+		t.Errorf("half a mark trimmed: %q", s)
 	}
 }
 
