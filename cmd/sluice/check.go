@@ -46,7 +46,10 @@ or its errors as "FILE: WHERE: PATH: MESSAGE", PATH in the manifest's terms
 --redis, a configuration is checked for sluice-redis.wasm when the manifest
 loads a module named sluice-redis, else for sluice.wasm. Other Wasm plugins
 are listed as skipped; a manifest without a sluice configuration is an
-error.
+error. A file that starts with '{' or '[' (after an optional byte-order
+mark and whitespace), or that is one JSON value, is a JSON configuration
+unless its top level is a manifest's (apiVersion, kind, static_resources…);
+any other file is YAML.
 
 Exit status: 0 every file valid, 1 any invalid or unreadable, 2 usage error.
 `
@@ -192,7 +195,9 @@ func checkManifest(name string, found []embedded, kinds []string, build config.B
 		}
 		checked++
 		if e.err != "" {
-			fmt.Fprintln(stderr, prefix+e.err)
+			for _, l := range strings.Split(e.err, "\n") {
+				fmt.Fprintln(stderr, prefix+l)
+			}
 			ok = false
 			continue
 		}
@@ -280,8 +285,10 @@ func printable(s string) string {
 // syntaxHint locates a JSON syntax error for a person: " (line L, column C:
 // reason)", or "" when encoding/json finds nothing to say. The parser in the
 // guest (gjson) only reports that the document is invalid; the CLI can afford
-// the standard library's decoder to say where.
+// the standard library's decoder to say where. A byte-order mark before
+// the text is not counted (the module ignores it).
 func syntaxHint(data []byte) string {
+	data = config.TrimByteOrderMark(data)
 	var v any
 	err := json.Unmarshal(data, &v)
 	var se *json.SyntaxError

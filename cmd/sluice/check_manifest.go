@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v2"
+
+	"github.com/sluice-proxy/sluice/config"
 )
 
 // A manifest is a file that carries sluice's plugin configuration inside
@@ -37,7 +39,7 @@ type embedded struct {
 	// skipped, when set, says why this Wasm plugin is not checked.
 	skipped string
 	// err is a problem of the manifest itself (the configuration could not
-	// be extracted).
+	// be extracted): one line per problem.
 	err string
 }
 
@@ -59,13 +61,21 @@ var typedStructTypes = map[string]bool{
 // stream in which some document is a Kubernetes object or an Envoy
 // bootstrap or xDS file) and, if so, every sluice configuration in it. kinds
 // lists the documents seen (for a file without any).
+//
+// A file is JSON, and read as the module reads it, when after an optional
+// byte-order mark (config.TrimByteOrderMark, as the module) and JSON
+// whitespace it starts with '{' or '[', or when it is one JSON value as a
+// whole (true, 0, "x": the module says it is not an object). Such a file is
+// a manifest only when it is a JSON object whose top level says so; any
+// other file is YAML.
 func findEmbedded(data []byte) (found []embedded, kinds []string, manifest bool) {
-	trimmed := bytes.TrimLeft(data, " \t\r\n")
-	if len(trimmed) > 0 && trimmed[0] == '{' {
+	body := config.TrimByteOrderMark(data)
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[') || json.Valid(body) {
 		// A JSON document: only a manifest if its top level says so;
 		// otherwise it is a plugin configuration, checked as it is.
 		var top map[string]json.RawMessage
-		if json.Unmarshal(data, &top) != nil || !looksLikeManifest(top) {
+		if json.Unmarshal(body, &top) != nil || !looksLikeManifest(top) {
 			return nil, nil, false
 		}
 	}
@@ -78,22 +88,17 @@ func findEmbedded(data []byte) (found []embedded, kinds []string, manifest bool)
 			break
 		}
 		if err != nil {
-			if len(trimmed) > 0 && trimmed[0] != '{' && trimmed[0] != '[' {
-				// Neither JSON nor YAML: say where the YAML breaks.
-				return []embedded{{err: printable(err.Error())}}, nil, true
-			}
-			// Not YAML: leave it to the JSON configuration path, which
-			// reports where the syntax breaks.
-			return nil, nil, false
+			// Not JSON, and not YAML that could be a manifest: say where
+			// the YAML breaks, one line per error.
+			return []embedded{{err: yamlError(err)}}, nil, true
 		}
 		if doc != nil {
 			docs = append(docs, doc)
 		}
 	}
-	if len(trimmed) > 0 && trimmed[0] != '{' && trimmed[0] != '[' && len(docs) > 0 {
-		// YAML, not JSON: a manifest, or else not a configuration at all.
-		manifest = true
-	}
+	// YAML, or a JSON manifest: a manifest, or else not a configuration
+	// at all.
+	manifest = len(docs) > 0
 	for _, doc := range docs {
 		manifest = manifest || looksLikeManifest(topKeys(doc))
 	}
@@ -133,6 +138,28 @@ func findEmbedded(data []byte) (found []embedded, kinds []string, manifest bool)
 		}
 	}
 	return found, kinds, true
+}
+
+// yamlError renders an error of the YAML decoder one line per error, each
+// "yaml: line N: …" and printable: a document that is not a mapping (a
+// scalar or a list: no manifest is one) is an unmarshal error naming it.
+func yamlError(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		var lines []string
+		for _, l := range strings.Split(err.Error(), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				lines = append(lines, printable(l))
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	lines := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		e = strings.Replace(e, " into yaml.MapSlice", " into a mapping (a manifest is one)", 1)
+		lines[i] = printable("yaml: " + e)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // looksLikeManifest: the top-level keys of a Kubernetes object or an

@@ -488,3 +488,67 @@ func PathNames(path string) (names []string, cut []bool, err error) {
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// TextMutations returns n configurations derived from Valid() by one to
+// three edits of the text itself, not of its JSON tree: bytes inserted,
+// deleted, replaced or repeated (Hostile() strings and JSON or YAML
+// punctuation among them), the text cut short, a UTF-8 byte-order mark or
+// whitespace put before it, and the whole file replaced by a JSON scalar
+// or array (true, 0, null, "x", []). Most are invalid JSON; what a reader
+// makes of them is for the tests to decide. seed makes the sequence
+// reproducible.
+func TextMutations(seed uint64, n int) []Case {
+	rng := rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))
+	valid := Valid()
+	hostile := append(Hostile(), "{", "}", ",", ":", "---\n", "- ", "#", "\ufeff", "\xef\xbb", "kind: x\n", "a: b\n")
+	scalars := []string{"true", "false", "0", "-1.5e3", "null", `"x"`, "[]", `[{}]`, "{}", " true\n", "0\n"}
+	out := make([]Case, 0, n)
+	for i := 0; i < n; i++ {
+		k := rng.IntN(len(valid))
+		b := append([]byte(nil), valid[k].JSON...)
+		var what []string
+		for e := 1 + rng.IntN(3); e > 0; e-- {
+			var w string
+			b, w = mutateText(rng, b, hostile, scalars)
+			what = append(what, w)
+		}
+		out = append(out, Case{
+			Name: valid[k].Name + "/text-" + strconv.Itoa(i) + ":" + strings.Join(what, ","),
+			JSON: b,
+		})
+	}
+	return out
+}
+
+// mutateText applies one random edit to the text b and says which.
+func mutateText(rng *rand.Rand, b []byte, hostile, scalars []string) ([]byte, string) {
+	at := func() int { return rng.IntN(len(b) + 1) }
+	switch rng.IntN(10) {
+	case 0, 1: // insert a hostile string or punctuation
+		i, s := at(), pick(rng, hostile)
+		return append(b[:i:i], append([]byte(s), b[i:]...)...), "insert"
+	case 2, 3: // delete a short span
+		i := at()
+		j := min(len(b), i+1+rng.IntN(8))
+		return append(b[:i:i], b[j:]...), "delete"
+	case 4: // replace one byte
+		if len(b) == 0 {
+			return b, "none"
+		}
+		b[rng.IntN(len(b))] = byte(rng.IntN(256))
+		return b, "replace-byte"
+	case 5: // repeat a span
+		i := at()
+		j := min(len(b), i+rng.IntN(16))
+		return append(b[:j:j], append(append([]byte(nil), b[i:j]...), b[j:]...)...), "repeat"
+	case 6: // cut short
+		return b[:at()], "truncate"
+	case 7: // a byte-order mark, whitespace, or both, before the text
+		p := pick(rng, []string{"\ufeff", "\ufeff\ufeff", " \n\t", "\ufeff\r\n", "\xef\xbb", "\xef\xbb\xbf\xef\xbb"})
+		return append([]byte(p), b...), "prefix"
+	case 8: // the whole file a scalar or an array
+		return []byte(pick(rng, scalars)), "scalar"
+	}
+	// A byte-order mark before the text as it is.
+	return append([]byte("\ufeff"), b...), "bom"
+}
