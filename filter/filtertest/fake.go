@@ -4,94 +4,85 @@
 package filtertest
 
 import (
-	"sort"
 	"strings"
 	"sync"
 
 	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/internal/shareddata"
 	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
-// SharedData is shared data as Envoy implements it: one map for all
-// workers; get returns (value, cas); set with cas 0 is unconditional; a
-// nonzero cas must equal the key's current cas, unless the key does not
-// exist (then the cas is ignored and the key is created); every successful
-// set gives the key a fresh cas from a process-wide counter that skips 0.
-// It is safe for concurrent use.
+// SharedData is shared data as Envoy implements it, with the map the
+// embedded host uses (internal/shareddata): one map for all workers; get
+// returns (value, cas); set with cas 0 is unconditional; a nonzero cas must
+// equal the key's current cas, unless the key does not exist (then the cas
+// is ignored and the key is created); every successful set gives the key a
+// fresh cas from a process-wide counter that skips 0. It is safe for
+// concurrent use.
 type SharedData struct {
 	// ProxytestSemantics switches to the tetratelabs emulator's rules
 	// instead of Envoy's: a created key gets cas+1 (the cas passed), and
-	// cas 0 on an existing key is a mismatch unless its cas is 0.
+	// cas 0 on an existing key is a mismatch unless its cas is 0. The values
+	// stay in the one map; the emulator's cas of the keys written in this
+	// mode are kept beside it. Set it before the store is used concurrently.
 	ProxytestSemantics bool
 
-	mu   sync.Mutex
-	m    map[string]sharedValue
-	next uint32
-	sets int
-}
+	m *shareddata.Map
 
-type sharedValue struct {
-	v   []byte
-	cas uint32
+	mu       sync.Mutex        // makes the emulator's check and set one step
+	emulated map[string]uint32 // the emulator's cas of the keys it wrote
 }
 
 // NewSharedData returns an empty store.
-func NewSharedData() *SharedData { return &SharedData{m: map[string]sharedValue{}, next: 1} }
+func NewSharedData() *SharedData {
+	return &SharedData{m: shareddata.New(), emulated: map[string]uint32{}}
+}
 
 // Get returns a copy of the value of key and its cas.
 func (s *SharedData) Get(key string) ([]byte, uint32, bool) {
+	if !s.ProxytestSemantics {
+		return s.m.Get(key)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[key]
-	if !ok {
-		return nil, 0, false
-	}
-	return append([]byte(nil), e.v...), e.cas, true
+	return s.proxytestGet(key)
 }
 
-// Set stores value under key with Envoy's CAS rules.
+func (s *SharedData) proxytestGet(key string) ([]byte, uint32, bool) {
+	v, cas, ok := s.m.Get(key)
+	if c, written := s.emulated[key]; ok && written {
+		cas = c
+	}
+	return v, cas, ok
+}
+
+// Set stores value under key with Envoy's CAS rules (or the emulator's,
+// with ProxytestSemantics).
 func (s *SharedData) Set(key string, value []byte, cas uint32) abi.Status {
+	if !s.ProxytestSemantics {
+		return s.m.Set(key, value, cas)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ProxytestSemantics {
-		e, ok := s.m[key]
-		if ok && e.cas != cas {
-			return abi.StatusCASMismatch
-		}
-		s.m[key] = sharedValue{v: append([]byte(nil), value...), cas: cas + 1}
-		s.sets++
-		return abi.StatusOK
-	}
-	if e, ok := s.m[key]; ok && cas != 0 && cas != e.cas {
+	if _, cur, ok := s.proxytestGet(key); ok && cur != cas {
 		return abi.StatusCASMismatch
 	}
-	s.m[key] = sharedValue{v: append([]byte(nil), value...), cas: s.next}
-	s.next++
-	if s.next == 0 {
-		s.next = 1
-	}
-	s.sets++
+	s.m.Set(key, value, 0)
+	s.emulated[key] = cas + 1
 	return abi.StatusOK
 }
 
 // Len returns the number of keys.
-func (s *SharedData) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
-}
+func (s *SharedData) Len() int { return s.m.Len() }
 
 // Keys returns the keys with the given prefix, sorted.
 func (s *SharedData) Keys(prefix string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var ks []string
-	for k := range s.m {
+	for _, k := range s.m.Keys() {
 		if strings.HasPrefix(k, prefix) {
 			ks = append(ks, k)
 		}
 	}
-	sort.Strings(ks)
 	return ks
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/filter"
 	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/internal/shareddata"
 )
 
 // DefaultBuckets is the number of chart buckets when Options.Buckets is 0.
@@ -276,7 +277,7 @@ func Run(tr *Traffic, name string, lim algorithms.Limiter, opt Options) (*Result
 			r.res.StateBytesEnd += len(st)
 		}
 		r.res.Evicted, r.res.EvictedUsed = r.table.Evicted, r.table.EvictedUsed
-		r.res.Entries, r.res.EntryBytes = len(r.shared.m), r.shared.bytes
+		r.res.Entries, r.res.EntryBytes = r.shared.Len(), r.shared.Bytes()
 	}
 	for _, s := range r.states {
 		r.res.StateBytesEnd += len(s)
@@ -359,7 +360,7 @@ type replay struct {
 	nextProbe int      // the first bucket whose Available is not filled yet
 
 	table  *filter.KeyTable // the filter's key table (Options.MaxKeys > 0), else nil
-	shared *memShared       // its shared data
+	shared memShared        // its shared data
 	class  []int8           // each key's index in res.Classes, -1: none
 
 	budget  *budgetRun // Options.Settle or its twin, else nil
@@ -580,46 +581,21 @@ func (r *replay) classify() {
 	}
 }
 
-// memShared is shared data in memory with Envoy's semantics (see
-// filter.SharedData): a set creates a missing key whatever its cas; cas 0
-// is unconditional; another cas must be the current one. It counts the key
-// and value bytes it holds.
-type memShared struct {
-	m     map[string]*memValue
-	next  uint32
-	bytes int
-}
+// memShared is shared data in memory with Envoy's compare-and-swap rule
+// (internal/shareddata, the map the embedded host uses) behind the calls
+// the key table makes.
+type memShared struct{ *shareddata.Map }
 
-type memValue struct {
-	v   []byte
-	cas uint32
-}
+func newMemShared() memShared { return memShared{shareddata.New()} }
 
-func newMemShared() *memShared { return &memShared{m: map[string]*memValue{}, next: 1} }
-
-func (s *memShared) GetSharedData(key []byte) ([]byte, uint32, abi.Status) {
-	e, ok := s.m[string(key)]
+func (s memShared) GetSharedData(key []byte) ([]byte, uint32, abi.Status) {
+	v, cas, ok := s.GetInto(key, nil)
 	if !ok {
 		return nil, 0, abi.StatusNotFound
 	}
-	return e.v, e.cas, abi.StatusOK
+	return v, cas, abi.StatusOK
 }
 
-func (s *memShared) SetSharedData(key, value []byte, cas uint32) abi.Status {
-	e, ok := s.m[string(key)]
-	switch {
-	case !ok:
-		e = &memValue{}
-		s.m[string(key)] = e
-		s.bytes += len(key)
-	case cas != 0 && cas != e.cas:
-		return abi.StatusCASMismatch
-	}
-	s.bytes += len(value) - len(e.v)
-	e.v = append(e.v[:0], value...)
-	e.cas = s.next
-	if s.next++; s.next == 0 {
-		s.next = 1
-	}
-	return abi.StatusOK
+func (s memShared) SetSharedData(key, value []byte, cas uint32) abi.Status {
+	return s.SetBytes(key, value, cas)
 }
