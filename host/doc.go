@@ -448,6 +448,25 @@
 // close message) is not implemented. A reply for a root deleted meanwhile is dropped;
 // the calls of a deleted root are cancelled (see Stopping).
 //
+// # Time
+//
+// The host runs on one clock, Options.Clock (Clock; the wall clock, WallClock, by default):
+// WASI clock_time_get (realtime: the clock's time; monotonic: the time since the host
+// started on it, plus 1) and proxy_get_current_time_nanoseconds, which is what the guest
+// reads — the sluice filter reads the realtime clock —; wazero's own WASI under the wazero
+// profile; when proxy_on_tick is due on each root (the worker's timer is the clock's);
+// FailReload's backoff since the worker's last load; the timeouts of proxy_http_call and
+// proxy_grpc_call (on another clock than the wall clock a gRPC call carries no deadline to
+// the server, and its timeout passing is reported as DEADLINE_EXCEEDED all the same);
+// Options.CallTimeout's watchdog; Stats.Uptime. Tests give a clock they step
+// (host/fakeclock): time passes when they step it, never while they wait, and the filter
+// inside the guest sees the stepped time. On the wall clock always, because they measure
+// or bound the host's own work rather than the time the guest lives in: the durations of
+// the start-up phases in the debug log, the second Close waits past its deadline for a
+// worker stuck in a guest call and the 5 s a stopping worker is waited for, Close's
+// deadline (its ctx, DefaultCloseTimeout), net/http read deadlines, and the Redis
+// extension's timeouts (its client's network I/O).
+//
 // # Go API
 //
 //	h, err := host.New(ctx, host.Options{Wasm: wasmBytes, PluginConfig: cfg, Workers: 4})
@@ -464,6 +483,7 @@
 //	snap.Status()                 // the /status document
 //	h.AdminHandler()              // /metrics, /status (JSON), /healthz, each from a Snapshot
 //	h.Tick(ctx)                   // run proxy_on_tick now for every root that has a period set
+//	host.Options{Clock: c}        // the clock the host and the guest run on (see Time)
 //	h.Close(ctx)                  // stop as Envoy does: proxy_on_done, proxy_done, bounded by ctx
 //	h.Kill()                      // stop as a killed proxy: no proxy_on_done (tests of crashes)
 //

@@ -88,7 +88,7 @@ func (w *worker) reloadDue() bool {
 		base = 2
 	}
 	interval := time.Duration(base+w.h.jitter(base>>1)) * time.Millisecond
-	if w.h.now().Sub(w.lastLoad) < interval {
+	if w.h.clock.Now().Sub(w.lastLoad) < interval {
 		w.reloadBackoffs.Add(1)
 		return false
 	}

@@ -188,7 +188,7 @@ func hcGrpcCall(v *vm, s []uint64) {
 	timeout := time.Duration(u32(s[10])) * time.Millisecond // 0: none
 	ctx, cancel := context.WithCancel(context.Background())
 	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), timeout)
+		ctx, cancel = v.h.withTimeout(context.Background(), timeout) // on the host's clock
 	}
 	if len(pairs) > 0 {
 		kv := make([]string, 0, 2*len(pairs))
@@ -231,12 +231,17 @@ func (h *Host) doGrpcCall(ctx context.Context, cluster, base, method string, req
 	var out []byte
 	if err := cc.Invoke(ctx, method, &req, &out); err != nil {
 		st := status.Convert(err)
-		code := st.Code()
+		code, text := st.Code(), st.Message()
 		if code == codes.OK { // never for a failed call; keep the callback's contract
 			code = codes.Unknown
 		}
-		h.log.Debug("host: grpc call failed", "cluster", cluster, "method", method, "code", code.String(), "message", st.Message())
-		return &grpcResult{code: code, text: st.Message()}
+		if code == codes.Canceled && timedOut(ctx) {
+			// The timeout passed on a clock other than the wall clock (withTimeout): what
+			// gRPC answers when a deadline passes.
+			code, text = codes.DeadlineExceeded, context.DeadlineExceeded.Error()
+		}
+		h.log.Debug("host: grpc call failed", "cluster", cluster, "method", method, "code", code.String(), "message", text)
+		return &grpcResult{code: code, text: text}
 	}
 	return &grpcResult{msg: out}
 }

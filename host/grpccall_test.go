@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
@@ -69,7 +70,8 @@ func TestGrpcCall(t *testing.T) {
 	}
 	deadAddr := "http://" + dead.Addr().String()
 	dead.Close()
-	h, _ := newHost(t, "grpccaller", Options{Workers: 1, Clusters: map[string]string{"backend": addr, "dead": deadAddr}})
+	c := newFakeClock()
+	h, _ := newHost(t, "grpccaller", Options{Workers: 1, Clusters: map[string]string{"backend": addr, "dead": deadAddr}, Clock: c})
 
 	var seen *Request
 	resp := mustExchange(t, h, &Request{Path: "/call", Headers: [][2]string{{"x-method", "Echo"}, {"x-msg", "hi\x00\xff"}, {"x-md", "x-tenant=acme"}}},
@@ -93,8 +95,14 @@ func TestGrpcCall(t *testing.T) {
 			t.Errorf("%s: x-grpc-close %q, want %d", method, got, code)
 		}
 	}
-	// The timeout argument bounds the call.
+	// The timeout argument bounds the call: 50 ms of the host's clock, which the test steps
+	// once the call has armed its timer (the only timer of this host).
 	seen = nil
+	go func() {
+		if poll(func() bool { return c.Timers() == 1 }) {
+			c.Advance(50 * time.Millisecond)
+		}
+	}()
 	mustExchange(t, h, &Request{Path: "/call", Headers: [][2]string{{"x-method", "Hang"}, {"x-timeout-ms", "50"}}}, func(r *Request) *Response { seen = r; return nil })
 	if got, _ := header(seen.Headers, "x-grpc-close"); got != strconv.Itoa(int(codes.DeadlineExceeded)) {
 		t.Errorf("Hang with a 50 ms timeout: x-grpc-close %q", got)

@@ -155,7 +155,7 @@ func TestHandlerTrap(t *testing.T) {
 			if resp.StatusCode != want || body != wantBody || (want == 503 && resp.Header.Get("Content-Length") != "0") {
 				t.Errorf("%s phase=%s: status %d %v, want %d (%q)", policy, phase, resp.StatusCode, resp.Header, want, body)
 			}
-			c.advance(2 * time.Second)
+			c.Advance(2 * time.Second)
 			resp, _ = get(t, srv.Client(), "GET", srv.URL+"/", nil)
 			switch policy {
 			case "closed":

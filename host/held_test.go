@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/host/fakeclock"
 )
 
 // The bodywait guest (testdata/guests/bodywait) under Options.AllowOnHeadersStopIteration,
@@ -22,13 +24,42 @@ import (
 // waitUntil polls cond until it holds, failing the test after a deadline.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	if !poll(cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// poll reports whether cond holds within 15 s, polling it.
+func poll(cond func() bool) bool {
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	return true
+}
+
+// The bodywait guest ticks every 5 ms of the host's clock, a fake one here: a test makes
+// each tick it needs happen.
+const bodywaitTick = 5 * time.Millisecond
+
+// tick steps the host's clock by one tick period and waits for the tick it makes due.
+func tick(t *testing.T, h *Host) {
+	t.Helper()
+	n := metricValue(h, "bodywait_ticks")
+	h.clock.(*fakeclock.Clock).Advance(bodywaitTick)
+	waitUntil(t, "a tick", func() bool { return metricValue(h, "bodywait_ticks") > n })
+}
+
+// tickWhen steps the host's clock by one tick period once cond holds, from a goroutine of
+// its own: for a test that blocks on a response waiting for that tick.
+func tickWhen(h *Host, cond func() bool) {
+	go func() {
+		poll(cond)
+		h.clock.(*fakeclock.Clock).Advance(bodywaitTick)
+	}()
 }
 
 // heldUpstream records what reached it: whether it was called, the bytes of the body read so
@@ -62,6 +93,7 @@ func newHeldServer(t *testing.T, opts Options) (*Host, *heldUpstream, *httptest.
 	if opts.Workers == 0 {
 		opts.Workers = 1
 	}
+	opts.Clock = fakeclock.New()
 	h, _ := newHost(t, "bodywait", opts)
 	up := &heldUpstream{}
 	srv := httptest.NewServer(h.Handler(up))
@@ -198,6 +230,8 @@ func TestHeldBodyContinueFromTick(t *testing.T) {
 		t.Fatal("the upstream was called while the headers were held")
 	}
 	send(t, c, "GO")
+	waitUntil(t, "body call 2", func() bool { return metricValue(h, "bodywait_body_calls") == 2 })
+	tick(t, h)
 	waitUntil(t, "the upstream to have the held body", func() bool { return up.read.Load() == 5 })
 	send(t, c, "rest")
 	resp, body := readResponse(t, c)
@@ -312,11 +346,14 @@ func TestHeldBodyClientGone(t *testing.T) {
 // in proxy_on_request_headers waits for proxy_continue_stream as before, and neither has a
 // body callback.
 func TestHeldBodyNoBody(t *testing.T) {
-	_, up, srv := newHeldServer(t, Options{AllowOnHeadersStopIteration: true})
+	h, up, srv := newHeldServer(t, Options{AllowOnHeadersStopIteration: true})
 	resp, _ := get(t, srv.Client(), "GET", srv.URL+"/nopause", nil)
 	if resp.StatusCode != 200 || resp.Header.Get("X-Bodywait-Calls") != "" {
 		t.Fatalf("nopause: %d %v", resp.StatusCode, resp.Header)
 	}
+	// Once the request has started (its tick comes after its proxy_on_request_headers,
+	// on the same worker).
+	tickWhen(h, func() bool { return h.Stats().Requests == 2 })
 	resp, _ = get(t, srv.Client(), "GET", srv.URL+"/tick", nil)
 	if resp.StatusCode != 200 || resp.Header.Get("Up-X-Resumed-By") != "tick" || resp.Header.Get("X-Bodywait-Calls") != "" {
 		t.Fatalf("tick: %d %v", resp.StatusCode, resp.Header)
@@ -339,11 +376,15 @@ func TestHeldBodyOptionOff(t *testing.T) {
 	send(t, c, "abc")
 	waitUntil(t, "the request headers", func() bool { return h.Stats().Requests == 1 })
 	t0 := metricValue(h, "bodywait_ticks")
+	for range 3 {
+		tick(t, h)
+	}
 	waitUntil(t, "three ticks", func() bool { return metricValue(h, "bodywait_ticks") >= t0+3 })
 	if n := metricValue(h, "bodywait_body_calls"); n != 0 || up.called.Load() != 0 {
 		t.Fatalf("before the continue: %d body calls, upstream called %d times; want none", n, up.called.Load())
 	}
 	h.SharedData().Set("bodywait.go", []byte("1"), 0)
+	tick(t, h)
 	resp, body := readResponse(t, c)
 	if resp.StatusCode != 200 || body != "abc" || resp.Header.Get("X-Bodywait-Calls") != "3/1" || resp.Header.Get("Up-X-Resumed-By") != "tick" {
 		t.Fatalf("%d %q %v", resp.StatusCode, body, resp.Header)
@@ -457,11 +498,15 @@ func TestHeldBodyVMWideStop(t *testing.T) {
 		t.Fatalf("victim: %d %q", resp.StatusCode, body)
 	}
 	t0 := metricValue(h, "bodywait_ticks")
+	for range 3 {
+		tick(t, h)
+	}
 	waitUntil(t, "three ticks", func() bool { return metricValue(h, "bodywait_ticks") >= t0+3 })
 	if n := metricValue(h, "bodywait_body_calls"); n != 1 || up.called.Load() != 0 {
 		t.Fatalf("before the continue: %d body calls (want the victim's 1), upstream called %d times", n, up.called.Load())
 	}
 	h.SharedData().Set("bodywait.quirk", []byte("1"), 0)
+	tick(t, h)
 	resp, body = readResponse(t, b)
 	if resp.StatusCode != 200 || body != "xyz" || resp.Header.Get("X-Bodywait-Calls") != "3/1" {
 		t.Fatalf("quirk: %d %q %v", resp.StatusCode, body, resp.Header)

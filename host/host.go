@@ -64,8 +64,8 @@ type Options struct {
 	HTTPClient *http.Client
 	// Extensions add host calls to the "env" module (for example Higress's Redis calls).
 	Extensions []Extension
-	// CallTimeout bounds one call into the guest (0: no bound). A call that runs longer —
-	// a guest stuck in a loop — is aborted and handled like a trap (see FailurePolicy).
+	// CallTimeout bounds one call into the guest (0: no bound), on the host's Clock. A call
+	// that runs longer — a guest stuck in a loop — is aborted and handled like a trap (see FailurePolicy).
 	// It is off by default
 	// because it is expensive: wazero 1.12 then checks for termination in every loop and
 	// starts a goroutine per guest call (a full request cycle measured ~4x slower).
@@ -97,9 +97,11 @@ type Options struct {
 	// Too Large", as Envoy answers a buffering filter past per_connection_buffer_limit_bytes.
 	// Default (0 or less): DefaultBufferLimit, Envoy's default.
 	BufferLimit int
+	// Clock is the time the host runs on (see Clock): what the guest reads, proxy_on_tick,
+	// FailReload's backoff, call timeouts, CallTimeout. Default (nil): WallClock().
+	Clock Clock
 
-	// now and jitter replace the clock and the randomness of FailReload's backoff (tests).
-	now    func() time.Time
+	// jitter replaces the randomness of FailReload's backoff (tests).
 	jitter func(n int64) int64
 }
 
@@ -144,10 +146,12 @@ type Host struct {
 
 	grpcClients grpcClients // proxy_grpc_call's connections, one per cluster (grpccall.go)
 
-	// now and jitter are the clock and the randomness of FailReload's backoff (time.Now and
-	// rand.Int64N unless Options say otherwise).
-	now    func() time.Time
-	jitter func(n int64) int64
+	// clock is Options.Clock (WallClock by default); monoBase is when the host started on
+	// it, the origin of the guest's monotonic clock. jitter is the randomness of
+	// FailReload's backoff (rand.Int64N unless Options say otherwise).
+	clock    Clock
+	monoBase time.Time
+	jitter   func(n int64) int64
 }
 
 var (
@@ -234,6 +238,9 @@ func prepareOptions(opts Options) (Options, Profile, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Clock == nil {
+		opts.Clock = WallClock()
+	}
 	if opts.CompilationCache == nil {
 		opts.CompilationCache = processCache()
 	}
@@ -255,7 +262,7 @@ func bareHost(opts Options, profile Profile) *Host {
 		log:        opts.Logger,
 		shared:     newSharedData(),
 		metrics:    newMetricRegistry(),
-		start:      time.Now(),
+		start:      opts.Clock.Now(),
 		closed:     make(chan struct{}),
 		stopping:   make(chan struct{}),
 		drainedReq: make(chan struct{}, 1),
@@ -263,14 +270,12 @@ func bareHost(opts Options, profile Profile) *Host {
 		unimplSeen: map[string]bool{},
 		extFuncs:   map[string]HostFunc{},
 		exports:    map[string]bool{},
-		now:        time.Now,
+		clock:      opts.Clock,
 		jitter:     rand.Int64N,
 		profile:    profile,
 		plugins:    1 + len(opts.MorePlugins),
 	}
-	if opts.now != nil {
-		h.now = opts.now
-	}
+	h.monoBase = h.start
 	if opts.jitter != nil {
 		h.jitter = opts.jitter
 	}
@@ -367,7 +372,7 @@ func (h *Host) startWorkers(ctx context.Context) error {
 	}
 	for i, w := range h.workers {
 		w.vm = vms[i]
-		w.lastLoad = h.now()
+		w.lastLoad = h.clock.Now()
 		w.updateMemory()
 		go w.loop()
 	}
@@ -652,7 +657,7 @@ func (h *Host) Stats() Stats {
 		s.Failed += ws.Failed
 		s.ReloadBackoffs += w.reloadBackoffs.Load()
 	}
-	s.Uptime = time.Since(h.start)
+	s.Uptime = h.clock.Now().Sub(h.start)
 	s.ABIVersion = h.abi
 	s.Profile = h.profile.Name
 	s.RestrictedTraps = h.restrictedTraps.Load()
@@ -762,22 +767,23 @@ func (h *Host) Reconfigure(ctx context.Context, plugin int, config []byte) error
 	return nil
 }
 
-// watchdog aborts guest calls that run longer than timeout by closing their module (wazero
-// then returns an error from the call, on the worker, which replaces the VM).
+// watchdog aborts guest calls that run longer than timeout on the host's clock by closing
+// their module (wazero then returns an error from the call, on the worker, which replaces
+// the VM). It looks every timeout/4 (at least 5 ms) of that clock.
 func (h *Host) watchdog(timeout time.Duration) {
 	period := timeout / 4
 	if period < 5*time.Millisecond {
 		period = 5 * time.Millisecond
 	}
-	t := time.NewTicker(period)
-	defer t.Stop()
 	for {
+		fired, stop := h.clock.NewTimer(period)
 		select {
 		case <-h.closed:
+			stop()
 			return
-		case <-t.C:
+		case <-fired:
 		}
-		now := time.Now().UnixNano()
+		now := h.clock.Now().UnixNano()
 		for _, w := range h.workers {
 			start := w.callStart.Load()
 			if start == 0 || time.Duration(now-start) < timeout {

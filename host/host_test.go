@@ -356,8 +356,16 @@ func TestTickResumesPausedRequest(t *testing.T) {
 }
 
 func TestTickTimer(t *testing.T) {
-	h, _ := newHost(t, "kitchen", Options{Workers: 2, PluginConfig: []byte("tick=5")})
-	// The real timer resumes the request; the test waits for that event, bounded by its context.
+	c := newFakeClock()
+	h, _ := newHost(t, "kitchen", Options{Workers: 2, PluginConfig: []byte("tick=5"), Clock: c})
+	// The timer resumes the request once the test steps the host's clock past the tick
+	// period, after the request has paused; the test waits for that event, bounded by its
+	// context.
+	go func() {
+		if poll(func() bool { m, _ := h.Metric("kitchen_requests_total"); return m.Value == 1 }) {
+			c.Advance(5 * time.Millisecond)
+		}
+	}()
 	resp, err := h.Exchange(testCtx(t), &Request{Path: "/pause-tick"}, func(r *Request) *Response {
 		v, _ := header(r.Headers, "x-resumed-by")
 		return &Response{Status: 200, Body: []byte(v)}

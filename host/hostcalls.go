@@ -131,7 +131,7 @@ func hcGetLogLevel(v *vm, s []uint64) {
 }
 
 func hcGetTime(v *vm, s []uint64) {
-	if !v.writeU64(u32(s[0]), uint64(time.Now().UnixNano())) {
+	if !v.writeU64(u32(s[0]), uint64(v.h.clock.Now().UnixNano())) {
 		ret(s, StatusInvalidMemoryAccess)
 		return
 	}
@@ -150,7 +150,7 @@ func hcSetTickPeriod(v *vm, s []uint64) {
 	}
 	r.tickMS = u32(s[0])
 	if r.tickMS > 0 {
-		r.nextTick = time.Now().Add(time.Duration(r.tickMS) * time.Millisecond)
+		r.nextTick = v.h.clock.Now().Add(time.Duration(r.tickMS) * time.Millisecond)
 	}
 	v.tickChanged = true
 	ret(s, StatusOK)

@@ -80,8 +80,10 @@ func hcHTTPCall(v *vm, s []uint64) {
 			req.Header.Add(p[0], p[1])
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	v.callouts[id] = callout{root: root.id, cancel: cancel} // the reply goes to the root of the calling context
+	// The timeout passes on the host's clock; the reply goes to the root of the calling
+	// context.
+	ctx, cancel := v.h.withTimeout(context.Background(), timeout)
+	v.callouts[id] = callout{root: root.id, cancel: cancel}
 	h, w := v.h, v.w
 	go func() {
 		res := h.doHTTPCall(ctx, req)

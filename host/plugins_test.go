@@ -227,7 +227,7 @@ func TestRestartAfterTrapRecreatesAllRoots(t *testing.T) {
 	if r := mustExchange(t, h, &Request{Path: "/trap", Plugin: 1}, nil); !isFailReply(r) {
 		t.Fatalf("/trap: %+v", r)
 	}
-	c.advance(2 * time.Second) // FailReload: the next request reloads the VM
+	c.Advance(2 * time.Second) // FailReload: the next request reloads the VM
 	whoami(t, h, 0)
 	if st := h.Stats(); st.VMRestarts != 1 {
 		t.Fatalf("VMRestarts = %d", st.VMRestarts)

@@ -2,31 +2,24 @@ package host
 
 import (
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-proxy/sluice/host/fakeclock"
 )
 
 func trapRequest(kind, phase string) *Request {
 	return &Request{Path: "/", Headers: [][2]string{{"x-trap", kind}, {"x-trap-phase", phase}}}
 }
 
-// fakeClock drives FailReload's backoff: tests move it instead of sleeping.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+// newFakeClock is a clock the test steps (host/fakeclock): FailReload's backoff, ticks and
+// timeouts pass when the test moves it, never while it waits.
+func newFakeClock() *fakeclock.Clock { return fakeclock.New() }
 
 // reloadOptions are FailReload options with the clock c and the longest backoff Envoy draws
 // for the default base (1000 + 499 ms: jitter answers n-1).
-func reloadOptions(c *fakeClock, o Options) Options {
-	o.FailurePolicy, o.now, o.jitter = FailReload, c.now, func(n int64) int64 { return n - 1 }
+func reloadOptions(c *fakeclock.Clock, o Options) Options {
+	o.FailurePolicy, o.Clock, o.jitter = FailReload, c, func(n int64) int64 { return n - 1 }
 	return o
 }
 
@@ -107,20 +100,20 @@ func TestTrapFailReloadBackoff(t *testing.T) {
 	if r := mustExchange(t, h, &Request{}, nil); !isFailReply(r) {
 		t.Fatalf("right after the trap: %+v", r)
 	}
-	c.advance(1498 * time.Millisecond)
+	c.Advance(1498 * time.Millisecond)
 	if r := mustExchange(t, h, &Request{}, nil); !isFailReply(r) {
 		t.Fatalf("1498 ms after the last load: %+v", r)
 	}
 	if st := h.Stats(); st.ReloadBackoffs != 2 || st.VMRestarts != 0 {
 		t.Fatalf("stats = %+v", st)
 	}
-	c.advance(time.Millisecond)
+	c.Advance(time.Millisecond)
 	if r := mustExchange(t, h, &Request{}, nil); r.Status != 200 || r.Header("x-vm-served") != "1" {
 		t.Fatalf("1499 ms after the last load: %+v (want a fresh VM)", r)
 	}
 	// A trap long after the last load: the next request reloads at once (Envoy measures
 	// from the last load, not from the failure).
-	c.advance(time.Hour)
+	c.Advance(time.Hour)
 	mustExchange(t, h, trapRequest("panic", "request"), nil)
 	if r := mustExchange(t, h, &Request{}, nil); r.Status != 200 || r.Header("x-vm-served") != "1" {
 		t.Fatalf("first request after a trap an hour after the last load: %+v", r)
@@ -139,11 +132,11 @@ func TestTrapFailReloadBackoff(t *testing.T) {
 	o.jitter = func(int64) int64 { return 0 }
 	h2, _ := newHost(t, "trapper", o)
 	mustExchange(t, h2, trapRequest("panic", "request"), nil)
-	c2.advance(999 * time.Millisecond)
+	c2.Advance(999 * time.Millisecond)
 	if r := mustExchange(t, h2, &Request{}, nil); !isFailReply(r) {
 		t.Fatalf("999 ms: %+v", r)
 	}
-	c2.advance(time.Millisecond)
+	c2.Advance(time.Millisecond)
 	if r := mustExchange(t, h2, &Request{}, nil); r.Status != 200 {
 		t.Fatalf("1000 ms: %+v", r)
 	}
@@ -220,7 +213,7 @@ func TestTrapFailsPausedStreamsOfThatVM(t *testing.T) {
 	if !isFailReply(resp) {
 		t.Fatalf("paused stream after trap = %+v", resp)
 	}
-	c.advance(2 * time.Second)
+	c.Advance(2 * time.Second)
 	if r := mustExchange(t, h, &Request{Path: "/x"}, nil); r.Status != 200 {
 		t.Errorf("after the reload: %+v", r)
 	}
@@ -238,11 +231,29 @@ var errTestTrap error = testTrap{}
 func TestCallTimeoutAbortsStuckGuest(t *testing.T) {
 	c := newFakeClock()
 	h, logs := newHost(t, "trapper", reloadOptions(c, Options{Workers: 1, CallTimeout: 200 * time.Millisecond}))
-	resp := mustExchange(t, h, trapRequest("loop", "request"), nil)
+	type result struct {
+		resp *Response
+		err  error
+	}
+	stuck := make(chan result, 1)
+	go func() {
+		resp, err := h.Exchange(testCtx(t), trapRequest("loop", "request"), nil)
+		stuck <- result{resp, err}
+	}()
+	// The guest is in its loop (proxy_on_request_headers); the call timeout passes on the
+	// host's clock.
+	w := h.workers[0]
+	waitFor(t, func() bool { return w.requests.Load() == 1 && w.callStart.Load() != 0 })
+	c.Advance(200 * time.Millisecond)
+	r := <-stuck
+	if r.err != nil {
+		t.Fatalf("Exchange: %v", r.err)
+	}
+	resp := r.resp
 	if !isFailReply(resp) {
 		t.Fatalf("stuck guest: %+v", resp)
 	}
-	c.advance(2 * time.Second)
+	c.Advance(2 * time.Second)
 	if !strings.Contains(logs.String(), "exceeded the call timeout") {
 		t.Errorf("not logged:\n%s", logs)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
 )
 
 // rootContextID is the id of the first root context of a VM (plugin 0's, at start-up).
@@ -138,8 +139,12 @@ func (h *Host) newVM(ctx context.Context, w *worker) (*vm, error) {
 	mc := wazero.NewModuleConfig().
 		WithName(name).
 		WithStartFunctions().
-		WithSysWalltime().
-		WithSysNanotime().
+		// wazero's own WASI (the wazero profile) reads the host's clock too.
+		WithWalltime(func() (int64, int32) {
+			t := h.clock.Now()
+			return t.Unix(), int32(t.Nanosecond())
+		}, sys.ClockResolution(1)).
+		WithNanotime(func() int64 { return int64(h.clock.Now().Sub(h.monoBase)) + 1 }, sys.ClockResolution(1)).
 		WithSysNanosleep().
 		WithRandSource(rand.Reader).
 		WithArgs(h.opts.PluginName).
@@ -321,7 +326,7 @@ func (v *vm) call(f api.Function, params ...uint64) (uint64, error) {
 	copy(v.stack[:], params)
 	if v.h.opts.CallTimeout > 0 {
 		v.w.callVM.Store(v)
-		v.w.callStart.Store(time.Now().UnixNano())
+		v.w.callStart.Store(v.h.clock.Now().UnixNano())
 	}
 	err := f.CallWithStack(v.ctx, v.stack[:])
 	if v.h.opts.CallTimeout > 0 {

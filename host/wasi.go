@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -291,15 +290,16 @@ func wasiFdFdstatGet(v *vm, s []uint64) uint32 {
 	return errnoSuccess
 }
 
-var monoBase = time.Now()
-
+// wasiClockTimeGet reads the host's clock (Options.Clock): the realtime clock is its time,
+// the monotonic clock the time since the host started on it (plus 1: never 0), so a guest
+// sees the time a test steps.
 func wasiClockTimeGet(v *vm, s []uint64) uint32 {
 	var t uint64
 	switch u32(s[0]) {
 	case clockRealtime:
-		t = uint64(time.Now().UnixNano())
+		t = uint64(v.h.clock.Now().UnixNano())
 	case clockMonotone:
-		t = uint64(time.Since(monoBase)) + 1
+		t = uint64(v.h.clock.Now().Sub(v.h.monoBase)) + 1
 	default:
 		return errnoNotsup
 	}

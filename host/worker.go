@@ -133,12 +133,12 @@ func (w *worker) loop() {
 	defer close(w.exited)
 	// One timer for the earliest tick due on any root context of the VM; re-armed when the
 	// VM changes or a root's period (or the set of roots) does.
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	// The timer is the host's clock's (Options.Clock).
 	var tickC <-chan time.Time
+	stop := func() bool { return false }
 	var armed *vm
 	defer func() {
-		timer.Stop()
+		stop()
 		if w.vm != nil {
 			w.vm.close()
 		}
@@ -146,12 +146,11 @@ func (w *worker) loop() {
 	for {
 		if v := w.vm; v != armed || (v != nil && v.tickChanged) {
 			armed, tickC = v, nil
-			timer.Stop()
+			stop()
 			if v != nil {
 				v.tickChanged = false
-				if d, ok := v.nextTickIn(time.Now()); ok {
-					timer.Reset(d)
-					tickC = timer.C
+				if d, ok := v.nextTickIn(w.h.clock.Now()); ok {
+					tickC, stop = w.h.clock.NewTimer(d)
 				}
 			}
 		}
@@ -216,7 +215,7 @@ func (w *worker) current() *vm {
 }
 
 func (w *worker) restart() {
-	w.lastLoad = w.h.now()
+	w.lastLoad = w.h.clock.Now()
 	v, err := w.h.newVM(context.Background(), w)
 	if err != nil {
 		w.h.log.Error("host: re-creating the VM failed; requests on this worker fail until it succeeds", "worker", w.id, "error", err)
@@ -263,7 +262,7 @@ func (w *worker) tick(force bool) {
 	if v == nil || v.dead || v.onTick == nil {
 		return
 	}
-	now := time.Now()
+	now := w.h.clock.Now()
 	v.tickChanged = true
 	for _, r := range v.roots { // a tick callback cannot add or end roots
 		if r.tickMS == 0 || (!force && now.Before(r.nextTick)) {
