@@ -30,16 +30,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // poll reports whether cond holds within 15 s, polling it.
-func poll(cond func() bool) bool {
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return true
-}
+func poll(cond func() bool) bool { return pollFor(15*time.Second, cond) }
 
 // The bodywait guest ticks every 5 ms of the host's clock, a fake one here: a test makes
 // each tick it needs happen.

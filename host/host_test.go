@@ -399,13 +399,23 @@ func TestPausedRequestCancelled(t *testing.T) {
 // waitFor polls cond (an event that is bound to happen) for up to 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	if !pollFor(10*time.Second, cond) {
+		t.Fatal("condition not reached in 10s")
+	}
+}
+
+// pollFor reports whether cond holds within d, polling it every millisecond: the one
+// polling loop of the host's tests, for events that are bound to happen (never to let time
+// pass: the host's time is a clock the tests step).
+func pollFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10s")
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return true
 }
 
 func TestHTTPCall(t *testing.T) {

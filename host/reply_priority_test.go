@@ -24,18 +24,9 @@ func TestReplyBeforeQueuedJobs(t *testing.T) {
 	}
 	w.postReply(record("reply"))
 	close(release)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(order)
-		mu.Unlock()
-		if n == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ran %d of 4 jobs", n)
-		}
-		time.Sleep(time.Millisecond)
+	ran := func() int { mu.Lock(); defer mu.Unlock(); return len(order) }
+	if !pollFor(10*time.Second, func() bool { return ran() == 4 }) {
+		t.Fatalf("ran %d of 4 jobs", ran())
 	}
 	if order[0] != "reply" {
 		t.Fatalf("order %v: the reply ran after jobs queued before it", order)
