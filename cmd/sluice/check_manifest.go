@@ -96,15 +96,10 @@ func findEmbedded(data []byte) (found []embedded, kinds []string, manifest bool)
 			docs = append(docs, doc)
 		}
 	}
-	// YAML, or a JSON manifest: a manifest, or else not a configuration
-	// at all.
-	manifest = len(docs) > 0
-	for _, doc := range docs {
-		manifest = manifest || looksLikeManifest(topKeys(doc))
+	if len(docs) == 0 {
+		return nil, nil, false // nothing but comments or "---": the module says what it is
 	}
-	if !manifest {
-		return nil, nil, false
-	}
+	// YAML, or a JSON manifest: a manifest, or else not a configuration at all.
 	for i, doc := range docs {
 		prefix := ""
 		if len(docs) > 1 {
