@@ -12,16 +12,29 @@ package shareddata
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
 // Map is one shared-data map. Safe for concurrent use; the zero value is not: use New.
+//
+// The keys are spread over shards, each behind its own mutex, so that threads working on
+// different keys (Envoy's workers, in the dynamic module) do not queue on one lock; the cas
+// counter is one for the whole map.
 type Map struct {
-	mu      sync.RWMutex
-	m       map[string]*entry
-	bytes   int
-	nextCAS uint32
+	shards  [shards]shard
+	nextCAS atomic.Uint32 // the last cas given
+}
+
+// shards is the number of shards, a power of two.
+const shards = 64
+
+type shard struct {
+	mu    sync.Mutex
+	m     map[string]*entry
+	bytes int
+	_     [40]byte // a cache line of its own
 }
 
 type entry struct {
@@ -30,13 +43,37 @@ type entry struct {
 }
 
 // New returns an empty map.
-func New() *Map { return &Map{m: map[string]*entry{}, nextCAS: 1} }
+func New() *Map {
+	d := &Map{}
+	for i := range d.shards {
+		d.shards[i].m = map[string]*entry{}
+	}
+	return d
+}
+
+// shardOf is the shard of key (FNV-1a over its bytes).
+func (d *Map) shardOf(key []byte) *shard {
+	h := uint32(2166136261)
+	for _, c := range key {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return &d.shards[h&(shards-1)]
+}
+
+func (d *Map) shardOfString(key string) *shard {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &d.shards[h&(shards-1)]
+}
 
 // Get returns a copy of the value and its cas; ok is false when the key does not exist.
 func (d *Map) Get(key string) (value []byte, cas uint32, ok bool) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	e, ok := d.m[key]
+	sh := d.shardOfString(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[key]
 	if !ok {
 		return nil, 0, false
 	}
@@ -46,9 +83,10 @@ func (d *Map) Get(key string) (value []byte, cas uint32, ok bool) {
 // GetInto appends the value of key to buf (no allocation when buf has room) and returns it
 // with its cas; ok is false when the key does not exist.
 func (d *Map) GetInto(key []byte, buf []byte) (value []byte, cas uint32, ok bool) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	e, ok := d.m[string(key)]
+	sh := d.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[string(key)]
 	if !ok {
 		return buf, 0, false
 	}
@@ -63,54 +101,69 @@ func (d *Map) Set(key string, value []byte, cas uint32) proxywasm.Status {
 
 // SetBytes is Set with the key as bytes (no allocation when the key exists).
 func (d *Map) SetBytes(key, value []byte, cas uint32) proxywasm.Status {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	e, ok := d.m[string(key)]
+	sh := d.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[string(key)]
 	if ok {
 		if cas != 0 && cas != e.cas {
 			return proxywasm.StatusCASMismatch
 		}
-		d.bytes += len(value) - len(e.value)
+		sh.bytes += len(value) - len(e.value)
 		e.value = append(e.value[:0], value...)
-		e.cas = d.casLocked()
+		e.cas = d.newCAS()
 		return proxywasm.StatusOK
 	}
-	d.m[string(key)] = &entry{value: append([]byte(nil), value...), cas: d.casLocked()}
-	d.bytes += len(key) + len(value)
+	sh.m[string(key)] = &entry{value: append([]byte(nil), value...), cas: d.newCAS()}
+	sh.bytes += len(key) + len(value)
 	return proxywasm.StatusOK
 }
 
-func (d *Map) casLocked() uint32 {
-	c := d.nextCAS
-	d.nextCAS++
-	if d.nextCAS == 0 {
-		d.nextCAS = 1
+// newCAS is the next cas: 1, 2, …, 2^32−1, then 1 again (never 0).
+func (d *Map) newCAS() uint32 {
+	for {
+		c := d.nextCAS.Add(1)
+		if c != 0 {
+			return c
+		}
 	}
-	return c
 }
 
 // Len is the number of keys.
 func (d *Map) Len() int {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return len(d.m)
+	n := 0
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // Bytes is the total size of keys and values.
 func (d *Map) Bytes() int {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.bytes
+	n := 0
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // Keys returns the keys, sorted (for tests and the admin; the ABI has no listing).
 func (d *Map) Keys() []string {
-	d.mu.RLock()
-	keys := make([]string, 0, len(d.m))
-	for k := range d.m {
-		keys = append(keys, k)
+	var keys []string
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		for k := range sh.m {
+			keys = append(keys, k)
+		}
+		sh.mu.Unlock()
 	}
-	d.mu.RUnlock()
 	sort.Strings(keys)
 	return keys
 }

@@ -65,7 +65,7 @@ func TestSharedDataSemantics(t *testing.T) {
 
 func TestSharedDataCASNeverZero(t *testing.T) {
 	d := New()
-	d.nextCAS = ^uint32(0)
+	d.nextCAS.Store(^uint32(0) - 1)
 	d.Set("a", nil, 0)
 	d.Set("b", nil, 0)
 	_, ca, _ := d.Get("a")
