@@ -163,13 +163,16 @@ func (m *module) newConfig(ptr configPtr, name string, data []byte) (uint32, err
 	return 0, errTooManyConfigs
 }
 
-// setProcs sets GOMAXPROCS to the workers of the largest configuration plus one: each
-// Envoy worker that calls into Go takes a P, and the extra P keeps one idle, so that the
-// runtime never takes a worker's P back while the worker runs Envoy's code between two
-// calls (see keeper.go).
-// GOMAXPROCS in the environment is the operator's choice and is kept.
+// setProcs sets GOMAXPROCS to the workers of the largest configuration plus two: each Envoy
+// worker that calls into Go keeps a P (in the system-call state while it runs Envoy's code
+// between two calls), the keeper holds one (keeper.go), and one more stays idle. The runtime's
+// monitor takes a P back from a thread in a system call after 20 µs when no P is idle (after
+// 10 ms when one is): with an idle P a busy worker keeps its own and re-enters Go on the fast
+// path, and the monitor, with nothing to take, sleeps ever longer. With one P fewer it took a
+// worker's P nearly every request. GOMAXPROCS in the environment is the operator's choice and
+// is kept.
 func (m *module) setProcs(workers int) {
-	want := workers + 1
+	want := workers + 2
 	if want > m.procs {
 		m.procs = want
 		if os.Getenv("GOMAXPROCS") == "" {

@@ -376,7 +376,7 @@ func TestProcsAndConfigSlots(t *testing.T) {
 	e := newFakeEnvoy(3)
 	const one = `{"rules":[{"name":"r","key":[{"header":"k"}],"algorithm":"fixed_window","limit":1,"window":"1s"}]}`
 	m, c := newTestConfig(t, e, one)
-	if m.procs != 4 || len(c.workers) != 3 {
+	if m.procs != 5 || len(c.workers) != 3 {
 		t.Fatalf("procs %d, workers %d", m.procs, len(c.workers))
 	}
 	idx, err := m.newConfig(nil, "other", []byte(one))
