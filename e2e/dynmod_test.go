@@ -79,6 +79,10 @@ func TestEnvoyDynmodPanic(t *testing.T) {
 				if n := strings.Count(log, "recovered from a panic in the dynamic module"); n != 4 {
 					t.Errorf("%d log lines of a panic in the shell, want 4", n)
 				}
+				// Each names the function that panicked.
+				if n := strings.Count(log, "(sluice_panictest) at github.com/sluice-proxy/sluice/filter/dynmod.panicHook "); n != 4 {
+					t.Errorf("%d of the shell's panic lines name panicHook, want 4", n)
+				}
 				if n := strings.Count(log, "sluice: recovered from panic: deliberate panic in the filter"); n != 4 {
 					t.Errorf("%d log lines of a panic in the filter, want 4", n)
 				}

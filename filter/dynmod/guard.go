@@ -50,19 +50,20 @@ func (m *module) panicked(c *filterConfig, r any, stack []byte) {
 	m.env.log(abi.LogCritical, fmt.Sprintf("sluice: recovered from a panic in the dynamic module%s: %v at %s", name, r, panicSite(stack)))
 }
 
-// panicSite is the first frame of stack below the runtime's panic machinery, as "func
-// file:line".
+// panicSite is the frame that panicked, as "func file:line": the one right below the
+// runtime's panic frame in stack (debug.Stack's text, taken in a deferred recover, whichever
+// frames of ours run the recover).
 func panicSite(stack []byte) string {
 	lines := strings.Split(string(stack), "\n")
-	for i := 1; i+1 < len(lines); i += 2 {
-		fn := strings.TrimSpace(lines[i])
-		if strings.HasPrefix(fn, "panic(") || strings.HasPrefix(fn, "runtime/debug.") || strings.HasPrefix(fn, "runtime.") || strings.Contains(fn, ".func") && strings.Contains(fn, "sluiceRequest") {
+	for i := 1; i+3 < len(lines); i += 2 {
+		if !strings.HasPrefix(strings.TrimSpace(lines[i]), "panic(") {
 			continue
 		}
+		fn := strings.TrimSpace(lines[i+2])
 		if j := strings.LastIndexByte(fn, '('); j > 0 {
 			fn = fn[:j]
 		}
-		file := strings.TrimSpace(lines[i+1])
+		file := strings.TrimSpace(lines[i+3])
 		if j := strings.LastIndexByte(file, ' '); j > 0 {
 			file = file[:j]
 		}

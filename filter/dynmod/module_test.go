@@ -1,6 +1,7 @@
 package dynmod
 
 import (
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/abi"
+	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
 // fakeEnvoy is Envoy as the shell sees it, in Go: streams with request headers, the
@@ -81,7 +83,7 @@ func (e *fakeEnvoy) header(f filterPtr, k headerKind, name string, dst []byte) (
 }
 
 func (e *fakeEnvoy) headerPairs(f filterPtr, k headerKind, dst []byte) ([]byte, bool) {
-	return appendPairs(dst, e.get(f, k)), true
+	return proxywasm.AppendPairs(dst, e.get(f, k)), true
 }
 
 func (e *fakeEnvoy) addHeader(f filterPtr, k headerKind, name string, value []byte) bool {
@@ -157,21 +159,6 @@ func (e *fakeEnvoy) deleteScheduler(s schedPtr) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.scheds, s)
-}
-
-func appendPairs(dst []byte, kv [][2]string) []byte {
-	// Proxy-Wasm's pairs encoding: count, then each name and value length, then the
-	// NUL-terminated names and values (proxywasm.ParsePairs).
-	le := func(b []byte, v int) []byte { return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24)) }
-	dst = le(dst, len(kv))
-	for _, p := range kv {
-		dst = le(dst, len(p[0]))
-		dst = le(dst, len(p[1]))
-	}
-	for _, p := range kv {
-		dst = append(append(append(append(dst, p[0]...), 0), p[1]...), 0)
-	}
-	return dst
 }
 
 // req runs one request through the shell as the C side does: request headers, then, unless
@@ -459,3 +446,25 @@ func TestNoAllocsPerRequest(t *testing.T) {
 type nopPrepared struct{}
 
 func (nopPrepared) set([]byte, int) {}
+
+// The log line of a recovered panic names the function that panicked, not the deferred
+// recover that caught it (recoverHook in the exports).
+func TestPanicSite(t *testing.T) {
+	var site string
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				site = panicSite(debug.Stack())
+			}
+		}()
+		panicsHere()
+	}()
+	if !strings.Contains(site, "dynmod.panicsHere ") || !strings.Contains(site, "module_test.go:") {
+		t.Fatalf("panicSite = %q, want dynmod.panicsHere and its file", site)
+	}
+	if got := panicSite([]byte("goroutine 1 [running]:\nmain.f()\n\t/x.go:1 +0x1\n")); got != "unknown" {
+		t.Fatalf("a stack without a panic: %q", got)
+	}
+}
+
+func panicsHere() { panic("here") }
