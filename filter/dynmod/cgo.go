@@ -18,11 +18,11 @@ bool sl_add_metric(void* config, void* filter, int kind, size_t id, int64_t delt
 import "C"
 
 import (
+	"encoding/binary"
 	"runtime/debug"
 	"unsafe"
 
 	"github.com/sluice-proxy/sluice/filter/abi"
-	"github.com/sluice-proxy/sluice/proxywasm"
 )
 
 // theModule is the process's module: Envoy's calls reach it through the exports below.
@@ -76,11 +76,12 @@ func (cEnvoy) headerPairs(f filterPtr, k headerKind, dst []byte) ([]byte, bool) 
 		return dst, false
 	}
 	hs := unsafe.Slice(a, int(n))
-	// Proxy-Wasm's pairs: the count, each name's and value's length, then each name and
-	// value followed by a NUL.
-	dst = le32(dst, len(hs))
+	// Proxy-Wasm's pairs (proxywasm.AppendHeaders, from Envoy's memory): the count, each
+	// name's and value's length, then each name and value followed by a NUL.
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(hs)))
 	for i := range hs {
-		dst = le32(le32(dst, int(hs[i].key_length)), int(hs[i].value_length))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(hs[i].key_length))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(hs[i].value_length))
 	}
 	for i := range hs {
 		dst = append(append(dst, cbytes(hs[i].key_ptr, hs[i].key_length)...), 0)
@@ -88,10 +89,6 @@ func (cEnvoy) headerPairs(f filterPtr, k headerKind, dst []byte) ([]byte, bool) 
 	}
 	return dst, true
 }
-
-func le32(b []byte, v int) []byte { return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24)) }
-
-var _ = proxywasm.ParsePairs // the format headerPairs writes
 
 func (cEnvoy) addHeader(f filterPtr, k headerKind, name string, value []byte) bool {
 	return bool(C.sl_add_header(f2c(f), C.int(k), sptr(name), C.size_t(len(name)), ptr(value), C.size_t(len(value))))
