@@ -108,11 +108,20 @@ int envoy_dynamic_module_on_http_filter_request_headers(void* filter_envoy, cons
   return sl_after_go(s, sluiceRequestHeaders(s, end_of_stream));
 }
 
+// sl_body_parts says which of Envoy's body views make up a stream's body so far: the
+// buffered body, then the chunk of the current hook unless it is the buffered body itself
+// (*same).
+static void sl_body_parts(void* filter_envoy, bool response, int* buffered, int* received, bool* same) {
+  *buffered = response ? SL_BUFFERED_RESPONSE_BODY : SL_BUFFERED_REQUEST_BODY;
+  *received = response ? SL_RECEIVED_RESPONSE_BODY : SL_RECEIVED_REQUEST_BODY;
+  *same = response ? envoy_dynamic_module_callback_http_received_buffered_response_body(filter_envoy)
+                   : envoy_dynamic_module_callback_http_received_buffered_request_body(filter_envoy);
+}
+
 static size_t sl_body_size(void* filter_envoy, bool response) {
-  int buffered = response ? SL_BUFFERED_RESPONSE_BODY : SL_BUFFERED_REQUEST_BODY;
-  int received = response ? SL_RECEIVED_RESPONSE_BODY : SL_RECEIVED_REQUEST_BODY;
-  bool same = response ? envoy_dynamic_module_callback_http_received_buffered_response_body(filter_envoy)
-                       : envoy_dynamic_module_callback_http_received_buffered_request_body(filter_envoy);
+  int buffered, received;
+  bool same;
+  sl_body_parts(filter_envoy, response, &buffered, &received, &same);
   size_t n = envoy_dynamic_module_callback_http_get_body_size(filter_envoy, buffered);
   if (!same) {
     n += envoy_dynamic_module_callback_http_get_body_size(filter_envoy, received);
@@ -281,10 +290,9 @@ static __thread size_t sl_chunk_cap;
 // current hook unless it is the buffered body itself) in a per-thread array, their number in
 // *n.
 sl_buf* sl_body(void* filter, bool response, size_t* n) {
-  int buffered = response ? SL_BUFFERED_RESPONSE_BODY : SL_BUFFERED_REQUEST_BODY;
-  int received = response ? SL_RECEIVED_RESPONSE_BODY : SL_RECEIVED_REQUEST_BODY;
-  bool same = response ? envoy_dynamic_module_callback_http_received_buffered_response_body(filter)
-                       : envoy_dynamic_module_callback_http_received_buffered_request_body(filter);
+  int buffered, received;
+  bool same;
+  sl_body_parts(filter, response, &buffered, &received, &same);
   size_t nb = envoy_dynamic_module_callback_http_get_body_chunks_size(filter, buffered);
   size_t nr = same ? 0 : envoy_dynamic_module_callback_http_get_body_chunks_size(filter, received);
   size_t total = nb + nr;
