@@ -52,15 +52,7 @@ func New() *Map {
 }
 
 // shardOf is the shard of key (FNV-1a over its bytes).
-func (d *Map) shardOf(key []byte) *shard {
-	h := uint32(2166136261)
-	for _, c := range key {
-		h = (h ^ uint32(c)) * 16777619
-	}
-	return &d.shards[h&(shards-1)]
-}
-
-func (d *Map) shardOfString(key string) *shard {
+func shardOf[K string | []byte](d *Map, key K) *shard {
 	h := uint32(2166136261)
 	for i := 0; i < len(key); i++ {
 		h = (h ^ uint32(key[i])) * 16777619
@@ -70,7 +62,7 @@ func (d *Map) shardOfString(key string) *shard {
 
 // Get returns a copy of the value and its cas; ok is false when the key does not exist.
 func (d *Map) Get(key string) (value []byte, cas uint32, ok bool) {
-	sh := d.shardOfString(key)
+	sh := shardOf(d, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[key]
@@ -83,7 +75,7 @@ func (d *Map) Get(key string) (value []byte, cas uint32, ok bool) {
 // GetInto appends the value of key to buf (no allocation when buf has room) and returns it
 // with its cas; ok is false when the key does not exist.
 func (d *Map) GetInto(key []byte, buf []byte) (value []byte, cas uint32, ok bool) {
-	sh := d.shardOf(key)
+	sh := shardOf(d, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[string(key)]
@@ -101,7 +93,7 @@ func (d *Map) Set(key string, value []byte, cas uint32) proxywasm.Status {
 
 // SetBytes is Set with the key as bytes (no allocation when the key exists).
 func (d *Map) SetBytes(key, value []byte, cas uint32) proxywasm.Status {
-	sh := d.shardOf(key)
+	sh := shardOf(d, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[string(key)]
