@@ -57,7 +57,7 @@ type CostResponse struct {
 }
 
 // UsageFields are the usage fields a "usage" response weighs, in order
-// (internal/usage's fields).
+// (filter/usage's fields).
 var UsageFields = [...]string{"input", "output", "total", "cache_read", "cache_write"}
 
 // UsageProviders are the "usage" formats recognised.
@@ -309,7 +309,7 @@ func defaultWeights(provider string) (w [len(UsageFields)]int64) {
 }
 
 // jsonPath accepts a dotted path of 1..8 object keys of 1..64 bytes of printable ASCII
-// (no array indices), as internal/usage compiles it (filter's TestCostPathsCompile holds
+// (no array indices), as filter/usage compiles it (filter's TestCostPathsCompile holds
 // the two to the same paths).
 func (p *parser) jsonPath(path string, v jsonv.Value) (string, bool) {
 	s, ok := p.str(path, v)

@@ -291,7 +291,7 @@ func writeRLQSConfig(t *testing.T, path, domain string, limits map[string]int) {
 }
 
 // rlqsPoolTaken is the T of a bucket's RLQS pool (tokens taken in the
-// current window, internal/rlqs/alloc.go), 0 when the pool holds another
+// current window, serve/rlqs/alloc.go), 0 when the pool holds another
 // window or none.
 func rlqsPoolTaken(t *testing.T, c *redistest.Cluster, domain, keyPart string) int64 {
 	t.Helper()

@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rls"
 )
 
 // checkRLQSFilter checks what no schema does for one rate_limit_quota filter:

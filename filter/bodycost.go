@@ -5,7 +5,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/filter/abi"
-	"github.com/sluice-proxy/sluice/internal/usage"
+	"github.com/sluice-proxy/sluice/filter/usage"
 )
 
 // Reservations read from the JSON request body: rules whose cost.request is
@@ -14,7 +14,7 @@ import (
 //   - A request that has a body and matches such a rule is not decided at its
 //     headers: proxy_on_request_headers pauses it (the headers wait), and the
 //     body is read as it comes, in proxy_on_request_body, by a streaming JSON
-//     reader (internal/usage's Extractor: a fixed-size state, never the body
+//     reader (filter/usage's Extractor: a fixed-size state, never the body
 //     itself) while the host keeps the body with the headers (the callback
 //     answers StopIterationAndBuffer). The request is decided — every rule, as
 //     at the headers — once the body has ended or max_body bytes have come,

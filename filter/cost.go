@@ -6,7 +6,7 @@ import (
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/filter/abi"
-	"github.com/sluice-proxy/sluice/internal/usage"
+	"github.com/sluice-proxy/sluice/filter/usage"
 )
 
 // Token budgets: rules with "cost" (config.Cost).
@@ -18,7 +18,7 @@ import (
 //     algorithms.Settler): when the stream ends (proxy_on_done, or proxy_on_delete), the
 //     request's actual cost — a response header or trailer, or what its body reports (a
 //     JSON field, or a provider's usage, from a JSON body or a server-sent-events stream,
-//     read chunk by chunk without holding the body: internal/usage) — is settled against
+//     read chunk by chunk without holding the body: filter/usage) — is settled against
 //     the reservation on the key's shared-data slot, with compare-and-swap: the unused part
 //     is refunded, an excess is charged even where it does not fit (the key goes into
 //     debt: later requests wait until it is paid back). Over-use is never dropped.

@@ -6,11 +6,11 @@ import (
 	"testing"
 
 	"github.com/sluice-proxy/sluice/config"
-	"github.com/sluice-proxy/sluice/internal/usage"
+	"github.com/sluice-proxy/sluice/filter/usage"
 )
 
 // TestCostPathsCompile: config accepts a cost.response.json path exactly when
-// internal/usage compiles it, so that a configuration sluice check accepts never meets a
+// filter/usage compiles it, so that a configuration sluice check accepts never meets a
 // path the filter's meter refuses (the bill would fail at the first settling request).
 func TestCostPathsCompile(t *testing.T) {
 	paths := []string{

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluice-proxy/sluice/internal/rlqs"
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rlqs"
+	"github.com/sluice-proxy/sluice/serve/rls"
 )
 
 // serveRLQSUsage is the RLQS paragraph of `sluice serve --help`.

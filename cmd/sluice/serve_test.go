@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rls"
 
 	"github.com/sluice-proxy/sluice/internal/rlswire"
 )

@@ -1,6 +1,6 @@
 // Package redisclient is a Redis Cluster client for raw RESP commands, used by the
 // embedded host's Higress Redis extension (host/redis) and by `sluice serve`
-// (internal/rls). Clusters routes through go-redis's ClusterClient (slot routing,
+// (serve/rls). Clusters routes through go-redis's ClusterClient (slot routing,
 // MOVED/ASK, connection pooling) for plain commands; script calls (EVAL, EVALSHA,
 // FCALL with a key: all the sluice guest and `sluice serve` send) go as they are over
 // pipelined connections and their reply is Redis's own bytes (pipe.go); other

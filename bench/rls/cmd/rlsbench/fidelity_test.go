@@ -59,7 +59,7 @@ descriptors:
 // ones included, and every status of a descriptor outside quota mode are
 // checked against the pinned peer itself. A quota_mode descriptor's status
 // and the call's overall code follow #1059, sluice's table of it
-// (internal/rls TestQuotaMode): the pinned peer's answer is rewritten to
+// (serve/rls TestQuotaMode): the pinned peer's answer is rewritten to
 // that rule (quota1059) before the comparison — an over quota descriptor,
 // which the pinned peer answers OK without a reset, is OVER_LIMIT with the
 // window's reset, and the call is over when a descriptor outside quota

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rls"
 )
 
 // A limit lowered mid-window below what the pool has taken: the Envoy's

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/redistest"
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rls"
 )
 
 var cluster *redistest.Cluster

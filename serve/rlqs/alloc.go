@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-proxy/sluice/internal/redisrl"
 	"github.com/sluice-proxy/sluice/internal/resp"
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rls"
 )
 
 // The allocation script. One key per bucket (hash-tagged on the bucket, so

@@ -3,7 +3,7 @@ package usage_test
 import (
 	"fmt"
 
-	"github.com/sluice-proxy/sluice/internal/usage"
+	"github.com/sluice-proxy/sluice/filter/usage"
 )
 
 func Example() {

@@ -15,7 +15,7 @@ var evalshaStats = regexp.MustCompile(`cmdstat_evalsha:calls=(\d+),usec=(\d+)`)
 // report (usec from INFO commandstats of the node holding the bucket) with
 // n participants in the bucket's pool:
 //
-//	go test -run '^$' -bench AllocateRedisCPU ./internal/rlqs/
+//	go test -run '^$' -bench AllocateRedisCPU ./serve/rlqs/
 func BenchmarkAllocateRedisCPU(b *testing.B) {
 	for _, n := range []int{2, 16, 128} {
 		for _, named := range []bool{false, true} {

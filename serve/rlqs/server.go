@@ -1,7 +1,7 @@
 // Package rlqs serves Envoy's Rate Limit Quota Service
 // (envoy.service.rate_limit_quota.v3.RateLimitQuotaService) on a Redis
 // Cluster: each bucket Envoy's rate_limit_quota filter reports is matched
-// against the RLS configuration (internal/rls) as a descriptor of the
+// against the RLS configuration (serve/rls) as a descriptor of the
 // bucket's entries, and every report is answered with assignments whose
 // sum over all connected Envoys never exceeds the limit (docs/rlqs.md).
 package rlqs
@@ -31,7 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-proxy/sluice/algorithms"
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rls"
 )
 
 // Defaults of the Options bounds.

@@ -3,7 +3,7 @@ package rlqs
 import (
 	"testing"
 
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rls"
 )
 
 const matchConfig = `

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-proxy/sluice/internal/rls"
+	"github.com/sluice-proxy/sluice/serve/rls"
 )
 
 // named is a simulated Envoy that reports every 5 s (as Envoy does) on a
