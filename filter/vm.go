@@ -466,7 +466,7 @@ func (vm *VM) OnDone(id uint32) bool {
 // returnLeases gives back what root's lease pools hold.
 func (vm *VM) returnLeases(root *Plugin) {
 	for i := 0; i < root.configs(); i++ {
-		root.configAt(i).leasePools().tick(vm.host.Now(), true)
+		root.configAt(i).remote.endLeases(vm.host.Now())
 	}
 }
 
