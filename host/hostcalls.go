@@ -313,14 +313,24 @@ func hcGetHeaderMapPairs(v *vm, s []uint64) Status {
 	return StatusOK
 }
 
-func hcSetHeaderMapPairs(v *vm, s []uint64) Status {
+// headerMapAndBytes reads a host call's first three arguments: a header map type and the
+// guest memory (pointer, size) that the call gives with it.
+func (v *vm) headerMapAndBytes(s []uint64) (*headerMap, []byte, Status) {
 	m, st := v.headerMap(u32(s[0]))
 	if st != StatusOK {
-		return st
+		return nil, nil, st
 	}
 	b, ok := v.read(u32(s[1]), u32(s[2]))
 	if !ok {
-		return StatusInvalidMemoryAccess
+		return nil, nil, StatusInvalidMemoryAccess
+	}
+	return m, b, StatusOK
+}
+
+func hcSetHeaderMapPairs(v *vm, s []uint64) Status {
+	m, b, st := v.headerMapAndBytes(s)
+	if st != StatusOK {
+		return st
 	}
 	kv, ok := proxywasm.ParsePairs(b)
 	if !ok {
@@ -335,13 +345,9 @@ func hcSetHeaderMapPairs(v *vm, s []uint64) Status {
 }
 
 func hcGetHeaderMapValue(v *vm, s []uint64) Status {
-	m, st := v.headerMap(u32(s[0]))
+	m, key, st := v.headerMapAndBytes(s)
 	if st != StatusOK {
 		return st
-	}
-	key, ok := v.read(u32(s[1]), u32(s[2]))
-	if !ok {
-		return StatusInvalidMemoryAccess
 	}
 	val, found := m.getBytes(key)
 	if !found {
@@ -406,13 +412,9 @@ func hcReplaceHeaderMapValue(v *vm, s []uint64) Status {
 }
 
 func hcRemoveHeaderMapValue(v *vm, s []uint64) Status {
-	m, st := v.headerMap(u32(s[0]))
+	m, key, st := v.headerMapAndBytes(s)
 	if st != StatusOK {
 		return st
-	}
-	key, ok := v.read(u32(s[1]), u32(s[2]))
-	if !ok {
-		return StatusInvalidMemoryAccess
 	}
 	m.removeBytes(key)
 	return StatusOK
