@@ -677,14 +677,14 @@ func (e *env) memory(f family) (memSample, error) {
 	if err != nil {
 		return ms, err
 	}
-	hs := parseStats(heap)
+	hs := envoyproc.ParseStats(heap)
 	ms.heapUsedMB, ms.heapMB = float64(hs["server.memory_allocated"])/(1<<20), float64(hs["server.memory_heap_size"])/(1<<20)
 	body, err := p.get("/stats?filter=^wasm")
 	if err != nil {
 		return ms, err
 	}
 	ms.wasm = map[string]int64{}
-	for n, v := range parseStats(body) {
+	for n, v := range envoyproc.ParseStats(body) {
 		if keepWasmStat(n) {
 			ms.wasm[n] = v
 		}
@@ -736,7 +736,7 @@ func (e *env) startup(f family, r int) (startSample, error) {
 		return startSample{}, err
 	}
 	return startSample{ready: ready, p99: rep.P99, max: rep.Max, requests: rep.Requests,
-		workers: workerConnections(parseStats(body), port)}, nil
+		workers: workerConnections(envoyproc.ParseStats(body), port)}, nil
 }
 
 type loadReport = loadgen.Report
