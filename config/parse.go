@@ -220,6 +220,7 @@ func (p *parser) topLevel(fields map[string]jsonv.Value, c *Config) backendsPars
 	if v, found := fields["client_ip"]; found {
 		p.clientIP("client_ip", v, &c.ClientIP)
 	}
+	p.observe(fields, c)
 	if v, found := fields["failure_mode"]; found {
 		if i, found := p.enum("failure_mode", v, failureModeNames[:]); found {
 			c.FailureMode = FailureMode(i)
@@ -285,14 +286,14 @@ func (c *Config) HasRLSRules() bool {
 }
 
 var (
-	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls"}
+	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls", "access_log", "top_keys"}
 	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost"}
 	delayFields    = []string{"max", "max_held"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
 	headerFields   = []string{"name", "exact", "absent"}
 	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
 	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method"}
-	responseFields = []string{"status", "body", "headers", "grpc_status"}
+	responseFields = []string{"status", "body", "headers", "grpc_status", "rule_header", "format", "content_type"}
 	clientIPFields = []string{"xff_trusted_hops", "proxy_appends_xff"}
 	redisFields    = []string{"cluster", "timeout_ms", "instances", "username", "password"}
 	rlsFields      = []string{"cluster", "domain", "timeout_ms", "instances"}
@@ -784,6 +785,7 @@ func (p *parser) response(path string, v jsonv.Value, r *Response) {
 			r.GRPCStatus = int(n)
 		}
 	}
+	p.responseExtras(path, f, r)
 }
 
 func (p *parser) clientIP(path string, v jsonv.Value, c *ClientIP) {

@@ -362,6 +362,9 @@ func (p *Plugin) setTickPeriod() {
 		if q := p.configAt(i); q.remote != nil && (period == 0 || q.remote.tickPeriod() < period) {
 			period = q.remote.tickPeriod()
 		}
+		if q := p.configAt(i); q.obs != nil && q.obs.top != nil && (period == 0 || topFlushMS < period) {
+			period = topFlushMS
+		}
 	}
 	p.baseTick = period
 	th, ok := p.host.(tickHost)

@@ -538,6 +538,9 @@ func (vm *VM) OnTick(rootID uint32) {
 			if p.remote != nil {
 				p.remote.tick()
 			}
+			if p.obs != nil && p.obs.top != nil {
+				p.obs.top.tick(vm.host.Now())
+			}
 			if p.holds != nil {
 				p.holds.release(vm.host.Now())
 				held = true
