@@ -287,12 +287,15 @@ func (p *Plugin) observeDenied(worst *rule) {
 				o.top.denied(r)
 			}
 		}
+		if now := p.host.Now(); now >= o.top.nextFlush {
+			o.top.tick(now)
+		}
 	}
 }
 
 // observeAdmitted records an admitted request: the access log, and the top keys of every
 // applying rule (consumed, or denied for a shadow rule's denial).
-func (p *Plugin) observeAdmitted(best *rule, delay time.Duration) {
+func (p *Plugin) observeAdmitted(best *rule, delay time.Duration, now int64) {
 	o := p.obs
 	if o.alog != nil {
 		p.recordAdmitted(best, delay)
@@ -306,6 +309,9 @@ func (p *Plugin) observeAdmitted(best *rule, delay time.Duration) {
 			default:
 				o.top.denied(r)
 			}
+		}
+		if now >= o.top.nextFlush {
+			o.top.tick(now)
 		}
 	}
 }

@@ -486,7 +486,7 @@ func (p *Plugin) admitted(s *stream, now int64) abi.Action {
 		}
 	}
 	if p.obs != nil {
-		p.observeAdmitted(best, delay)
+		p.observeAdmitted(best, delay, now)
 	}
 	if best != nil && p.cfg.Response.Headers != config.HeadersNone {
 		s.hasHeaders = true

@@ -13,7 +13,8 @@ import (
 // Top keys ("top_keys"): per rule, a Space-Saving summary of the keys it denied and one of
 // the keys that consumed it (weighted by cost), in each worker. Requests add to the
 // worker's summaries (no allocation, fixed memory); once a second the root context's tick
-// merges them into the rule's summary in shared data (compare-and-swap) and empties them.
+// merges them into the rule's summary in shared data (compare-and-swap) and empties them,
+// as does the first request a second after the last merge.
 // The shared summary covers one period (top_keys.log_every, else TopKeysPeriod): the
 // worker whose merge finds the period over starts the next one, keeps the finished one
 // under the key's ":last" and, with log_every, logs its top log_top keys.
@@ -38,6 +39,9 @@ type topKeys struct {
 	shown  []byte
 	enc    []byte
 	merged *topk.Summary
+	// nextFlush is when a request next merges the summaries (a host whose ticks stop
+	// when nothing waits, as the dynamic module's, still merges them).
+	nextFlush int64
 }
 
 var topKindNames = [2]string{"denied", "consumed"}
@@ -72,6 +76,7 @@ func (t *topKeys) consumed(r *rule) { t.add(t.kinds[1][r.cfg.Index], r, r.units)
 
 // tick merges every summary with something in it into shared data.
 func (t *topKeys) tick(now int64) {
+	t.nextFlush = now + topFlushMS*1e6
 	for k := range t.kinds {
 		for i, s := range t.kinds[k] {
 			if s.Total() > 0 {
