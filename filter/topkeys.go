@@ -28,7 +28,7 @@ const topFlushMS = 1000
 // TopKeysPrefix starts the shared-data key of every shared summary:
 // TopKeysPrefix + PLUGIN + ":" + RULE + ":" + KIND (KIND "denied" or "consumed"), and the
 // finished period's under the same key + ":last". The value is topk's encoding.
-const TopKeysPrefix = "sluice:top:"
+const TopKeysPrefix = topk.SharedPrefix
 
 type topKeys struct {
 	p      *Plugin

@@ -20,6 +20,10 @@ import (
 	"sort"
 )
 
+// SharedPrefix starts the shared-data key of every summary the filter shares:
+// SharedPrefix + PLUGIN + ":" + RULE + ":" + KIND, and + ":last" for the finished period.
+const SharedPrefix = "sluice:top:"
+
 // MaxShown is the most bytes of a key's shown form a counter keeps.
 const MaxShown = 140
 
@@ -227,8 +231,8 @@ func (s *Summary) Top(n int) []Entry {
 }
 
 // The encoding (Append, Decode): version byte, then uvarints: since (Unix ns), total,
-// counters; then per counter: id as 8 bytes, count, err, shown length, shown bytes.
-const version = 1
+// capacity, counters; then per counter: id as 8 bytes, count, err, shown length, shown bytes.
+const version = 2
 
 // ErrCorrupt is Decode's error for bytes that are not a summary.
 var ErrCorrupt = errors.New("topk: not a summary encoding")
@@ -238,6 +242,7 @@ func (s *Summary) Append(dst []byte, since int64) []byte {
 	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(since))
 	dst = binary.AppendUvarint(dst, s.total)
+	dst = binary.AppendUvarint(dst, uint64(cap(s.ents)))
 	dst = binary.AppendUvarint(dst, uint64(len(s.ents)))
 	for i := range s.ents {
 		e := &s.ents[i]
@@ -254,13 +259,22 @@ func (s *Summary) Append(dst []byte, since int64) []byte {
 type Decoded struct {
 	Since   int64
 	Total   uint64
+	Cap     int // the summary's counters: ErrorBound is Total/Cap
 	Entries []Entry
+}
+
+// ErrorBound is the most a count of d exceeds its key's true weight.
+func (d Decoded) ErrorBound() uint64 {
+	if d.Cap == 0 || len(d.Entries) < d.Cap {
+		return 0 // never full: every count is exact
+	}
+	return d.Total / uint64(d.Cap)
 }
 
 // Decode reads an encoding (Append's). It never panics.
 func Decode(b []byte) (Decoded, error) {
 	var d Decoded
-	err := walk(b, func(since int64, total uint64) { d.Since, d.Total = since, total },
+	err := walk(b, func(since int64, total uint64, capacity int) { d.Since, d.Total, d.Cap = since, total, capacity },
 		func(e *Entry) { d.Entries = append(d.Entries, *e) })
 	return d, err
 }
@@ -270,7 +284,7 @@ func Decode(b []byte) (Decoded, error) {
 func (s *Summary) Merge(b []byte) (int64, error) {
 	var since int64
 	var total, added uint64
-	err := walk(b, func(sn int64, t uint64) { since, total = sn, t }, func(e *Entry) {
+	err := walk(b, func(sn int64, t uint64, _ int) { since, total = sn, t }, func(e *Entry) {
 		x, _ := s.add(e.ID, e.Count, e.Err)
 		if x.n == 0 {
 			x.SetShown(e.Shown())
@@ -283,12 +297,12 @@ func (s *Summary) Merge(b []byte) (int64, error) {
 	return since, err
 }
 
-func walk(b []byte, head func(int64, uint64), each func(*Entry)) error {
+func walk(b []byte, head func(int64, uint64, int), each func(*Entry)) error {
 	if len(b) < 1 || b[0] != version {
 		return ErrCorrupt
 	}
 	b = b[1:]
-	var v [3]uint64
+	var v [4]uint64
 	for i := range v {
 		x, n := binary.Uvarint(b)
 		if n <= 0 {
@@ -296,12 +310,12 @@ func walk(b []byte, head func(int64, uint64), each func(*Entry)) error {
 		}
 		v[i], b = x, b[n:]
 	}
-	if v[2] > MaxCapacity {
+	if v[2] > MaxCapacity || v[3] > v[2] {
 		return ErrCorrupt
 	}
-	head(int64(v[0]), v[1])
+	head(int64(v[0]), v[1], int(v[2]))
 	var e Entry
-	for i := uint64(0); i < v[2]; i++ {
+	for i := uint64(0); i < v[3]; i++ {
 		if len(b) < 8 {
 			return ErrCorrupt
 		}
