@@ -17,7 +17,6 @@ func parseRSS(status string) (int, error) {
 	return 0, errors.New("/proc status: no VmRSS")
 }
 
-
 // workerStatFilter selects the per-worker connection counters in /stats.
 const workerStatFilter = `worker_[0-9]+\.downstream_cx_total`
 
