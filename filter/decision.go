@@ -158,16 +158,6 @@ func (p *Plugin) recordAdmitted(best *rule, delay time.Duration) {
 	}
 }
 
-// failedRule returns the first applying rule whose store failed (nil: none).
-func (p *Plugin) failedRule() *rule {
-	for _, r := range p.rules {
-		if r.applies && r.failed {
-			return r
-		}
-	}
-	return nil
-}
-
 // appendRefusalExtras appends the rule header of a refusal by r, when configured.
 func (o *observe) appendRefusalExtras(dst []abi.Header, r *rule) []abi.Header {
 	if o.ruleHeader != "" {
