@@ -591,7 +591,28 @@ func (e *remote) onFailure(token, status uint32) {
 	delete(e.calls, token)
 	now := e.p.host.Now()
 	why, timeout := e.codec.failure(c, status)
+	if !timeout && e.atDeadline(c, now) {
+		// Envoy ends a gRPC call at its timeout with UNAVAILABLE
+		// ("upstream request timeout"), not DEADLINE_EXCEEDED: a call that
+		// failed once its timeout_ms had passed is a timeout.
+		why, timeout = why+" at "+e.name+".timeout_ms", true
+	}
 	e.finish(c, outcome{why: why, timeout: timeout}, now)
+}
+
+// deadlineSlack is how early before timeout_ms a failure may arrive and
+// still be the host's timeout: host timers and the guest's clock reading
+// differ by scheduling, never by a millisecond.
+const deadlineSlack = 1_000_000 // 1 ms in ns
+
+// atDeadline reports whether call c, failing at now, had lasted its
+// timeout_ms (c.due is when it was sent plus the guard).
+func (e *remote) atDeadline(c *remoteCall, now int64) bool {
+	if e.timeoutMS <= 0 {
+		return false
+	}
+	sent := c.due - e.guard
+	return now-sent >= int64(e.timeoutMS)*1_000_000-deadlineSlack
 }
 
 // finish settles call c, answered or failed, then completes the waits that
