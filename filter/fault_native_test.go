@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/sluice-proxy/sluice/filter"
 )
 
@@ -28,6 +30,39 @@ func admittedWhileFailing(r *rlsRig, user string, n int) int {
 		r.end(id)
 	}
 	return admitted
+}
+
+// The window where the failure begins: the fallback goes on from what the last remote answer
+// said the fleet had used, so the fleet stays within its limit. With 20 of 20 used remotely
+// this proxy admits nothing more; with 10 of 20 used it admits its share of the 10 left (5);
+// a key the remote side never answered for starts from zero (its whole share, 10).
+func TestLocalFallbackStartsFromTheRemoteUsage(t *testing.T) {
+	for _, tc := range []struct {
+		remaining uint32 // the last remote answer's
+		want      int
+	}{{0, 0}, {10, 5}, {19, 9}, {20, 10}} {
+		t.Run(fmt.Sprint("remaining=", tc.remaining), func(t *testing.T) {
+			r := startRLSRig(t, faultConfig())
+			id, _ := r.request("carol")
+			code := rlsv3.RateLimitResponse_OK
+			if tc.remaining == 0 {
+				code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+			r.answer(r.lastToken(), okReply(status(code, tc.remaining, 30*time.Second)))
+			r.end(id)
+			if got := admittedWhileFailing(r, "carol", 15); got != tc.want {
+				t.Errorf("admitted %d locally after the remote said %d of 20 remain, want %d", got, tc.remaining, tc.want)
+			}
+			if got := admittedWhileFailing(r, "dave", 15); got != 10 {
+				t.Errorf("a key never answered remotely: admitted %d, want its share 10", got)
+			}
+			// The next window starts fresh on the fallback too.
+			r.f.Now_ += int64(time.Minute)
+			if got := admittedWhileFailing(r, "carol", 15); got != 10 {
+				t.Errorf("next window: admitted %d, want 10", got)
+			}
+		})
+	}
 }
 
 // A call that fails once its timeout_ms has passed is a timeout, whatever the status: real

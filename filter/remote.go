@@ -784,6 +784,9 @@ func (e *remote) take(r *rule, w *remoteWait, i int) (*slotStore, error) {
 	res := &w.res[i]
 	if !res.failed {
 		r.d = res.d
+		if e.p.cfg.FailureMode == config.FailLocal {
+			e.seedFallback(r, i, res.d, w.hashes[i])
+		}
 		return nil, nil
 	}
 	return e.failover(e.fallback[i]), errors.New(e.name + ": " + res.why)
