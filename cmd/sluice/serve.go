@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -295,7 +296,10 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	defer backend.Close()
 	goredis.SetLogger(redisLogger{logger})
 	cfg.tls.check(logger, backend)
-	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
+	var hsp atomic.Pointer[health.Server]
+	watch := newServeWatch(backend, logger, &hsp)
+	defer watch.Stop()
+	srv := rls.New(rls.Options{Backend: watch, InlineDomains: cfg.inlineDomains, Config: conf,
 		Headers: cfg.headers, GlobalShadow: cfg.shadow, GlobalQuota: cfg.quota, MaxStatKeys: cfg.maxStatKeys, DynamicMetadata: cfg.dynamicMetadata, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
 
 	lis, err := net.Listen("tcp", cfg.listen)
@@ -307,20 +311,21 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
-	quota := registerRLQS(g, hs, srv, backend, cfg, logger)
+	quota := registerRLQS(g, hs, srv, watch, cfg, logger)
+	hsp.Store(hs)
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(lis) }()
 
 	addrs := serveAddrs{grpc: lis.Addr().String()}
 	stopping := make(chan struct{})
-	admin, adminAddr, err := startServeAdmin(cfg.admin, withRLQSMetrics(quota, srv.Metrics.Handler(func() error {
+	admin, adminAddr, err := startServeAdmin(cfg.admin, withReady(watch, withRLQSMetrics(quota, srv.Metrics.Handler(func() error {
 		select {
 		case <-stopping:
 			return errors.New("shutting down")
 		default:
 			return nil
 		}
-	})), errc)
+	}))), errc)
 	if err != nil {
 		g.Stop()
 		return err
