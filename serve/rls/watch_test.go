@@ -40,7 +40,9 @@ func TestWatchLogsRefusalsAndReportsReadiness(t *testing.T) {
 	var logs bytes.Buffer
 	var changes []string
 	w := NewWatch(b, func([]byte) string { return "10.0.0.7:6379" }, slog.New(slog.NewTextHandler(&logs, nil)),
-		func(ready bool, why string) { changes = append(changes, strings.TrimSpace(map[bool]string{true: "ready", false: "not ready " + why}[ready])) })
+		func(ready bool, why string) {
+			changes = append(changes, strings.TrimSpace(map[bool]string{true: "ready", false: "not ready " + why}[ready]))
+		})
 	now := time.Unix(1_700_000_000, 0)
 	w.now = func() time.Time { return now }
 	ctx := context.Background()
