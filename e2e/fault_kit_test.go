@@ -13,8 +13,6 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
 
 // The fault kit of the network-failure suite (fault_test.go): an in-process toxiproxy link
@@ -114,16 +112,6 @@ func p99(ts []timed) time.Duration {
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	return ds[min(len(ds)-1, len(ds)*99/100)]
-}
-
-// fleetStat sums one stat over the Envoys.
-func fleetStat(t *testing.T, es []*envoyproc.Envoy, name string) int64 {
-	t.Helper()
-	var n int64
-	for _, e := range es {
-		n += envoyStat(t, e, name)
-	}
-	return n
 }
 
 // faultPoll polls cond every 20 ms until it holds (the time it took) or timeout passes.
