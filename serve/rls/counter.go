@@ -107,7 +107,7 @@ func runCounter(ctx context.Context, b Backend, r *redisrl.Request, noscript, ex
 	}
 	n, c := max(r.N, 1), r.Cost
 	cc.hits = n * c
-	v, err := incrCounter(ctx, b, cc, expireFailed)
+	v, err := incrCounter(ctx, b, cc, r.Now != 0, expireFailed)
 	if err != nil {
 		return redisrl.Batch{}, err
 	}
@@ -117,7 +117,7 @@ func runCounter(ctx context.Context, b Backend, r *redisrl.Request, noscript, ex
 		a = min(n, (L-before)/c)
 	}
 	if a < n {
-		if err := undoCounter(ctx, b, cc, (n-a)*c, expireFailed); err != nil {
+		if err := undoCounter(ctx, b, cc, (n-a)*c, r.Now != 0, expireFailed); err != nil {
 			return redisrl.Batch{}, err
 		}
 	}
@@ -157,10 +157,16 @@ func intReply(reply []byte, err error, what string) (int64, error) {
 }
 
 // incrCounter sends INCRBY key hits and PEXPIREAT key at together and
-// returns the count INCRBY answered (runChargedPlain's pair).
-func incrCounter(ctx context.Context, b Backend, cc *chargedCall, expireFailed func()) (int64, error) {
+// returns the count INCRBY answered (runChargedPlain's pair). With a pinned
+// time (tests: pinned), the expiry is relative, PEXPIRE of the wait until
+// then, as the scripts' PX: a pinned instant is not Redis's.
+func incrCounter(ctx context.Context, b Backend, cc *chargedCall, pinned bool, expireFailed func()) (int64, error) {
 	key, at := cc.windowKey()
-	cmds := [2][]byte{counterCmd("INCRBY", key, cc.hits), counterCmd("PEXPIREAT", key, at)}
+	expire := counterCmd("PEXPIREAT", key, at)
+	if pinned {
+		expire = counterCmd("PEXPIRE", key, at-(cc.now+999)/1000)
+	}
+	cmds := [2][]byte{counterCmd("INCRBY", key, cc.hits), expire}
 	replies, errs := doPipeline(ctx, b, cmds[:])
 	v, err := intReply(replies[0], errs[0], "INCRBY")
 	if err != nil {
@@ -183,7 +189,7 @@ func incrCounter(ctx context.Context, b Backend, cc *chargedCall, expireFailed f
 // them unless is_negative_hits took them meanwhile (it floors at 0, not
 // knowing they are in flight): a count below 0 is then put back to 0
 // (INCRBY) with the window's expiry, the key being new.
-func undoCounter(ctx context.Context, b Backend, cc *chargedCall, units int64, expireFailed func()) error {
+func undoCounter(ctx context.Context, b Backend, cc *chargedCall, units int64, pinned bool, expireFailed func()) error {
 	key, _ := cc.windowKey()
 	reply, err := b.Do(ctx, counterCmd("DECRBY", key, units))
 	v, err := intReply(reply, err, "DECRBY")
@@ -195,7 +201,7 @@ func undoCounter(ctx context.Context, b Backend, cc *chargedCall, units int64, e
 	}
 	fix := *cc
 	fix.hits = -v
-	if _, err := incrCounter(ctx, b, &fix, expireFailed); err != nil {
+	if _, err := incrCounter(ctx, b, &fix, pinned, expireFailed); err != nil {
 		return err
 	}
 	return nil
