@@ -50,7 +50,7 @@ func (s *Server) decide(ctx context.Context, r *redisrl.Request) (redisrl.Result
 	}
 	one := func() (redisrl.Result, error) {
 		if r.Kind == algorithms.FixedWindow {
-			bt, err := runCounter(ctx, s.opts.Backend, r, s.Metrics.noscript, s.Metrics.expireFailed)
+			bt, err := runCounter(ctx, s.opts.Backend, r, s.Metrics.noscript, s.Metrics.expireFailed, s.undoFailed(r))
 			return bt.Last, err
 		}
 		return run(ctx, s.opts.Backend, r, s.Metrics.noscript)
@@ -106,7 +106,7 @@ func (s *Server) drain(ctx context.Context, id string, q *batchQueue, r redisrl.
 		var batch redisrl.Batch
 		var err error
 		if r.Kind == algorithms.FixedWindow {
-			batch, err = runCounter(ctx, s.opts.Backend, &r, s.Metrics.noscript, s.Metrics.expireFailed)
+			batch, err = runCounter(ctx, s.opts.Backend, &r, s.Metrics.noscript, s.Metrics.expireFailed, s.undoFailed(&r))
 		} else {
 			batch, err = runBatch(ctx, s.opts.Backend, &r, s.Metrics.noscript)
 		}

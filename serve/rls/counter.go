@@ -20,7 +20,9 @@ import (
 // held v − n × c before, and the first a = ⌊(L − (v − n × c)) / c⌋
 // (between 0 and n) are admitted. The units of the n − a denied ones go
 // back at once (DECRBY), before the call answers: a denied request is
-// charged nothing.
+// charged nothing. An undo that fails leaves the decision standing and
+// the units charged until the window ends (extra denials, never an extra
+// admission), as a failed refund does.
 //
 // Exactness: the counter is the window's admitted units plus the units of
 // denials whose DECRBY has not landed yet, never less. A request is
@@ -75,7 +77,8 @@ func counterNow(r *redisrl.Request) int64 {
 // runCounter decides r (r.Kind is FixedWindow) on its window counter: a
 // decision of max(r.N, 1) requests, a refund or a peek. The reply is the
 // script's (ParseBatchReply's Batch for a decision; Last for the others).
-func runCounter(ctx context.Context, b Backend, r *redisrl.Request, noscript, expireFailed func()) (redisrl.Batch, error) {
+// undoFailed, when not nil, learns of a denial's DECRBY that failed.
+func runCounter(ctx context.Context, b Backend, r *redisrl.Request, noscript, expireFailed func(), undoFailed func(error)) (redisrl.Batch, error) {
 	now := counterNow(r)
 	L, W := r.Params.Limit, int64(r.Params.Window/time.Microsecond)
 	cc := counterCall(r, now, 0)
@@ -117,8 +120,8 @@ func runCounter(ctx context.Context, b Backend, r *redisrl.Request, noscript, ex
 		a = min(n, (L-before)/c)
 	}
 	if a < n {
-		if err := undoCounter(ctx, b, cc, (n-a)*c, r.Now != 0, expireFailed); err != nil {
-			return redisrl.Batch{}, err
+		if err := undoCounter(ctx, b, cc, (n-a)*c, r.Now != 0, expireFailed); err != nil && undoFailed != nil {
+			undoFailed(err)
 		}
 	}
 	count := before + a*c
@@ -130,6 +133,16 @@ func runCounter(ctx context.Context, b Backend, r *redisrl.Request, noscript, ex
 		res.RetryAfter = left
 	}
 	return redisrl.Batch{Admitted: a, Last: res}, nil
+}
+
+// undoFailed is runCounter's undoFailed for r's decisions: the failure is
+// counted as a failed refund and logged.
+func (s *Server) undoFailed(r *redisrl.Request) func(error) {
+	return func(err error) {
+		s.Metrics.refund(false)
+		s.opts.Logger.Warn("giving back a denial's units failed: they stay charged until the window ends",
+			"key", string(r.Key), "err", err)
+	}
 }
 
 // counterCmd is the RESP command name key arg.

@@ -98,7 +98,7 @@ func TestWindowCounterMixedCosts(t *testing.T) {
 		remaining int64
 	}{{6, true, 4}, {6, false, 4}, {4, true, 0}, {1, false, 0}, {11, false, 0}} {
 		r.Cost = step.cost
-		bt, err := runCounter(ctx, b, &r, nil, nil)
+		bt, err := runCounter(ctx, b, &r, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,19 +113,19 @@ func TestWindowCounterMixedCosts(t *testing.T) {
 	// one stamped in the previous window takes nothing.
 	ref := r
 	ref.Cost, ref.Refund = 4, &redisrl.Result{Stamp: now - 1}
-	if _, err := runCounter(ctx, b, &ref, nil, nil); err != nil {
+	if _, err := runCounter(ctx, b, &ref, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := counterValue(t, b, &r, r.Now); n != 10 {
 		t.Fatalf("counter %d after a refund from an ended window, want 10", n)
 	}
 	ref.Refund = &redisrl.Result{Stamp: now + 5}
-	if bt, err := runCounter(ctx, b, &ref, nil, nil); err != nil || bt.Last.Remaining != 4 {
+	if bt, err := runCounter(ctx, b, &ref, nil, nil, nil); err != nil || bt.Last.Remaining != 4 {
 		t.Fatalf("refund: %+v, %v; want 4 remaining", bt.Last, err)
 	}
 	// A batch of 5 requests of cost 1: the first 4 admitted.
 	r.Cost, r.N = 1, 5
-	bt, err := runCounter(ctx, b, &r, nil, nil)
+	bt, err := runCounter(ctx, b, &r, nil, nil, nil)
 	if err != nil || bt.Admitted != 4 || bt.Last.RetryAfter != time.Second-10*time.Microsecond {
 		t.Fatalf("batch: %+v, %v; want 4 admitted, retry after the window's end", bt, err)
 	}
@@ -206,5 +206,32 @@ func TestWindowCounterConcurrentMixedCosts(t *testing.T) {
 		if r := call(t, r1, "exact", desc("alg", "fixed_window", "client", key)); r.OverallCode != want {
 			t.Fatalf("%d left: %v, want %v", left, r.OverallCode, want)
 		}
+	}
+}
+
+// decrbyFails wraps a Backend: every DECRBY fails (no reply).
+type decrbyFails struct{ Backend }
+
+func (b decrbyFails) Do(ctx context.Context, cmd []byte) ([]byte, error) {
+	if strings.Contains(string(cmd), "\r\nDECRBY\r\n") {
+		return nil, context.DeadlineExceeded
+	}
+	return b.Backend.Do(ctx, cmd)
+}
+
+// A denial whose DECRBY fails is still a denial, not UNAVAILABLE (which
+// failure_mode might turn into an admission): its units stay charged,
+// counted as a failed refund.
+func TestWindowCounterUndoFailureKeepsTheDenial(t *testing.T) {
+	s, c := serve(t, Options{Config: parse(t, exactConfig), Backend: decrbyFails{backend(t)}})
+	key := uniq("k")
+	if r := call(t, c, "exact", desc("alg", "fixed_window", "ovr", key)); r.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("first call: %v", r.OverallCode)
+	}
+	if r := call(t, c, "exact", desc("alg", "fixed_window", "ovr", key)); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("second call: %v", r.OverallCode)
+	}
+	if _, failed := s.Metrics.Refunds(); failed != 1 {
+		t.Fatalf("%d failed refunds, want 1", failed)
 	}
 }

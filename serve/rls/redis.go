@@ -118,7 +118,7 @@ func (e *errRedis) Unwrap() error { return e.err }
 func run(ctx context.Context, b Backend, r *redisrl.Request, noscript func()) (redisrl.Result, error) {
 	if r.Kind == algorithms.FixedWindow {
 		// Window counters (counter.go), not the script.
-		bt, err := runCounter(ctx, b, r, noscript, nil)
+		bt, err := runCounter(ctx, b, r, noscript, nil, nil)
 		return bt.Last, err
 	}
 	return runScript(ctx, b, r, noscript, func(v resp.Value) (redisrl.Result, error) {
