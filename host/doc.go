@@ -380,7 +380,8 @@
 // value followed by NUL, little-endian), proxy_get_buffer_bytes / proxy_set_buffer_bytes /
 // proxy_get_buffer_status (request/response body, http call response body, VM and plugin
 // configuration), proxy_send_local_response, proxy_get_property (path segments separated by
-// NUL; see Properties below), proxy_continue_stream / proxy_continue_request /
+// NUL; see Properties below), proxy_set_property (the stream's filter state, see
+// Properties), proxy_continue_stream / proxy_continue_request /
 // proxy_continue_response, proxy_set_effective_context, proxy_set_tick_period_milliseconds,
 // proxy_define_metric / proxy_increment_metric / proxy_record_metric / proxy_get_metric,
 // proxy_http_call, proxy_grpc_call / proxy_grpc_cancel / proxy_grpc_close (see gRPC calls),
@@ -408,7 +409,9 @@
 // and cluster_name only in profiles with LegacyWasmAttributes (higress, permissive): upstream
 // Envoy removed these Wasm-specific names in 1.33 in favour of xds.* (changelogs/1.33.0.yaml,
 // PR #36619), Higress's Envoy keeps them (higress-group/envoy,
-// source/extensions/common/wasm/context.cc, Context::findValue). Anything else → NOT_FOUND.
+// source/extensions/common/wasm/context.cc, Context::findValue). A path of one segment that
+// the stream set with proxy_set_property is its value (Envoy's filter state "wasm." + path;
+// filterstate.go). Anything else → NOT_FOUND.
 //
 // HTTP calls: proxy_http_call(cluster, headers, body, trailers, timeout) sends the request to
 // Options.Clusters[cluster] (a base URL; :path is appended); :method, :path and :authority

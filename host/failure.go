@@ -63,6 +63,7 @@ const grpcUnavailable = 14
 // trailers-only form (content-type application/grpc, grpc-status 14, no grpc-message).
 func (s *stream) failReply() *localReply {
 	lr := &localReply{status: 503, details: failStreamDetails, grpcStatus: grpcUnavailable}
+	s.rec.setDetails(failStreamDetails)
 	if s.grpc {
 		lr = grpcLocalReply(lr, s.head)
 	}

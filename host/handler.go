@@ -42,6 +42,11 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 	}
 	ctx := r.Context()
 	s := h.newStream(plugin)
+	if h.opts.AccessLog != nil {
+		var logged func()
+		rw, logged = h.accessLogged(rw, r, s, plugin)
+		defer logged()
+	}
 	s.connection(r)
 	s.routeName, s.clusterName = h.route(r.URL.RequestURI())
 	kv := requestPairs(r)

@@ -97,6 +97,10 @@ type Options struct {
 	// Too Large", as Envoy answers a buffering filter past per_connection_buffer_limit_bytes.
 	// Default (0 or less): DefaultBufferLimit, Envoy's default.
 	BufferLimit int
+	// AccessLog, when set, is called once per request that Handler or Exchange served,
+	// when it is over, on the request's goroutine (it must be quick): the request, its
+	// response and the filter state the filter set (accesslog.go).
+	AccessLog func(AccessLogEntry)
 	// Clock is the time the host runs on (see Clock): what the guest reads, proxy_on_tick,
 	// FailReload's backoff, call timeouts, CallTimeout. Default (nil): WallClock().
 	Clock Clock

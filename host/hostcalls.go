@@ -52,6 +52,7 @@ func init() {
 		"proxy_remove_header_map_value":      {sig(3), r, hcRemoveHeaderMapValue},
 		"proxy_get_header_map_size":          {sig(2), r, hcGetHeaderMapSize},
 		"proxy_get_property":                 {sig(4), r, hcGetProperty},
+		"proxy_set_property":                 {sig(4), r, hcSetProperty},
 		"proxy_send_local_response":          {sig(8), r, hcSendLocalResponse},
 		"proxy_continue_stream":              {sig(1), r, hcContinueStream},
 		"proxy_continue_request":             {sig(0), r, func(v *vm, _ []uint64) Status { return v.continueStream(streamHTTPRequest) }},
@@ -538,7 +539,8 @@ func (v *vm) property(path []byte) (str string, b []byte, ok bool) {
 		}
 		return "", proxywasm.AppendPairs(nil, c.respHeaders.kv), true
 	}
-	return "", nil, false
+	val, ok := c.filterStateProperty(path)
+	return val, nil, ok
 }
 
 func hcGetProperty(v *vm, s []uint64) Status {
@@ -582,6 +584,7 @@ func hcSendLocalResponse(v *vm, s []uint64) Status {
 	if _, has := m.get("content-type"); !has && len(body) > 0 && !c.grpc {
 		m.add("content-type", "text/plain")
 	}
+	c.rec.setDetails(string(details))
 	c.local = &localReply{status: status, grpcStatus: int32(u32(s[7])), details: string(details), body: append([]byte(nil), body...), headers: m.kv}
 	if c.grpc {
 		c.local = grpcLocalReply(c.local, c.head)

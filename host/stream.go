@@ -74,6 +74,8 @@ type stream struct {
 	respPhase                 bool
 	bodyAction                uint64
 
+	rec streamRecord // filter state and local reply details, for after the request (filterstate.go)
+
 	// Exchange only
 	req            *Request
 	upstream       Upstream
@@ -161,6 +163,9 @@ type Response struct {
 	// Failed is true when the guest trapped while handling this request. With FailOpen the
 	// request still went to the upstream and Local is false.
 	Failed bool
+	// FilterState is what the filter set with proxy_set_property while it handled the
+	// request, in the order first set (nil: nothing; filterstate.go).
+	FilterState []FilterState
 }
 
 // Header returns the first value of the named header, or "".
@@ -190,7 +195,7 @@ func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*
 	if err := h.checkPlugin(req.Plugin); err != nil {
 		return nil, err
 	}
-	return h.exchangeOn(ctx, h.newStream(req.Plugin), req, upstream)
+	return h.exchangeLogged(ctx, h.newStream(req.Plugin), req, upstream)
 }
 
 func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream Upstream) (*Response, error) {

@@ -53,6 +53,9 @@ func hRemoveHeader(t uint32, kp unsafe.Pointer, kn uint32) uint32
 //go:wasmimport env proxy_get_property
 func hGetProperty(pp unsafe.Pointer, pn uint32, rp, rn unsafe.Pointer) uint32
 
+//go:wasmimport env proxy_set_property
+func hSetProperty(pp unsafe.Pointer, pn uint32, vp unsafe.Pointer, vn uint32) uint32
+
 //go:wasmimport env proxy_send_local_response
 func hSendLocal(status uint32, dp unsafe.Pointer, dn uint32, bp unsafe.Pointer, bn uint32, hp unsafe.Pointer, hn uint32, grpc int32) uint32
 
@@ -556,6 +559,28 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		return 1
 	case "/trap":
 		panic("kitchen: trap requested")
+	case "/set-property":
+		// Set, replace and read back filter state; from the root context, NOT_FOUND.
+		var b strings.Builder
+		for _, kv := range [][2]string{{"test.a", "1"}, {"test.a", "2"}, {"test.b", "x"}} {
+			pp, pn := sp(kv[0])
+			vp, vn := sp(kv[1])
+			b.WriteString("set " + kv[0] + "=" + strconv.Itoa(int(hSetProperty(pp, pn, vp, vn))) + ";")
+		}
+		for _, p := range [][]string{{"test.a"}, {"test.b"}, {"test.c"}, {"test", "a"}} {
+			v, st := getProperty(p...)
+			b.WriteString("get " + strings.Join(p, ".") + "=" + v + "/" + strconv.Itoa(int(st)) + ";")
+		}
+		hSetEffective(c.parent)
+		pp, pn := sp("test.root")
+		b.WriteString("root=" + strconv.Itoa(int(hSetProperty(pp, pn, pp, pn))))
+		hSetEffective(id)
+		addHeader(reqHeaders, "x-set-property", b.String())
+		return 0
+	case "/get-property":
+		v, st := getProperty("test.a")
+		sendLocal(200, "", "test.a="+v+"/"+strconv.Itoa(int(st)), nil)
+		return 1
 	case "/set-effective":
 		n, _ := strconv.Atoi(query(path, "id"))
 		st := hSetEffective(uint32(n))
