@@ -346,6 +346,11 @@ type Rule struct {
 	// as Chart ("" without cost).
 	Cost      string `json:"cost,omitempty"`
 	CostChart string `json:"cost_chart,omitempty"`
+
+	// TopKeys are the rule's top-keys summaries (the configuration's "top_keys"; none
+	// without it, or before anything was counted): denied then consumed, each the current
+	// period then the last one (topkeys.go).
+	TopKeys []TopKeys `json:"top_keys,omitempty"`
 }
 
 // parseConfig reads a plugin configuration: indented for display, and its rules as
@@ -649,7 +654,9 @@ func (d *Dashboard) StateWithCharts(now time.Time, widths ChartWidths) State {
 	span := d.chartSpan()
 	st.ChartSpanSeconds = span.Seconds()
 	for _, r := range rules {
-		st.Rules = append(st.Rules, d.ruleState(r, last, families, span, widths.Rule))
+		rs := d.ruleState(r, last, families, span, widths.Rule)
+		rs.TopKeys = topKeysOf(s.TopKeys, r.Name)
+		st.Rules = append(st.Rules, rs)
 	}
 	st.MemoryChart = d.memoryChart(s, span, widths.Memory)
 	return st

@@ -105,6 +105,7 @@ function renderRules(state) {
   $("#no-rules").hidden = state.rules.length > 0;
 
   fillCharts($("#charts"), state.rules, (r) => r.chart);
+  renderTopKeys(state);
   renderHeld(state);
   renderCost(state);
 }
@@ -178,6 +179,92 @@ function renderCost(state) {
     for (const d of COST_COUNTS) cell(c(dash(d) + "-total"), fmtCount(r.totals[d]), r.totals[d]);
   }
   fillCharts($("#cost-charts"), rules, (r) => r.cost_chart);
+}
+
+// A rule's top-keys summaries, in the order of its table's column pairs (key, count).
+const TOPKEYS = [["denied", "current"], ["denied", "last"], ["consumed", "current"], ["consumed", "last"]];
+
+function headCell(text) {
+  const th = document.createElement("th");
+  th.textContent = text;
+  return th;
+}
+
+// newTopKeys builds a rule's top-keys block: its name, and a table with a rank column and
+// a column pair per summary, headed by the summary's period and error bound.
+function newTopKeys() {
+  const div = document.createElement("div");
+  div.className = "topkeys";
+  div.appendChild(document.createElement("h3"));
+  const table = document.createElement("table");
+  const head = table.createTHead().insertRow(), bound = table.tHead.insertRow();
+  bound.className = "bound";
+  head.appendChild(headCell("#"));
+  bound.appendChild(headCell(""));
+  for (const [kind, period] of TOPKEYS) {
+    const h = headCell(kind + (period === "current" ? ", this period" : ", last period"));
+    const b = headCell("–");
+    for (const el of [h, b]) { el.colSpan = 2; el.setAttribute("data-kind", kind); el.setAttribute("data-period", period); }
+    b.setAttribute("data-field", "bound");
+    head.appendChild(h);
+    bound.appendChild(b);
+  }
+  table.createTBody();
+  div.appendChild(table);
+  return div;
+}
+
+function newTopKeysRow() {
+  const tr = document.createElement("tr");
+  tr.appendChild(document.createElement("th"));
+  for (const [kind, period] of TOPKEYS) {
+    for (const field of ["key", "count"]) {
+      const td = document.createElement("td");
+      td.className = field === "key" ? "key" : "num";
+      td.setAttribute("data-kind", kind);
+      td.setAttribute("data-period", period);
+      td.setAttribute("data-field", field);
+      tr.appendChild(td);
+    }
+  }
+  return tr;
+}
+
+// renderTopKeys shows, for each rule with top keys, the keys of its summaries side by side.
+function renderTopKeys(state) {
+  const rules = state.rules.filter((r) => r.top_keys && r.top_keys.length);
+  $("#topkeys-section").hidden = rules.length === 0;
+  const box = $("#topkeys");
+  const have = new Map(Array.from(box.children).map((el) => [el.getAttribute("data-rule"), el]));
+  rules.forEach((r, i) => {
+    let div = have.get(r.name);
+    if (!div) { div = newTopKeys(); div.setAttribute("data-rule", r.name); }
+    have.delete(r.name);
+    if (box.children[i] !== div) box.insertBefore(div, box.children[i] || null);
+    cell($("h3", div), r.name, r.name);
+    const byCol = new Map(r.top_keys.map((t) => [t.kind + "/" + t.period, t]));
+    let n = 0;
+    for (const [kind, period] of TOPKEYS) {
+      const t = byCol.get(kind + "/" + period);
+      const b = $('th[data-field="bound"][data-kind="' + kind + '"][data-period="' + period + '"]', div);
+      const since = t ? new Date(t.since).toLocaleTimeString("en-GB") : "";
+      cell(b, t ? "total " + fmtCount(t.total) + ", error ≤ " + fmtCount(t.error_bound) + ", since " + since : "none yet", t ? t.error_bound : null);
+      if (t) n = Math.max(n, t.keys.length);
+    }
+    const tbody = div.querySelector("tbody");
+    rows(tbody, "data-rank", Array.from({ length: n }, (_, k) => String(k + 1)), newTopKeysRow);
+    for (const tr of Array.from(tbody.rows)) {
+      const rank = Number(tr.getAttribute("data-rank"));
+      cell(tr.cells[0], String(rank), rank);
+      for (const [kind, period] of TOPKEYS) {
+        const t = byCol.get(kind + "/" + period), k = t && t.keys[rank - 1];
+        const q = (f) => tr.querySelector('[data-kind="' + kind + '"][data-period="' + period + '"][data-field="' + f + '"]');
+        cell(q("key"), k ? k.key : "", k ? k.key : null);
+        cell(q("count"), k ? fmtCount(k.count) + (k.err ? " ±" + fmtCount(k.err) : "") : "", k ? k.count : null);
+      }
+    }
+  });
+  for (const el of have.values()) el.remove();
 }
 
 const WORKER_CELLS = [["name", false], ["healthy", false], ["memory-bytes", true], ["vm-restarts", true], ["requests", true], ["failed-requests", true]];
