@@ -59,6 +59,9 @@ type TopKeys struct {
 	// LogEvery is the period of the log line per rule with the top LogTop keys (0: none).
 	LogEvery time.Duration
 	LogTop   int
+	// Gauges is how many gauges per rule and kind give the counts of the top keys of the
+	// last finished period, by rank (0: none).
+	Gauges int
 }
 
 // Bounds of top_keys.
@@ -68,6 +71,7 @@ const (
 	MaxTopKeysSize     = 1024
 	DefaultTopKeysLog  = 10
 	MinTopKeysLogEvery = time.Second
+	MaxTopKeysGauges   = 20
 )
 
 // BodyFormat is response.format: how the rejection body is made.
@@ -133,7 +137,7 @@ func CompileTemplate(s string) *Template {
 
 var (
 	accessLogFields = []string{"key", "near_limit_percent"}
-	topKeysFields   = []string{"size", "key", "log_every", "log_top"}
+	topKeysFields   = []string{"size", "key", "log_every", "log_top", "gauges"}
 )
 
 // observe parses the top-level "access_log" and "top_keys".
@@ -200,7 +204,22 @@ func (p *parser) topKeys(path string, v jsonv.Value) *TopKeys {
 	if t.LogTop > t.Size {
 		t.LogTop = t.Size
 	}
+	if x, ok := f["gauges"]; ok {
+		p.topKeysGauges(path+".gauges", x, t)
+	}
 	return t
+}
+
+// topKeysGauges parses top_keys.gauges: 1..MaxTopKeysGauges, at most size; not in the
+// dynamic module, whose Envoy ABI can only add to a gauge or subtract from it.
+func (p *parser) topKeysGauges(path string, x jsonv.Value, t *TopKeys) {
+	if p.build == BuildDynamic {
+		p.fail(x, path, "needs sluice.wasm or sluice run: Envoy's dynamic module ABI cannot set a gauge, only add to it or subtract from it")
+		return
+	}
+	if n, ok := p.integer(path, x, 1, int64(min(t.Size, MaxTopKeysGauges))); ok {
+		t.Gauges = int(n)
+	}
 }
 
 // responseExtras parses response.rule_header, response.format and response.content_type.

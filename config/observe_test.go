@@ -10,7 +10,7 @@ const observeRule = `"rules":[{"name":"r","key":[{"remote_ip":true}],"algorithm"
 
 func TestObserveOptions(t *testing.T) {
 	c, err := Parse([]byte(`{` + observeRule + `,"access_log":{"key":"raw","near_limit_percent":0},
-	  "top_keys":{"size":16,"key":"hashed","log_every":"30s","log_top":3},
+	  "top_keys":{"size":16,"key":"hashed","log_every":"30s","log_top":3,"gauges":5},
 	  "response":{"rule_header":"X-Sluice-Rule","format":"problem_json"}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -18,7 +18,7 @@ func TestObserveOptions(t *testing.T) {
 	if a := c.AccessLog; a == nil || a.Key != KeyRaw || a.NearLimitPercent != 0 {
 		t.Errorf("access_log %+v", a)
 	}
-	if tk := c.TopKeys; tk == nil || tk.Size != 16 || tk.Key != KeyHashed || tk.LogEvery != 30*time.Second || tk.LogTop != 3 {
+	if tk := c.TopKeys; tk == nil || tk.Size != 16 || tk.Key != KeyHashed || tk.LogEvery != 30*time.Second || tk.LogTop != 3 || tk.Gauges != 5 {
 		t.Errorf("top_keys %+v", tk)
 	}
 	if r := c.Response; r.RuleHeader != "x-sluice-rule" || r.ContentType != ProblemJSONContentType || r.Template == nil {
@@ -47,6 +47,8 @@ func TestObserveErrors(t *testing.T) {
 		{`"top_keys":{"log_every":"500ms"}`, `top_keys.log_every: "500ms" is shorter than the minimum 1s`},
 		{`"top_keys":{"log_top":3}`, `top_keys.log_top: applies only with "log_every"`},
 		{`"top_keys":{"size":8,"log_every":"1m","log_top":9}`, `top_keys.log_top: 9 is out of range 1..8`},
+		{`"top_keys":{"gauges":0}`, `top_keys.gauges: 0 is out of range 1..20`},
+		{`"top_keys":{"size":8,"gauges":9}`, `top_keys.gauges: 9 is out of range 1..8`},
 		{`"response":{"rule_header":":status"}`, `response.rule_header: ":status" is a pseudo-header`},
 		{`"response":{"rule_header":"a b"}`, `response.rule_header: "a b" is not a header name`},
 		{`"response":{"format":"json"}`, `response.format: "json" is not one of text, problem_json, template`},
@@ -65,5 +67,17 @@ func TestCompileTemplate(t *testing.T) {
 	tm := CompileTemplate(`{"a":{rule},"b":"{x}{limit}}{`)
 	if len(tm.Lit) != 3 || tm.Lit[0] != `{"a":` || tm.Lit[1] != `,"b":"{x}` || tm.Lit[2] != `}{` || tm.Vars[0] != 0 || tm.Vars[1] != 1 {
 		t.Fatalf("%q %v", tm.Lit, tm.Vars)
+	}
+}
+
+// The dynamic module cannot set a gauge: top_keys.gauges is refused there, with why.
+func TestTopKeysGaugesBuilds(t *testing.T) {
+	cfg := []byte(`{` + observeRule + `,"top_keys":{"gauges":3}}`)
+	if c, err := ParseFor(cfg, BuildLocal); err != nil || c.TopKeys.Gauges != 3 {
+		t.Fatalf("local: %v", err)
+	}
+	_, err := ParseFor(cfg, BuildDynamic)
+	if err == nil || !strings.Contains(err.Error(), "top_keys.gauges: needs sluice.wasm or sluice run") {
+		t.Fatalf("dynamic: %v", err)
 	}
 }
