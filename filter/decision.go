@@ -58,12 +58,13 @@ type observe struct {
 	top *topKeys // nil: no top keys
 }
 
-// setupObserve prepares p.obs for cfg (nil when cfg asks for none of these options).
-func (p *Plugin) setupObserve(cfg *config.Config) {
+// setupObserve prepares p.obs for cfg (nil when cfg asks for none of these options); the
+// error is a metric of top_keys.gauges the host would not define.
+func (p *Plugin) setupObserve(cfg *config.Config) error {
 	p.obs = nil
 	r := &cfg.Response
 	if cfg.AccessLog == nil && cfg.TopKeys == nil && r.RuleHeader == "" && r.Template == nil {
-		return
+		return nil
 	}
 	o := &observe{ruleHeader: r.RuleHeader, tmpl: r.Template, ctype: textPlain}
 	if r.Template != nil {
@@ -77,9 +78,13 @@ func (p *Plugin) setupObserve(cfg *config.Config) {
 		o.buf = make([]byte, 0, 64+3*20+maxShownKey*4+8)
 	}
 	if cfg.TopKeys != nil {
-		o.top = newTopKeys(p, cfg.TopKeys)
+		var err error
+		if o.top, err = newTopKeys(p, cfg.TopKeys); err != nil {
+			return err
+		}
 	}
 	p.obs = o
+	return nil
 }
 
 // record writes decision for rule r (its decision r.d) where the proxy records the request.

@@ -119,5 +119,5 @@ func MetricHelp(name string) string {
 			return "sluice rule " + rule + ": " + costMetricHelp[k]
 		}
 	}
-	return ""
+	return topGaugeHelp(rule, counter)
 }

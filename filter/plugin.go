@@ -230,7 +230,9 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	p.vals = make([]byte, 0, 2*maxQuoted+7*20+32)
 	p.body = []byte(cfg.Response.Body)
 	p.grpcMsg = grpcMessage(cfg.Response.Body)
-	p.setupObserve(cfg)
+	if err := p.setupObserve(cfg); err != nil {
+		return err
+	}
 	p.redis, p.rls, p.remote = nil, nil, nil
 	var err error
 	if p.holds, err = newHolds(p, rules); err != nil {

@@ -42,11 +42,15 @@ type topKeys struct {
 	// nextFlush is when a request next merges the summaries (a host whose ticks stop
 	// when nothing waits, as the dynamic module's, still merges them).
 	nextFlush int64
+	// gauges are top_keys.gauges' metric ids, [kind][rule][rank] (nil: none), set through
+	// rec (topgauges.go).
+	gauges [2][][]uint32
+	rec    abi.MetricRecorder
 }
 
 var topKindNames = [2]string{"denied", "consumed"}
 
-func newTopKeys(p *Plugin, cfg *config.TopKeys) *topKeys {
+func newTopKeys(p *Plugin, cfg *config.TopKeys) (*topKeys, error) {
 	t := &topKeys{p: p, cfg: cfg, period: int64(TopKeysPeriod), shown: make([]byte, 0, maxShownKey+8), merged: topk.New(cfg.Size)}
 	if cfg.LogEvery > 0 {
 		t.period = int64(cfg.LogEvery)
@@ -57,7 +61,7 @@ func newTopKeys(p *Plugin, cfg *config.TopKeys) *topKeys {
 			t.keys[k] = append(t.keys[k], []byte(TopKeysPrefix+p.name+":"+ruleID(p.scope, rc.Name)+":"+topKindNames[k]))
 		}
 	}
-	return t
+	return t, t.defineGauges()
 }
 
 func (t *topKeys) add(s *topk.Summary, r *rule, w int64) {
@@ -79,7 +83,9 @@ func (t *topKeys) tick(now int64) {
 	t.nextFlush = now + topFlushMS*1e6
 	for k := range t.kinds {
 		for i, s := range t.kinds[k] {
-			if s.Total() > 0 {
+			// With gauges a quiet rule's period ends too: its gauges must not keep the
+			// counts of the last busy one.
+			if s.Total() > 0 || t.rec != nil {
 				t.flush(s, t.keys[k][i], i, k, now)
 			}
 		}
@@ -102,6 +108,9 @@ func (t *topKeys) flush(s *topk.Summary, key []byte, rule, kind int, now int64) 
 			}
 		}
 		rotate := now-since >= t.period
+		if !rotate && s.Total() == 0 {
+			return // nothing to add, and the period goes on
+		}
 		if rotate {
 			t.enc = s.Append(t.enc[:0], now)
 		} else {
@@ -123,6 +132,7 @@ func (t *topKeys) flush(s *topk.Summary, key []byte, rule, kind int, now int64) 
 			if t.cfg.LogEvery > 0 && t.merged.Total() > 0 {
 				h.Log(abi.LogInfo, t.line(rule, kind, since, now))
 			}
+			t.setGauges(rule, kind)
 		}
 		return
 	}

@@ -91,12 +91,13 @@ type Metrics struct {
 	mu     sync.Mutex
 	ids    map[string]uint32
 	values []int64
+	kinds  []abi.MetricType
 }
 
 // NewMetrics returns an empty registry.
 func NewMetrics() *Metrics { return &Metrics{ids: map[string]uint32{}} }
 
-func (m *Metrics) define(name string) uint32 {
+func (m *Metrics) define(name string, mt abi.MetricType) uint32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if id, ok := m.ids[name]; ok {
@@ -105,7 +106,27 @@ func (m *Metrics) define(name string) uint32 {
 	id := uint32(len(m.values))
 	m.ids[name] = id
 	m.values = append(m.values, 0)
+	m.kinds = append(m.kinds, mt)
 	return id
+}
+
+// record is proxy_record_metric as Envoy serves it: a counter adds the value, a gauge
+// takes it, a histogram counts one more observation (its value here).
+func (m *Metrics) record(id uint32, v uint64) abi.Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if int(id) >= len(m.values) {
+		return abi.StatusNotFound
+	}
+	switch m.kinds[id] {
+	case abi.MetricGauge:
+		m.values[id] = int64(v)
+	case abi.MetricHistogram:
+		m.values[id]++
+	default:
+		m.values[id] += int64(v)
+	}
+	return abi.StatusOK
 }
 
 func (m *Metrics) add(id uint32, d int64) abi.Status {
@@ -297,8 +318,11 @@ func (h *Host) DefineMetric(mt abi.MetricType, name string) (uint32, abi.Status)
 	if mt > abi.MetricHistogram {
 		return 0, abi.StatusBadArgument
 	}
-	return h.Metrics.define(name), abi.StatusOK
+	return h.Metrics.define(name, mt), abi.StatusOK
 }
+
+// RecordMetric implements abi.MetricRecorder.
+func (h *Host) RecordMetric(id uint32, value uint64) abi.Status { return h.Metrics.record(id, value) }
 
 // IncrementMetric implements abi.Host.
 func (h *Host) IncrementMetric(id uint32, delta int64) abi.Status { return h.Metrics.add(id, delta) }
