@@ -584,8 +584,8 @@ func hcSendLocalResponse(v *vm, s []uint64) Status {
 	if _, has := m.get("content-type"); !has && len(body) > 0 && !c.grpc {
 		m.add("content-type", "text/plain")
 	}
-	c.rec.setDetails(string(details))
 	c.local = &localReply{status: status, grpcStatus: int32(u32(s[7])), details: string(details), body: append([]byte(nil), body...), headers: m.kv}
+	c.rec.setDetails(c.local.details)
 	if c.grpc {
 		c.local = grpcLocalReply(c.local, c.head)
 	}
