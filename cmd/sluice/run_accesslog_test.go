@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,5 +62,44 @@ func TestRunAccessLogUnwritable(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(bad)); !os.IsNotExist(err) {
 		t.Errorf("the directory was created")
+	}
+}
+
+// Lines written from many requests at once stay whole, and close writes out what the buffer
+// holds; a request after close is not logged.
+func TestAccessLoggerConcurrentAndClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.json")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newAccessLogger(f, time.Hour) // only close writes it out
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				l.write(host.AccessLogEntry{Method: "GET", Path: "/" + strings.Repeat("x", i%300), Status: 200,
+					FilterState: []host.FilterState{{Name: "sluice.rule", Value: "r"}}})
+			}
+		}()
+	}
+	wg.Wait()
+	l.close()
+	l.write(host.AccessLogEntry{Method: "GET", Path: "/late"})
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(lines) != 8*500 {
+		t.Fatalf("%d lines, want %d", len(lines), 8*500)
+	}
+	for _, line := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["rule"] != "r" {
+			t.Fatalf("line %q: %v", line, err)
+		}
 	}
 }
