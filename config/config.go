@@ -244,6 +244,9 @@ type KeyPart struct {
 	Cookie     string
 	Path       bool
 	Method     bool
+	// Value is a dynamic-metadata field or an attribute (metadata.go);
+	// missing when the proxy does not have it or it is empty.
+	Value ValueRef
 }
 
 // Match selects the requests a rule applies to. The zero Match matches every
@@ -255,6 +258,9 @@ type Match struct {
 	// Routes are route names (match.routes): the request's route, as the
 	// proxy names it, must be one of them (Match.MatchesRoute).
 	Routes []string
+	// Values are conditions on dynamic metadata and attributes
+	// (match.metadata, match.attributes; Match.MatchesValues).
+	Values []ValueMatch
 }
 
 // HeaderMatch matches one request header: its value is Exact, or with

@@ -73,5 +73,5 @@ func (m *Match) matchesRest(method string, header func(name string) (string, boo
 
 // IsZero reports whether m matches every request.
 func (m *Match) IsZero() bool {
-	return m.PathPrefix == "" && len(m.Methods) == 0 && len(m.Headers) == 0 && len(m.Routes) == 0
+	return m.PathPrefix == "" && len(m.Methods) == 0 && len(m.Headers) == 0 && len(m.Routes) == 0 && len(m.Values) == 0
 }

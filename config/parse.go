@@ -289,10 +289,10 @@ var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls", "access_log", "top_keys"}
 	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost"}
 	delayFields    = []string{"max", "max_held"}
-	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
+	matchFields    = []string{"path_prefix", "methods", "headers", "routes", "metadata", "attributes"}
 	headerFields   = []string{"name", "exact", "absent"}
-	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
-	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method"}
+	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method", "metadata", "attribute"}
+	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method", "metadata", "attribute"}
 	responseFields = []string{"status", "body", "headers", "grpc_status", "rule_header", "format", "content_type"}
 	clientIPFields = []string{"xff_trusted_hops", "proxy_appends_xff"}
 	redisFields    = []string{"cluster", "timeout_ms", "instances", "username", "password"}
@@ -529,6 +529,7 @@ func (p *parser) match(path string, v jsonv.Value, m *Match) {
 	if x, ok := f["methods"]; ok {
 		p.methods(path+".methods", x, m)
 	}
+	p.valueMatches(path, f, m) // metadata.go
 	if x, ok := f["headers"]; ok {
 		if items, ok := p.array(path+".headers", x); ok {
 			if len(items) == 0 {
@@ -679,7 +680,7 @@ func (p *parser) key(path string, v jsonv.Value) []KeyPart {
 			}
 		}
 		if len(given) == 0 {
-			p.failEnd(it, ip, `needs one of "remote_ip", "header", "query", "cookie", "path", "method"`)
+			p.failEnd(it, ip, "needs one of "+allKeySourceText)
 			continue // (an "ipv6_prefix" here is part of the same mistake)
 		}
 		var k KeyPart
@@ -739,6 +740,7 @@ func (p *parser) key(path string, v jsonv.Value) []KeyPart {
 		if f["method"].Exists() {
 			k.Method = trueFlag("method")
 		}
+		good = p.keyValueSource(ip, f, &k) && good // metadata.go
 		if x, ok := f["ipv6_prefix"]; ok {
 			if !k.RemoteIP && !f["remote_ip"].Exists() {
 				p.fail(x, ip+".ipv6_prefix", `is valid only with "remote_ip"`)

@@ -53,6 +53,8 @@ func (k KeyPart) String() string {
 		return "path"
 	case k.Method:
 		return "method"
+	case !k.Value.IsZero():
+		return k.Value.String()
 	}
 	return "none"
 }
@@ -80,6 +82,7 @@ func (m *Match) String() string {
 	if len(m.Routes) > 0 {
 		parts = append(parts, "routes:"+plainList(m.Routes))
 	}
+	parts = append(parts, m.valuesString()...) // metadata.go
 	return strings.Join(parts, " ")
 }
 
