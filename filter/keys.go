@@ -27,6 +27,7 @@ type request struct {
 	source   []byte
 	cookie   []byte
 	headerF  func(string) (string, bool) // r.header, bound once
+	valueF   func(string) ([]byte, bool) // r.value, bound once (metadata.go)
 
 	// pathBuf holds a normalized path that differs from the request's; it
 	// is reused, so only the first such request (or a longer one) allocates.
@@ -51,7 +52,7 @@ func (r *request) reset(h abi.Host) {
 	r.host = h
 	r.have = 0
 	if r.headerF == nil {
-		r.headerF = r.header
+		r.headerF, r.valueF = r.header, r.value
 	}
 }
 
@@ -193,6 +194,11 @@ func appendKey(dst []byte, parts []config.KeyPart, r *request, xffPos int) ([]by
 				return dst, false
 			}
 			dst = appendPart(dst, tagMethod, m)
+		case !p.Value.IsZero():
+			var ok bool
+			if dst, ok = appendValuePart(dst, p, r); !ok {
+				return dst, false
+			}
 		default:
 			return dst, false
 		}

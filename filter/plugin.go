@@ -195,7 +195,7 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	for _, rc := range cfg.Rules {
 		r := &rule{cfg: rc, id: ruleID(p.scope, rc.Name)}
 		m := &rc.Match
-		r.matchAll = m.PathPrefix == "" && len(m.Methods) == 0 && len(m.Headers) == 0 && len(m.Routes) == 0
+		r.matchAll = m.PathPrefix == "" && len(m.Methods) == 0 && len(m.Headers) == 0 && len(m.Routes) == 0 && len(m.Values) == 0
 		prefix := "sluice:" + p.name + ":" + r.id + ":"
 		r.store = newSlotStore(p.host, rc.Limiter, prefix, rc.MaxKeys)
 		r.window = ceilSeconds(rc.Window)
@@ -542,7 +542,7 @@ func (p *Plugin) keyFor(r *rule) keyState {
 		if m.PathPrefix != "" {
 			path = unsafeString(p.req.getNormPath())
 		}
-		if !m.MatchesNormal(method, path, p.req.headerF) || !p.routeMatches(m) {
+		if !m.MatchesNormal(method, path, p.req.headerF) || !p.routeMatches(m) || !p.valuesMatch(m) {
 			return keyNone
 		}
 	}

@@ -12,6 +12,7 @@ bool sl_add_header(void* filter, int type, const char* name, size_t name_len, co
 void sl_send_response(void* filter, uint32_t status, const char* packed, uint16_t n, const char* body, size_t body_len, const char* details, size_t details_len);
 sl_buf* sl_body(void* filter, bool response, size_t* n);
 bool sl_attribute(void* filter, int id, const char** value, size_t* len);
+int sl_metadata(void* filter, const char* ns, size_t ns_len, const char* key, size_t key_len, const char** value, size_t* len, double* num);
 bool sl_define_metric(void* config, int kind, const char* name, size_t len, size_t* id);
 bool sl_add_metric(void* config, void* filter, int kind, size_t id, int64_t delta);
 void sl_set_metadata(void* filter, const char* packed, uint16_t n);
@@ -118,6 +119,14 @@ func (cEnvoy) attribute(f filterPtr, id attribute, dst []byte) ([]byte, bool) {
 		return dst, false
 	}
 	return append(dst, cbytes(v, n)...), true
+}
+
+func (cEnvoy) metadata(f filterPtr, ns, key string, dst []byte) ([]byte, bool) {
+	var v *C.char
+	var n C.size_t
+	var num C.double
+	kind := C.sl_metadata(f2c(f), sptr(ns), C.size_t(len(ns)), sptr(key), C.size_t(len(key)), &v, &n, &num)
+	return appendMetadata(dst, int(kind), cbytes(v, n), float64(num))
 }
 
 func (cEnvoy) body(f filterPtr, response bool, dst []byte) ([]byte, bool) {

@@ -64,6 +64,9 @@ type envoy interface {
 	continueDecoding(f filterPtr)
 	// attribute appends attribute id of the stream as a string to dst.
 	attribute(f filterPtr, id attribute, dst []byte) ([]byte, bool)
+	// metadata appends the value of key, a top-level key of the stream's dynamic-metadata
+	// namespace ns, to dst as a Proxy-Wasm property (metadata.go's appendMetadata).
+	metadata(f filterPtr, ns, key string, dst []byte) ([]byte, bool)
 	// body appends the stream's request (or response) body Envoy holds so far to dst.
 	body(f filterPtr, response bool, dst []byte) ([]byte, bool)
 	workerIndex(f filterPtr) int

@@ -62,6 +62,11 @@ SL_WEAK bool envoy_dynamic_module_callback_http_received_buffered_response_body(
 
 SL_WEAK bool envoy_dynamic_module_callback_http_filter_get_attribute_string(void* filter, int id, sl_buf* result);
 SL_WEAK bool envoy_dynamic_module_callback_http_get_cluster_name(void* filter, sl_buf* result);
+// The stream's metadata by namespace and top-level key (source 0: dynamic metadata). Optional:
+// an Envoy without them answers no metadata.
+SL_WEAK bool envoy_dynamic_module_callback_http_get_metadata_string(void* filter, int source, sl_buf ns, sl_buf key, sl_buf* result);
+SL_WEAK bool envoy_dynamic_module_callback_http_get_metadata_number(void* filter, int source, sl_buf ns, sl_buf key, double* result);
+SL_WEAK bool envoy_dynamic_module_callback_http_get_metadata_bool(void* filter, int source, sl_buf ns, sl_buf key, bool* result);
 SL_WEAK uint32_t envoy_dynamic_module_callback_http_filter_get_worker_index(void* filter);
 
 SL_WEAK int envoy_dynamic_module_callback_http_filter_config_define_counter(void* config, sl_buf name, sl_buf* label_names, size_t label_names_length, size_t* id);

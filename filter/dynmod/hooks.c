@@ -326,6 +326,30 @@ bool sl_attribute(void* filter, int id, const char** value, size_t* len) {
   return true;
 }
 
+// sl_metadata reads the top-level key of a dynamic-metadata namespace: 1, a string (value,
+// len); 2, a number (num); 3, a boolean (num 0 or 1); 0, none or an Envoy without the getters.
+int sl_metadata(void* filter, const char* ns, size_t ns_len, const char* key, size_t key_len,
+                const char** value, size_t* len, double* num) {
+  sl_buf n = {ns, ns_len}, k = {key, key_len}, out = {NULL, 0};
+  bool b = false;
+  if (envoy_dynamic_module_callback_http_get_metadata_string &&
+      envoy_dynamic_module_callback_http_get_metadata_string(filter, 0, n, k, &out)) {
+    *value = out.ptr;
+    *len = out.length;
+    return 1;
+  }
+  if (envoy_dynamic_module_callback_http_get_metadata_number &&
+      envoy_dynamic_module_callback_http_get_metadata_number(filter, 0, n, k, num)) {
+    return 2;
+  }
+  if (envoy_dynamic_module_callback_http_get_metadata_bool &&
+      envoy_dynamic_module_callback_http_get_metadata_bool(filter, 0, n, k, &b)) {
+    *num = b ? 1 : 0;
+    return 3;
+  }
+  return 0;
+}
+
 // sl_define_metric defines a metric without labels (kind 0 counter, 1 gauge, 2 histogram).
 bool sl_define_metric(void* config, int kind, const char* name, size_t len, size_t* id) {
   sl_buf n = {name, len};

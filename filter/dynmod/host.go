@@ -165,7 +165,7 @@ func (h *host) GetProperty(path string) ([]byte, abi.Status) {
 	case propClusterName, propXDSClusterName:
 		id = attrClusterName
 	default:
-		return nil, abi.StatusNotFound
+		return h.valueProperty(path) // metadata.go
 	}
 	if h.cur == nil {
 		return nil, abi.StatusNotFound

@@ -24,7 +24,8 @@ type fakeEnvoy struct {
 	names   []string // by envoy metric id
 	kinds   []metricKind
 	scheds  map[schedPtr]filterPtr
-	events  []schedPtr // committed, undelivered
+	events  []schedPtr     // committed, undelivered
+	meta    map[string]any // dynamic metadata of every stream: "namespace/key" → string or float64
 }
 
 type fakeStream struct {
@@ -123,6 +124,20 @@ func (e *fakeEnvoy) continueDecoding(f filterPtr) { e.streams[f].continued++ }
 func (e *fakeEnvoy) attribute(f filterPtr, id attribute, dst []byte) ([]byte, bool) {
 	if id == attrSourceAddress {
 		return append(dst, "10.0.0.1:5555"...), true
+	}
+	return dst, false
+}
+
+func (e *fakeEnvoy) metadata(f filterPtr, ns, key string, dst []byte) ([]byte, bool) {
+	v, ok := e.meta[ns+"/"+key]
+	if !ok {
+		return dst, false
+	}
+	switch v := v.(type) {
+	case string:
+		return appendMetadata(dst, 1, []byte(v), 0)
+	case float64:
+		return appendMetadata(dst, 2, nil, v)
 	}
 	return dst, false
 }
