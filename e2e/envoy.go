@@ -52,6 +52,8 @@ type envoyBootstrap struct {
 	AllowStopIteration bool
 	// AccessLogPath, when set, adds a JSON access log there with sluice's decision.
 	AccessLogPath string
+	// BeforeSluice is YAML of HTTP filters (a list) placed before sluice, e.g. jwt_authn.
+	BeforeSluice string
 }
 
 // RenderEnvoy returns the Envoy bootstrap (YAML) that serves sc: a listener "ingress" on a
