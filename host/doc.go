@@ -409,9 +409,13 @@
 // and cluster_name only in profiles with LegacyWasmAttributes (higress, permissive): upstream
 // Envoy removed these Wasm-specific names in 1.33 in favour of xds.* (changelogs/1.33.0.yaml,
 // PR #36619), Higress's Envoy keeps them (higress-group/envoy,
-// source/extensions/common/wasm/context.cc, Context::findValue). A path of one segment that
-// the stream set with proxy_set_property is its value (Envoy's filter state "wasm." + path;
-// filterstate.go). Anything else → NOT_FOUND.
+// source/extensions/common/wasm/context.cc, Context::findValue).
+// metadata.filter_metadata.<namespace>.<field>... from the stream's Metadata (Request.Metadata,
+// or WithMetadata on the request's context), encoded as Envoy's serializeValue
+// (context.cc): strings as is, numbers as 8-byte little-endian doubles, booleans as one byte,
+// structures as pairs; lists NOT_FOUND (Envoy serializes them; nothing here reads them).
+// A path of one segment that the stream set with proxy_set_property is its value (Envoy's
+// filter state "wasm." + path; filterstate.go). Anything else → NOT_FOUND.
 //
 // HTTP calls: proxy_http_call(cluster, headers, body, trailers, timeout) sends the request to
 // Options.Clusters[cluster] (a base URL; :path is appended); :method, :path and :authority

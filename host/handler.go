@@ -116,6 +116,7 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 // connection records what the stream knows of r's connection: addresses and protocol.
 func (s *stream) connection(r *http.Request) {
 	s.remoteAddr = r.RemoteAddr
+	s.metadata = MetadataFrom(r.Context())
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		s.localAddr = la.String()
 	}

@@ -539,6 +539,9 @@ func (v *vm) property(path []byte) (str string, b []byte, ok bool) {
 		}
 		return "", proxywasm.AppendPairs(nil, c.respHeaders.kv), true
 	}
+	if str, b, ok := metadataProperty(c.metadata, string(path)); ok { // metadata.go
+		return str, b, ok
+	}
 	val, ok := c.filterStateProperty(path)
 	return val, nil, ok
 }

@@ -63,7 +63,8 @@ type stream struct {
 	aborted bool
 
 	remoteAddr, localAddr, protocol string
-	routeName, clusterName          string // "": no route / no cluster (routes.go)
+	routeName, clusterName          string   // "": no route / no cluster (routes.go)
+	metadata                        Metadata // dynamic metadata (metadata.go)
 
 	reqHeaders, reqTrailers   headerMap
 	respHeaders, respTrailers headerMap
@@ -144,6 +145,8 @@ type Request struct {
 	// Options.Routes by the path (ClusterName then comes from there too, unless given);
 	// no route and no cluster: the properties are NOT_FOUND.
 	RouteName, ClusterName string
+	// Metadata is the stream's dynamic metadata (metadata.go); nil: none.
+	Metadata Metadata
 }
 
 // Response is the result of Exchange.
@@ -200,6 +203,7 @@ func (h *Host) Exchange(ctx context.Context, req *Request, upstream Upstream) (*
 
 func (h *Host) exchangeOn(ctx context.Context, s *stream, req *Request, upstream Upstream) (*Response, error) {
 	s.remoteAddr, s.localAddr, s.protocol = req.RemoteAddr, req.LocalAddr, "HTTP/1.1"
+	s.metadata = req.Metadata
 	method, path, scheme := req.Method, req.Path, req.Scheme
 	s.routeName, s.clusterName = req.RouteName, req.ClusterName
 	if s.routeName == "" {
