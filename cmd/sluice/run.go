@@ -80,7 +80,8 @@ type runConfig struct {
 	profile                                                   string
 	logger                                                    *slog.Logger // nil: startRun makes one on stderr (runRun shares its own)
 
-	allowOnHeadersStopIteration bool // --allow-on-headers-stop-iteration
+	allowOnHeadersStopIteration bool     // --allow-on-headers-stop-iteration
+	jwt                         jwtFlags // --jwt-* (jwt.go)
 }
 
 type clusterFlag map[string]string
@@ -129,6 +130,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.cacheDir, "cache-dir", defaultCacheDir(), "directory for compiled modules, so later starts skip compilation; empty: compile every time")
 	fs.BoolVar(&cfg.allowOnHeadersStopIteration, "allow-on-headers-stop-iteration", false, "mirrors Envoy's Wasm PluginConfig field allow_on_headers_stop_iteration (Envoy ≥ 1.35, default false there too): Pause from the filter's proxy_on_request_headers holds only the headers while the request body goes on to proxy_on_request_body, buffered up to 1 MiB (413 beyond); false: the body waits with the headers until the filter continues")
 	fs.Var(cfg.clusters, "cluster", "NAME=URL: an upstream for the filter's proxy_http_call and proxy_grpc_call (http://HOST:PORT: gRPC over HTTP/2 cleartext) (repeatable)")
+	cfg.jwt.register(fs) // jwt.go
 	for _, hk := range runHooks {
 		if hk.flags != nil {
 			hk.flags(fs)
@@ -467,7 +469,12 @@ func (rs *runServer) listen(cfg runConfig, upstream http.Handler, logger *slog.L
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	rs.servers = append(rs.servers, &http.Server{Handler: rs.host.Handler(upstream), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)})
+	handler, err := cfg.jwt.handler(rs.host.Handler(upstream)) // jwt.go
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	rs.servers = append(rs.servers, &http.Server{Handler: handler, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)})
 	if cfg.admin == "" {
 		return ln, nil, nil
 	}
