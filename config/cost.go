@@ -54,6 +54,9 @@ type CostResponse struct {
 	Usage   string
 	Weights [len(UsageFields)]int64
 	Divisor int64
+	// Count, set by a rule's "count" (count.go), makes the cost all or nothing: the
+	// reservation when the response matches, else 0.
+	Count *Count
 }
 
 // UsageFields are the usage fields a "usage" response weighs, in order
@@ -357,6 +360,8 @@ func (c *Cost) String() string {
 	if r := c.Response; r != nil {
 		b.WriteString(" settle=")
 		switch {
+		case r.Count != nil:
+			b.WriteString(r.Count.String())
 		case r.Header != "":
 			b.WriteString("header:" + r.Header)
 		case r.JSON != "":

@@ -287,7 +287,7 @@ func (c *Config) HasRLSRules() bool {
 
 var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls", "access_log", "top_keys"}
-	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost"}
+	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost", "count"}
 	delayFields    = []string{"max", "max_held"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes", "metadata", "attributes"}
 	headerFields   = []string{"name", "exact", "absent"}
@@ -419,6 +419,9 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 	}
 	if x, ok := f["cost"]; ok {
 		p.cost(path+".cost", x, r, algOK, backendOK)
+	}
+	if x, ok := f["count"]; ok {
+		p.count(path+".count", x, r, algOK) // count.go
 	}
 	if algOK && limitOK {
 		// The bounds between fields. With a bad window or burst the

@@ -276,6 +276,10 @@ func (p *Plugin) billHeaders(s *stream) {
 		if !it.on {
 			continue
 		}
+		if it.r.cost.resp.Count != nil {
+			p.billCount(it) // count.go
+			continue
+		}
 		if it.meter == nil {
 			p.billHeader(it, abi.MapResponseHeaders)
 			continue
@@ -292,7 +296,7 @@ func (p *Plugin) billHeaders(s *stream) {
 }
 
 func (p *Plugin) billHeader(it *billItem, mt abi.MapType) {
-	if it.found {
+	if it.found || it.r.cost.resp.Header == "" {
 		return
 	}
 	if v, st := p.host.GetHeader(mt, it.r.cost.resp.Header); st == abi.StatusOK {
