@@ -54,6 +54,8 @@ type envoyBootstrap struct {
 	AccessLogPath string
 	// BeforeSluice is YAML of HTTP filters (a list) placed before sluice, e.g. jwt_authn.
 	BeforeSluice string
+	// ExtraRoutes is YAML of routes (a list) placed before the others.
+	ExtraRoutes string
 }
 
 // RenderEnvoy returns the Envoy bootstrap (YAML) that serves sc: a listener "ingress" on a
