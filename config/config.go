@@ -65,6 +65,10 @@ type Rule struct {
 	// Cost is what a request reserves and, for token budgets, what its
 	// response says it cost (cost.go); nil: 1 per request.
 	Cost *Cost
+	// Plans and Overrides give the limit, window and burst from a table keyed by a value of
+	// the request (plans.go): an override wins over a plan, a plan over the rule's own.
+	// nil: none.
+	Plans, Overrides *LimitTable
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter
 	// Fallback is a remote rule's local limiter, used while Redis (or the

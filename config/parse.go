@@ -16,7 +16,7 @@ import (
 // Bounds and defaults of the configuration. They are part of the documented
 // contract (README "Configuration reference").
 const (
-	MaxConfigSize         = 1 << 20 // bytes of JSON
+	MaxConfigSize         = 16 << 20 // bytes of JSON (large plans and overrides tables)
 	MaxRuleNameLen        = 64
 	MaxLimit              = algorithms.MaxLimit  // limit and burst
 	MaxWindow             = algorithms.MaxWindow // 366d
@@ -287,7 +287,7 @@ func (c *Config) HasRLSRules() bool {
 
 var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls", "access_log", "top_keys"}
-	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost", "count"}
+	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost", "count", "plans", "overrides"}
 	delayFields    = []string{"max", "max_held"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes", "metadata", "attributes"}
 	headerFields   = []string{"name", "exact", "absent"}
@@ -445,6 +445,7 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 			p.paramError(path, v, err, "")
 		}
 	}
+	p.limitTables(path, f, r) // plans.go
 	return r
 }
 

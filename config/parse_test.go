@@ -329,7 +329,7 @@ func TestParseByteOrderMark(t *testing.T) {
 func TestParseTooLarge(t *testing.T) {
 	data := []byte(doc(`"response":{"body":"`+strings.Repeat("b", MaxConfigSize)+`"}`, rule()))
 	_, err := Parse(data)
-	want := "configuration: " + strconv.Itoa(len(data)) + " bytes is more than the limit of 1048576"
+	want := "configuration: " + strconv.Itoa(len(data)) + " bytes is more than the limit of " + strconv.Itoa(MaxConfigSize)
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}

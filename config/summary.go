@@ -117,6 +117,12 @@ func (r *Rule) Summary() string {
 		b.WriteString(" missing_key=")
 		b.WriteString(r.MissingKey.String())
 	}
+	if r.Plans != nil {
+		b.WriteString(" " + r.Plans.tableString("plans")) // plans.go
+	}
+	if r.Overrides != nil {
+		b.WriteString(" " + r.Overrides.tableString("overrides"))
+	}
 	b.WriteString(" match=")
 	b.WriteString(r.Match.String())
 	b.WriteByte(' ')

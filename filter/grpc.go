@@ -75,6 +75,6 @@ func (p *Plugin) sendDeniedGRPC(r *rule, retry []byte) abi.Action {
 	p.hdrs = append(p.hdrs[:0],
 		abi.Header{Name: "retry-after", Value: retry},
 		abi.Header{Name: grpcPushbackName, Value: p.vals[s:e:e]})
-	p.hdrs = p.appendRateLimitHeaders(p.hdrs, r, &r.d)
+	p.hdrs = p.appendRateLimitHeaders(p.hdrs, r, &r.d, r.plan)
 	return p.sent(p.host.SendLocalResponse(p.cfg.Response.Status, "sluice_rate_limited", p.grpcMsg, p.hdrs, int32(p.cfg.Response.GRPCStatus)))
 }

@@ -46,6 +46,7 @@ type Plugin struct {
 	req      request
 	hdrs     []abi.Header
 	vals     []byte           // scratch for header values
+	selBuf   []byte           // scratch for a decoded query value of plans and overrides (plans.go)
 	body     []byte           // rejection body
 	grpcMsg  []byte           // rejection body for a gRPC request: body without its trailing newlines (grpc.go)
 	errors   uint32           // metric id of sluice.errors
@@ -103,7 +104,8 @@ type rule struct {
 	matchAll  bool // the rule has no match conditions (keyFor skips them)
 
 	// Per request.
-	units   int64 // the cost reserved (1 without "cost")
+	units   int64             // the cost reserved (1 without "cost")
+	plan    *config.PlanEntry // the parameters of plans or overrides (plans.go); nil: the rule's
 	applies bool
 	failed  bool
 	by      *slotStore // the shared data deciding r: store, a remote rule's local fallback, or nil (the remote side decides)
@@ -227,7 +229,7 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	// Retry-After, grpc-retry-pushback-ms and RateLimit: one quoted name,
 	// four numbers of at most 20 digits and separators (the other values
 	// are precomputed).
-	p.vals = make([]byte, 0, 2*maxQuoted+7*20+32)
+	p.vals = make([]byte, 0, 3*maxQuoted+9*20+48) // a plan's policy: a name and two numbers more (plans.go)
 	p.body = []byte(cfg.Response.Body)
 	p.grpcMsg = grpcMessage(cfg.Response.Body)
 	if err := p.setupObserve(cfg); err != nil {
@@ -256,7 +258,7 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	}
 	p.hasCost = false
 	for _, r := range rules {
-		r.cacheable = !r.remote && r.delay == nil && r.cost == nil
+		r.cacheable = !r.remote && r.delay == nil && r.cost == nil && r.cfg.Plans == nil && r.cfg.Overrides == nil
 		p.hasCost = p.hasCost || r.cost != nil
 	}
 	return nil
@@ -494,6 +496,7 @@ func (p *Plugin) admitted(s *stream, now int64) abi.Action {
 		s.hasHeaders = true
 		s.rule = best
 		s.d = best.d
+		s.plan = best.plan
 	}
 	if p.hasCost {
 		p.reserve(s)
@@ -548,7 +551,9 @@ func (p *Plugin) keyFor(r *rule) keyState {
 	}
 	var ok bool
 	r.key, ok = appendKey(r.key[:0], r.cfg.Key, &p.req, p.cfg.ClientIP.XFFPosition())
+	r.plan = nil
 	if ok {
+		r.plan = p.planFor(r) // plans.go
 		return keyFound
 	}
 	switch r.cfg.MissingKey {
@@ -644,7 +649,7 @@ func (p *Plugin) decide(r *rule, state []byte, now int64) ([]byte, algorithms.De
 	if r.delay != nil && r.by == r.store {
 		return r.delay.decide(r.by.stateBuf(), state, now, r.units)
 	}
-	return r.by.lim.Decide(r.by.stateBuf(), state, now, r.units)
+	return limiterFor(r).Decide(r.by.stateBuf(), state, now, r.units)
 }
 
 // commit writes r's new state to r.by, re-deciding after each lost race.
@@ -738,7 +743,7 @@ func (p *Plugin) sendDenied(s *stream, r *rule) abi.Action {
 	p.hdrs = append(p.hdrs[:0],
 		abi.Header{Name: hdrContentType, Value: ctype},
 		abi.Header{Name: "retry-after", Value: p.vals[:n:n]})
-	p.hdrs = p.appendRateLimitHeaders(p.hdrs, r, &r.d)
+	p.hdrs = p.appendRateLimitHeaders(p.hdrs, r, &r.d, r.plan)
 	if p.obs != nil {
 		p.hdrs = p.obs.appendRefusalExtras(p.hdrs, r)
 	}
@@ -762,7 +767,7 @@ func (p *Plugin) sent(st abi.Status) abi.Action {
 // decision d of rule r, formatting values into p.vals. configure reserves
 // enough capacity in p.vals that it never reallocates while headers built
 // from it are in use.
-func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms.Decision) []abi.Header {
+func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms.Decision, plan *config.PlanEntry) []abi.Header {
 	style := p.cfg.Response.Headers
 	if style == config.HeadersNone {
 		return dst
@@ -783,7 +788,7 @@ func (p *Plugin) appendRateLimitHeaders(dst []abi.Header, r *rule, d *algorithms
 	if style == config.HeadersDraft || style == config.HeadersBoth {
 		dst = append(dst,
 			abi.Header{Name: "ratelimit", Value: p.vals[s:te:te]},
-			abi.Header{Name: "ratelimit-policy", Value: r.policy})
+			abi.Header{Name: "ratelimit-policy", Value: p.policyFor(r, plan)})
 	}
 	if style == config.HeadersLegacy || style == config.HeadersBoth {
 		if r.limitVal != d.Limit || r.limitStr == nil {
@@ -824,7 +829,7 @@ func (p *Plugin) responseHeaders(s *stream) {
 	p.vals = p.vals[:0]
 	p.hdrs = p.hdrs[:0]
 	if s.rule != nil {
-		p.hdrs = p.appendRateLimitHeaders(p.hdrs, s.rule, &s.d)
+		p.hdrs = p.appendRateLimitHeaders(p.hdrs, s.rule, &s.d, s.plan)
 	}
 	if s.heldMS > 0 {
 		n := len(p.vals)

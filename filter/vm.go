@@ -202,6 +202,7 @@ type stream struct {
 	hasHeaders bool        // rate-limit headers to add to the response
 	rule       *rule
 	d          algorithms.Decision
+	plan       *config.PlanEntry // rule's plan (plans.go)
 }
 
 // OnVMStart implements abi.Handler.
