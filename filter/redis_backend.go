@@ -239,6 +239,10 @@ func (rs *redisState) prepare(w *remoteWait, i int, r *rule, lease bool) ([]byte
 	d.key = rr.keys.Append(d.key[:0], unsafeString(r.key))
 	d.req = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: d.key, Cost: r.units}
 	d.res, d.eval = redisrl.Result{}, false
+	if r.plan != nil {
+		d.req.Params = r.plan.Params // plans_remote.go: a call of its own
+		return d.key, routeOwn
+	}
 	if md := r.delay.maxDelay(); md > 0 {
 		// A shaped decision is a call of its own: the script takes one
 		// slot per call (see the top of this file).

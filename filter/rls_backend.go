@@ -136,14 +136,17 @@ type rlsState struct {
 // rlsRule is the RLS side of one rule (rule.rls).
 type rlsRule struct {
 	entries []byte // the encoded entries sluice.rule .. sluice.burst (fixed per rule)
+	plan    []byte // scratch: the entries under a plan (plans_remote.go)
+	head    int    // the length of entries' sluice.rule and sluice.algorithm (0: not yet known)
 }
 
 // rlsWait is the RLS side of a paused request (remoteWait.x).
 type rlsWait struct {
-	keys  [][]byte    // by rule index: the key sent (for refunds)
-	res   []rlsResult // by rule index
-	maxUS []int64     // by rule index: the max delay sent (µs; 0: none)
-	cost  []int64     // by rule index: the cost reserved (the descriptor's hits_addend)
+	keys  [][]byte            // by rule index: the key sent (for refunds)
+	res   []rlsResult         // by rule index
+	maxUS []int64             // by rule index: the max delay sent (µs; 0: none)
+	cost  []int64             // by rule index: the cost reserved (the descriptor's hits_addend)
+	plan  []*config.PlanEntry // by rule index: the plan sent (plans.go); nil: the rule's own
 }
 
 // rlsResult is what a rule's descriptor status said beyond the decision.
@@ -191,7 +194,7 @@ func newRLSState(p *Plugin, cfg *config.Config, rules []*rule) (*rlsState, *remo
 }
 
 func (rs *rlsState) newWait(n int) any {
-	w := &rlsWait{keys: make([][]byte, n), res: make([]rlsResult, n), maxUS: make([]int64, n), cost: make([]int64, n)}
+	w := &rlsWait{keys: make([][]byte, n), res: make([]rlsResult, n), maxUS: make([]int64, n), cost: make([]int64, n), plan: make([]*config.PlanEntry, n)}
 	for i, r := range rs.p.rules {
 		if r.rls != nil {
 			w.keys[i] = make([]byte, 0, 64)
@@ -211,6 +214,9 @@ func (rs *rlsState) prepare(w *remoteWait, i int, r *rule, _ bool) ([]byte, rout
 	x.keys[i] = append(x.keys[i][:0], r.key...)
 	x.maxUS[i] = int64(r.delay.maxDelay() / time.Microsecond)
 	x.cost[i] = r.units
+	if x.plan[i] = r.plan; r.plan != nil {
+		return x.keys[i], routeOwn // the parameters are the request's (plans_remote.go)
+	}
 	if r.cfg.Mode == config.ModeEnforce {
 		return x.keys[i], routeShared
 	}
@@ -307,6 +313,9 @@ func (rs *rlsState) record(c *remoteCall) {
 		i := sl.i
 		st := &rs.res.st[k]
 		lim := rs.p.rules[i].cfg.Burst // Decision.Limit: the capacity (Burst = Limit for the window algorithms)
+		if pl := sl.w.x.(*rlsWait).plan[i]; pl != nil {
+			lim = pl.Params.Burst
+		}
 		x := &sl.w.x.(*rlsWait).res[i]
 		var d algorithms.Decision
 		if dl := &rs.res.delays[k]; dl.ok && (st.code != rlsCodeOK || dl.us > sl.w.x.(*rlsWait).maxUS[i]) {

@@ -155,15 +155,15 @@ func (rs *rlsState) appendRequest(b []byte, w *rlsWait, rules []int, refund bool
 		if !refund {
 			if us := w.maxUS[i]; us > 0 {
 				rs.num = strconv.AppendInt(rs.num[:0], us, 10)
-				b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlswire.MaxDelayUS, rs.num, w.cost[i])
+				b = appendDescriptor(b, rs.entriesFor(w, i), w.keys[i], rlswire.MaxDelayUS, rs.num, w.cost[i])
 				continue
 			}
-			b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], "", nil, w.cost[i])
+			b = appendDescriptor(b, rs.entriesFor(w, i), w.keys[i], "", nil, w.cost[i])
 			continue
 		}
 		res := &w.res[i]
 		rs.num = rlswire.AppendPair(rs.num[:0], res.stamp, res.ref)
-		b = appendDescriptor(b, rs.p.rules[i].rls.entries, w.keys[i], rlswire.Refund, rs.num, w.cost[i])
+		b = appendDescriptor(b, rs.entriesFor(w, i), w.keys[i], rlswire.Refund, rs.num, w.cost[i])
 	}
 	b = append(b, 3<<3|wireVarint)
 	return append(b, 1) // hits_addend
