@@ -20,7 +20,7 @@ func init() {
 // stdin is read by `sluice check -`; tests replace it.
 var stdin io.Reader = os.Stdin
 
-const checkUsage = `usage: sluice check [--redis | --target wasm|redis|dynmod] FILE...
+const checkUsage = `usage: sluice check [--redis | --target wasm|redis|dynmod] [--explain KIND=VALUE]... FILE...
 
 Validates sluice plugin configurations (JSON; "-" reads standard input) for
 the module that will load them: sluice.wasm by default, sluice-redis.wasm with
@@ -51,6 +51,12 @@ mark and whitespace), or that is one JSON value, is a JSON configuration
 unless its top level is a manifest's (apiVersion, kind, static_resources…);
 any other file is YAML.
 
+--explain describes a sample request piece by piece (repeatable: method=POST,
+path=/api/x?k=1, header:NAME=VALUE, metadata:NAMESPACE:PATH=VALUE,
+attribute:NAME=VALUE, route=NAME) and prints, after the rules of a JSON
+configuration, what each top-level rule does with it: whether it applies, its
+key, and the parameters that apply (an override, a plan, or the rule's own).
+
 Exit status: 0 every file valid, 1 any invalid or unreadable, 2 usage error.
 `
 
@@ -58,8 +64,16 @@ Exit status: 0 every file valid, 1 any invalid or unreadable, 2 usage error.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	build := config.BuildLocal
 	var names []string
-	stdinSeen, wantTarget := false, false
+	stdinSeen, wantTarget, wantExplain := false, false, false
+	var sample *explainSample // --explain (explain.go)
 	for _, a := range args {
+		if wantExplain {
+			wantExplain = false
+			if err := sample.add(a); err != nil {
+				return usageError(stderr, "check", err)
+			}
+			continue
+		}
 		if wantTarget {
 			wantTarget = false
 			switch a {
@@ -77,6 +91,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case a == "-target" || a == "--target":
 			wantTarget = true
+		case a == "-explain" || a == "--explain":
+			wantExplain = true
+			if sample == nil {
+				sample = newExplainSample()
+			}
 		case a == "-h" || a == "-help" || a == "--help":
 			fmt.Fprint(stdout, checkUsage)
 			return 0
@@ -96,12 +115,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	if wantTarget {
 		return usageError(stderr, "check", errors.New("--target needs wasm, redis or dynmod"))
 	}
+	if wantExplain {
+		return usageError(stderr, "check", errors.New("--explain needs KIND=VALUE"))
+	}
 	if len(names) == 0 {
 		return usageError(stderr, "check", errors.New("no FILE"))
 	}
 	code, needsRedis := 0, false
 	for _, name := range names {
-		ok, redis := checkFile(name, build, len(names) > 1, stdout, stderr)
+		ok, redis := checkFile(name, build, len(names) > 1, sample, stdout, stderr)
 		if !ok {
 			code = 1
 		}
@@ -117,7 +139,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // valid ("ok" and its rules; with several files "NAME: ok" and the rules
 // indented), on stderr when it is not. needsRedis reports a Redis rule
 // refused by the build without the Redis backend.
-func checkFile(name string, build config.Build, several bool, stdout, stderr io.Writer) (ok, needsRedis bool) {
+func checkFile(name string, build config.Build, several bool, sample *explainSample, stdout, stderr io.Writer) (ok, needsRedis bool) {
 	var data []byte
 	var err error
 	if name == "-" {
@@ -154,6 +176,9 @@ func checkFile(name string, build config.Build, several bool, stdout, stderr io.
 		fmt.Fprintln(stdout, "ok")
 	}
 	printRules(stdout, indent, c, nil)
+	if sample != nil {
+		explain(stdout, indent, c, sample)
+	}
 	return true, false
 }
 

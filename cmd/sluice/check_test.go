@@ -80,7 +80,7 @@ func TestCheckUsage(t *testing.T) {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := dispatch([]string{"check", "-h"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "usage: sluice check [--redis | --target wasm|redis|dynmod] FILE...\n") {
+	if code := dispatch([]string{"check", "-h"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "usage: sluice check [--redis | --target wasm|redis|dynmod] [--explain KIND=VALUE]... FILE...\n") {
 		t.Errorf("-h: exit %d stdout %q", code, stdout.String())
 	}
 	stdout.Reset()
