@@ -211,3 +211,53 @@ func TestEnvoyMetadataTopLevel(t *testing.T) {
 		}
 	})
 }
+
+// plansConfig: per subject, the limit of its plan (free 3, pro 6 an hour; no plan: free),
+// tenant "acme" overridden to 10.
+const plansConfig = `{"rules":[{"name":"tenant","key":[{"metadata":{"namespace":"envoy.filters.http.jwt_authn","path":"payload.sub"}}],
+  "algorithm":"fixed_window","limit":1,"window":"1h","missing_key":"deny",
+  "plans":{"by":{"metadata":{"namespace":"envoy.filters.http.jwt_authn","path":"payload.plan"}},"values":{"free":3,"pro":6},"default":"free"},
+  "overrides":{"by":{"metadata":{"namespace":"envoy.filters.http.jwt_authn","path":"payload.sub"}},"values":{"acme":10}}}]}`
+
+// Free and pro plans and one overridden tenant behind jwt_authn, 8 workers, a burst per
+// tenant: each admitted exactly its limit; the headers report it.
+func TestEnvoyJWTPlans(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+		s := newJWTSigner(t)
+		e := startEnvoyAs(t, tg, artWasm, 8, func(site EnvoySite) ([]byte, error) {
+			return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: "jwt-plans", Config: plansConfig, CatchAll: true,
+				ExactBalance: true, BeforeSluice: jwtAuthnFilter(s.jwks())})
+		})
+		url, err := e.URL("ingress")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name   string
+			claims map[string]any
+			want   int
+		}{
+			{"free tenant", map[string]any{"sub": "t-free", "plan": "free"}, 3},
+			{"pro tenant", map[string]any{"sub": "t-pro", "plan": "pro"}, 6},
+			{"tenant without a plan", map[string]any{"sub": "t-none"}, 3},
+			{"overridden tenant", map[string]any{"sub": "acme", "plan": "free"}, 10},
+		} {
+			hdr := map[string]string{"authorization": "Bearer " + s.token(t, c.claims)}
+			got := burstCount(t, url, 32, hdr)
+			if got[200] != c.want || got[429] != 32-c.want {
+				t.Errorf("%s: %v, want %d admitted", c.name, got, c.want)
+			}
+			t.Logf("%s: admitted %d of 32 (configured %d)", c.name, got[200], c.want)
+			req, _ := http.NewRequest("GET", url+"/api/x", nil)
+			req.Header.Set("authorization", hdr["authorization"])
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if p, want := resp.Header.Get("ratelimit-policy"), fmt.Sprintf(`"tenant";q=%d;w=3600`, c.want); p != want {
+				t.Errorf("%s: RateLimit-Policy %q, want %q", c.name, p, want)
+			}
+		}
+	})
+}

@@ -77,3 +77,41 @@ func TestRunCountFailedLogins(t *testing.T) {
 		t.Errorf("16 users: the upstream saw %d failures, want 80", fails.Load())
 	}
 }
+
+// A reload (SIGHUP) changes plans and overrides without losing counts: a tenant's admissions
+// before it count against its new limit.
+func TestRunReloadKeepsPlanCounts(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "plans.json")
+	write := func(acme int) {
+		os.WriteFile(cfgFile, []byte(`{"rules":[{"name":"tenant","key":[{"header":"x-tenant"}],"algorithm":"fixed_window","limit":2,"window":"1h",
+		  "overrides":{"by":{"header":"x-tenant"},"values":{"acme":`+fmt.Sprint(acme)+`}}}]}`), 0o644)
+	}
+	write(5)
+	rs, _, _ := startTestRun(t, runConfig{wasm: buildWasm(t, "../sluice-wasm"), configPath: cfgFile, workers: 4, clusters: clusterFlag{}})
+	base := "http://" + rs.listenAddr
+	count := func(tenant string, n int) int {
+		ok := 0
+		for i := 0; i < n; i++ {
+			if st, _ := httpGetNoFatal(base+"/", "x-tenant", tenant); st == 200 {
+				ok++
+			}
+		}
+		return ok
+	}
+	if got := count("acme", 3); got != 3 {
+		t.Fatalf("acme before the reload: %d of 3", got)
+	}
+	if got := count("other", 1); got != 1 {
+		t.Fatalf("other: %d", got)
+	}
+	write(4)
+	if err := rs.reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := count("acme", 5); got != 1 {
+		t.Errorf("acme after lowering its override to 4: %d more admitted, want 1 (3 kept)", got)
+	}
+	if got := count("other", 5); got != 1 {
+		t.Errorf("other after the reload: %d more admitted, want 1 (1 kept)", got)
+	}
+}
