@@ -413,7 +413,7 @@
 // metadata.filter_metadata.<namespace>.<field>... from the stream's Metadata (Request.Metadata,
 // or WithMetadata on the request's context), encoded as Envoy's serializeValue
 // (context.cc): strings as is, numbers as 8-byte little-endian doubles, booleans as one byte,
-// structures as pairs; lists NOT_FOUND (Envoy serializes them; nothing here reads them).
+// structures as pairs, lists as pairs of their elements with empty values.
 // A path of one segment that the stream set with proxy_set_property is its value (Envoy's
 // filter state "wasm." + path; filterstate.go). Anything else → NOT_FOUND.
 //

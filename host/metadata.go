@@ -17,8 +17,8 @@ import (
 // reads it as the properties metadata.filter_metadata.<namespace>.<field>... (Envoy's
 // Context::getProperty), encoded as Envoy's serializeValue encodes them: a string as is, a
 // number as the 8 bytes of a little-endian double, a boolean as one byte, a structure in the
-// pairs encoding (its fields sorted by name; values encoded the same way). A list, or a path
-// through one, is NOT_FOUND.
+// pairs encoding (its fields sorted by name; values encoded the same way), a list as pairs
+// of its elements' encodings and empty values. A path through a list is NOT_FOUND.
 type Metadata map[string]map[string]any
 
 type metadataKey struct{}
@@ -92,6 +92,16 @@ func encodeMetadata(v any) ([]byte, bool) {
 				return nil, false
 			}
 			kv = append(kv, [2]string{k, string(b)})
+		}
+		return proxywasm.AppendPairs(nil, kv), true
+	case []any:
+		kv := make([][2]string, 0, len(v))
+		for _, x := range v {
+			b, ok := encodeMetadata(x)
+			if !ok {
+				return nil, false
+			}
+			kv = append(kv, [2]string{string(b), ""})
 		}
 		return proxywasm.AppendPairs(nil, kv), true
 	}
