@@ -261,3 +261,44 @@ func TestEnvoyJWTPlans(t *testing.T) {
 		}
 	})
 }
+
+// Plans from a top-level metadata key and an override by header, in both artifacts.
+func TestEnvoyPlansBothArtifacts(t *testing.T) {
+	cfg := `{"rules":[{"name":"tenant","key":[{"metadata":{"namespace":"acme.auth","path":"user"}}],"missing_key":"deny",
+  "algorithm":"token_bucket","limit":2,"window":"1h",
+  "plans":{"by":{"metadata":{"namespace":"acme.auth","path":"plan"}},"values":{"free":2,"pro":{"limit":5,"burst":5}},"default":"free"},
+  "overrides":{"by":{"header":"x-api-key"},"values":{"vip":9}}}]}`
+	const filters = `- name: envoy.filters.http.header_to_metadata
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config
+    request_rules:
+    - header: x-user
+      on_header_present: {metadata_namespace: acme.auth, key: user, type: STRING}
+      remove: true
+    - header: x-plan
+      on_header_present: {metadata_namespace: acme.auth, key: plan, type: STRING}
+      remove: true`
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
+		e := startEnvoyAs(t, tg, a, 8, func(site EnvoySite) ([]byte, error) {
+			return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: "plans", Config: cfg, CatchAll: true, ExactBalance: true, BeforeSluice: filters})
+		})
+		url, err := e.URL("ingress")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name string
+			hdr  map[string]string
+			want int
+		}{
+			{"free", map[string]string{"x-user": "a", "x-plan": "free"}, 2},
+			{"pro", map[string]string{"x-user": "b", "x-plan": "pro"}, 5},
+			{"no plan", map[string]string{"x-user": "c"}, 2},
+			{"override", map[string]string{"x-user": "d", "x-plan": "pro", "x-api-key": "vip"}, 9},
+		} {
+			if got := burstCount(t, url, 24, c.hdr); got[200] != c.want || got[429] != 24-c.want {
+				t.Errorf("%s: %v, want %d admitted", c.name, got, c.want)
+			}
+		}
+	})
+}

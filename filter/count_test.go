@@ -2,8 +2,11 @@ package filter_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-proxy/sluice/filter/filtertest"
 )
@@ -132,5 +135,32 @@ func TestCountHeader(t *testing.T) {
 	r.finish(id, 200, [2]string{"x-login", "failed"})
 	if _, ok := r.start("d"); ok {
 		t.Fatal("admitted after the counted response")
+	}
+}
+
+// On the rls backend a response that does not count is a settlement of -cost (sluice.settle);
+// one that counts sends nothing.
+func TestCountOverRLS(t *testing.T) {
+	r := startRLSRig(t, `{"rules":[{"name":"login","key":[{"header":"x-user"}],"algorithm":"token_bucket","limit":5,"window":"15m",
+	  "backend":"rls","count":{"status":[401]}}],"rls":{"cluster":"ratelimit","domain":"edge"}}`)
+	for _, c := range []struct {
+		status string
+		settle bool
+	}{{"200", true}, {"401", false}} {
+		id, _ := r.request("alice")
+		tok := r.lastToken()
+		r.answer(tok, okReply(status(rlsv3.RateLimitResponse_OK, 4, time.Second)))
+		r.f.RespHeaders = [][2]string{{":status", c.status}}
+		r.f.effective = id
+		r.vm.OnResponseHeaders(id, 1, true)
+		r.end(id)
+		last := r.lastToken()
+		got := descriptorEntries(r.f.sent[last], 0)
+		if c.settle && (last == tok || !strings.HasSuffix(got, "sluice.settle=-1")) {
+			t.Errorf("%s: last call %q, want a settlement of -1", c.status, got)
+		}
+		if !c.settle && last != tok {
+			t.Errorf("%s: a call after the decision: %q", c.status, got)
+		}
 	}
 }
