@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-proxy/sluice/e2e/envoyproc"
 )
@@ -298,6 +300,37 @@ func TestEnvoyPlansBothArtifacts(t *testing.T) {
 		} {
 			if got := burstCount(t, url, 24, c.hdr); got[200] != c.want || got[429] != 24-c.want {
 				t.Errorf("%s: %v, want %d admitted", c.name, got, c.want)
+			}
+		}
+	})
+}
+
+// A table of 100,000 overrides loads in Envoy (every VM parses it) and applies.
+func TestEnvoyLargeOverrides(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"rules":[{"name":"keys","key":[{"header":"x-api-key"}],"algorithm":"fixed_window","limit":2,"window":"1h",
+  "overrides":{"by":{"header":"x-api-key"},"values":{`)
+	for i := 0; i < 100_000; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"key-%06d":%d`, i, 3+i%5)
+	}
+	b.WriteString(`}}}]}`)
+	cfg := b.String()
+	forEachArtifact(t, func(t *testing.T, tg envoyproc.Target, a artifact) {
+		start := time.Now()
+		e := startEnvoyAs(t, tg, a, 2, func(site EnvoySite) ([]byte, error) {
+			return renderEnvoy(envoyBootstrap{EnvoySite: site, Name: "large-overrides", Config: cfg, CatchAll: true})
+		})
+		t.Logf("%s: ready in %v with a %d-byte configuration", a.name, time.Since(start).Round(time.Millisecond), len(cfg))
+		url, err := e.URL("ingress")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]int{"key-077777": 3 + 77777%5, "key-000001": 4, "not-listed": 2} {
+			if got := burstCount(t, url, 10, map[string]string{"x-api-key": key}); got[200] != want {
+				t.Errorf("%s: %v, want %d admitted", key, got, want)
 			}
 		}
 	})
