@@ -109,6 +109,10 @@ func (p *parser) metadataRef(path string, v jsonv.Value, f map[string]jsonv.Valu
 		} else if msg := checkMetadataPath(s); msg != "" {
 			p.fail(x, path+".path", show(x)+" "+msg)
 			good = false
+		} else if p.build == BuildDynamic && strings.Contains(s, ".") {
+			// The ABI has no getter for a nested field: the value would always be missing.
+			p.fail(x, path+".path", show(x)+" is a nested field: "+p.build.String()+" reads only a top-level key of a namespace (sluice.wasm reads nested fields)")
+			good = false
 		} else {
 			r.Path = s
 		}

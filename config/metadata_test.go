@@ -97,3 +97,19 @@ func TestMetadataErrors(t *testing.T) {
 		}
 	}
 }
+
+// libsluice.so refuses a nested metadata path: its ABI reads top-level keys only.
+func TestMetadataNestedRefusedByDynamicModule(t *testing.T) {
+	d := []byte(doc("", rule("key", `[{"metadata":{"namespace":"jwt","path":"payload.sub"}}]`)))
+	_, err := ParseFor(d, BuildDynamic)
+	want := `rules[0].key[0].metadata.path: "payload.sub" is a nested field: libsluice.so reads only a top-level key of a namespace (sluice.wasm reads nested fields)`
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	if _, err := ParseFor(d, BuildLocal); err != nil {
+		t.Error(err)
+	}
+	if _, err := ParseFor([]byte(doc("", rule("key", `[{"metadata":{"namespace":"jwt","path":"sub"}}]`))), BuildDynamic); err != nil {
+		t.Error(err)
+	}
+}

@@ -56,9 +56,9 @@ const (
 )
 
 var (
-	tableFields    = []string{"by", "values", "default"}
-	planEntryFields    = []string{"limit", "window", "burst"}
-	selectorFields = []string{"header", "query", "cookie", "metadata", "attribute"}
+	tableFields     = []string{"by", "values", "default"}
+	planEntryFields = []string{"limit", "window", "burst"}
+	selectorFields  = []string{"header", "query", "cookie", "metadata", "attribute"}
 )
 
 // limitTables reads a rule's "plans" and "overrides" (f: the rule's fields), once the

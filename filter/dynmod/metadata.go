@@ -12,9 +12,9 @@ import (
 //
 // The ABI reads one top-level key of a dynamic-metadata namespace, as a string, a number or
 // a boolean; it has no getter for a field nested in a structure. So a metadata path of one
-// segment ("sub", with jwt_authn's claim_to_metadata-style writers, or what header_to_metadata
-// writes) is read, and a nested one ("payload.sub") is missing: the rule's missing_key
-// decides. Values are handed to the filter as Envoy's Wasm host encodes them, so that a key
+// segment ("sub": what header_to_metadata or ext_authz writes as a key of its own) is read;
+// a nested one ("payload.sub") is refused with the configuration (config: BuildDynamic),
+// and would be missing here. Values are handed to the filter as Envoy's Wasm host encodes them, so that a key
 // is the same in both artifacts: a string as is, a number as the 8 bytes of a little-endian
 // double, a boolean as one byte.
 

@@ -1,15 +1,22 @@
 package dynmod
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A key part and a match condition from dynamic metadata through the ABI's getters: a
-// top-level key is read (string or number), a nested path is missing (missing_key).
+// top-level key is read (string or number); a nested path, which the ABI cannot read, is
+// refused with the configuration.
 func TestMetadataThroughABI(t *testing.T) {
 	e := newFakeEnvoy(2)
+	if _, err := newModule(e).newConfig(nil, "sluice", []byte(`{"rules":[{"name":"nested","key":[{"metadata":{"namespace":"auth","path":"payload.sub"}}],
+	  "algorithm":"fixed_window","limit":1,"window":"1h"}]}`)); err == nil || !strings.Contains(strings.Join(e.logs, "\n"), "nested field") {
+		t.Fatalf("a nested path: %v %q", err, e.logs)
+	}
 	_, c := newTestConfig(t, e, `{"rules":[
 	  {"name":"sub","match":{"metadata":[{"namespace":"auth","path":"plan","exact":"free"}]},
-	   "key":[{"metadata":{"namespace":"auth","path":"sub"}}],"missing_key":"deny","algorithm":"fixed_window","limit":2,"window":"1h"},
-	  {"name":"nested","key":[{"metadata":{"namespace":"auth","path":"payload.sub"}}],"missing_key":"skip","algorithm":"fixed_window","limit":1,"window":"1h"}]}`)
+	   "key":[{"metadata":{"namespace":"auth","path":"sub"}}],"missing_key":"deny","algorithm":"fixed_window","limit":2,"window":"1h"}]}`)
 	e.meta = map[string]any{"auth/plan": "free", "auth/sub": "alice"}
 	for i := 0; i < 2; i++ {
 		if r := req(t, e, c, i%2, "x-sub", "forged"); r.status != 200 {
