@@ -130,10 +130,15 @@ func parseJWKS(data []byte) ([]jwk, error) {
 			}
 			x, err1 := b.DecodeString(k.X)
 			y, err2 := b.DecodeString(k.Y)
-			if err1 != nil || err2 != nil {
+			n := (c.Params().BitSize + 7) / 8
+			if err1 != nil || err2 != nil || len(x) != n || len(y) != n {
 				return nil, fmt.Errorf("keys[%d]: bad EC key", i)
 			}
-			keys = append(keys, jwk{k.Kid, &ecdsa.PublicKey{Curve: c, X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}})
+			pub, err := ecdsa.ParseUncompressedPublicKey(c, append(append([]byte{4}, x...), y...))
+			if err != nil {
+				return nil, fmt.Errorf("keys[%d]: bad EC key: %v", i, err)
+			}
+			keys = append(keys, jwk{k.Kid, pub})
 		}
 	}
 	if len(keys) == 0 {

@@ -39,10 +39,13 @@ func newTestSigner(t testing.TB) *testSigner {
 }
 
 func (s *testSigner) jwks() string {
-	pad := func(b []byte) []byte { return append(make([]byte, 32-len(b)), b...) }
+	ec, err := s.ec.PublicKey.Bytes() // 0x04, X, Y
+	if err != nil {
+		panic(err)
+	}
 	return fmt.Sprintf(`{"keys":[{"kty":"RSA","kid":"r","n":%q,"e":%q},{"kty":"EC","kid":"e","crv":"P-256","x":%q,"y":%q},{"kty":"oct","k":"x"}]}`,
 		b64u.EncodeToString(s.rsa.N.Bytes()), b64u.EncodeToString(big.NewInt(int64(s.rsa.E)).Bytes()),
-		b64u.EncodeToString(pad(s.ec.X.Bytes())), b64u.EncodeToString(pad(s.ec.Y.Bytes())))
+		b64u.EncodeToString(ec[1:33]), b64u.EncodeToString(ec[33:]))
 }
 
 // sign makes a token with alg RS256 (kid r) or ES256 (kid e).
