@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
@@ -333,5 +334,66 @@ func TestEnvoyLargeOverrides(t *testing.T) {
 				t.Errorf("%s: %v, want %d admitted", key, got, want)
 			}
 		}
+	})
+}
+
+// An xDS (LDS) update of the overrides: the VMs are kept and so are the counts; the new
+// table applies to new connections.
+func TestEnvoyReloadPlans(t *testing.T) {
+	cfg := func(acme int) string {
+		return fmt.Sprintf(`{"rules":[{"name":"tenant","key":[{"header":"x-tenant"}],"algorithm":"fixed_window","limit":2,"window":"1h",
+  "overrides":{"by":{"header":"x-tenant"},"values":{"acme":%d,"probe-v%d":7}}}]}`, acme, acme)
+	}
+	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+		const workers = 2
+		l := startLDSEnvoy(t, tg, workers, "", cfg(5), "--drain-time-s", "1")
+		e := l.e
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		p := envoyProxy(t, e)
+		c := newClient(1)
+		c.Transport.(*http.Transport).DisableKeepAlives = true
+		send := func(tenant string) *http.Response {
+			t.Helper()
+			req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/", nil)
+			req.Header.Set("x-tenant", tenant)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp
+		}
+		for i := 0; i < 3; i++ {
+			if r := send("acme"); r.StatusCode != 200 {
+				t.Fatalf("acme %d: %d", i, r.StatusCode)
+			}
+		}
+		checkVMs(t, e, "start", workers+3, workers+2)
+		l.push("2", cfg(4))
+		waitStat(ctx, t, e, "listener_manager.lds.update_success", 2)
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			if send("probe-v4").Header.Get("ratelimit-policy") == `"tenant";q=7;w=3600` {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the new overrides did not serve within 20s")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		ok := 0
+		for i := 0; i < 4; i++ {
+			if r := send("acme"); r.StatusCode == 200 {
+				ok++
+				if pol := r.Header.Get("ratelimit-policy"); pol != `"tenant";q=4;w=3600` {
+					t.Errorf("acme's policy %q after the update", pol)
+				}
+			}
+		}
+		if ok != 1 {
+			t.Errorf("acme after its override went from 5 to 4: %d more admitted, want 1 (its 3 kept)", ok)
+		}
+		waitStat(ctx, t, e, "listener_manager.total_filter_chains_draining", 0)
+		checkVMs(t, e, "after the update", workers+4, workers+2)
 	})
 }
