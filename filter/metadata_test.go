@@ -119,3 +119,25 @@ func TestMetadataAllocatesNothing(t *testing.T) {
 		t.Error("the rule did not apply")
 	}
 }
+
+// Whatever bytes the proxy hands back for metadata (any length, any encoding), the data path
+// neither panics nor fails: a value keys or is missing, and a plan is found or not.
+func FuzzMetadataValues(f *testing.F) {
+	f.Add([]byte("alice"), []byte("pro"))
+	f.Add([]byte{}, []byte{0, 0, 0, 0, 0, 0, 0x45, 0x40})
+	f.Add([]byte{0xff, 0xfe, 0}, []byte("\x01\x00\x00\x00\x03\x00\x00\x00"))
+	cfg := `{"rules":[{"name":"m","match":{"metadata":[{"namespace":"envoy.filters.http.jwt_authn","path":"payload.plan","absent":true}]},
+	  "key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1000,"window":"1h"},
+	  {"name":"p","key":[{"metadata":{"namespace":"envoy.filters.http.jwt_authn","path":"payload.sub"}}],"missing_key":"shared",
+	   "algorithm":"token_bucket","limit":5,"window":"1m",
+	   "plans":{"by":{"metadata":{"namespace":"envoy.filters.http.jwt_authn","path":"payload.plan"}},"values":{"pro":9,"\u0000":2},"default":"pro"}}]}`
+	f.Fuzz(func(t *testing.T, sub, plan []byte) {
+		n := startNative(t, cfg, t0)
+		r := jwtReq(string(sub), propPlan, string(plan))
+		for i := 0; i < 3; i++ {
+			if got := n.do(r); got.Status != 200 && got.Status != 429 {
+				t.Fatalf("status %d", got.Status)
+			}
+		}
+	})
+}
