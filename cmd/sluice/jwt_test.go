@@ -178,3 +178,20 @@ func httpGetNoFatal(url string, hdr ...string) (int, error) {
 	resp.Body.Close()
 	return resp.StatusCode, nil
 }
+
+// Any token is refused or verified, never a panic.
+func FuzzJWTVerify(f *testing.F) {
+	s := newTestSigner(f)
+	keys, err := parseJWKS([]byte(s.jwks()))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(s.sign(f, "RS256", map[string]any{"sub": "a"}))
+	f.Add(s.sign(f, "ES256", map[string]any{"sub": "a", "exp": "x"}))
+	f.Add("a.b.c")
+	f.Add("eyJhbGciOiJFUzI1NiJ9.e30.")
+	v := &jwtVerifier{keys: keys, issuer: "", now: func() time.Time { return time.Unix(1_800_000_000, 0) }}
+	f.Fuzz(func(t *testing.T, tok string) {
+		v.verify(tok)
+	})
+}
