@@ -3,6 +3,7 @@ package filter_test
 import (
 	"encoding/binary"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -37,24 +38,42 @@ func f64(x float64) string {
 func TestMetadataKey(t *testing.T) {
 	cfg := `{"rules":[{"name":"sub","key":[{"metadata":{"namespace":"envoy.filters.http.jwt_authn","path":"payload.sub"}}],
 	  "missing_key":"deny","algorithm":"fixed_window","limit":2,"window":"1h"}]}`
-	n := startNative(t, cfg, t0)
-	for _, sub := range []string{"alice", "bob", f64(42)} {
-		for i := 0; i < 2; i++ {
-			r := jwtReq(sub)
-			r.Headers = [][2]string{{"x-sub", "forged" + strings.Repeat("x", i)}}
-			if got := n.do(r); got.Status != 200 {
-				t.Fatalf("%q request %d: %d", sub, i, got.Status)
+	forEachTarget(t, cfg, func(t *testing.T, n target) {
+		for _, sub := range []string{"alice", "bob", f64(42)} {
+			for i := 0; i < 2; i++ {
+				r := jwtReq(sub)
+				r.Headers = [][2]string{{"x-sub", "forged" + strings.Repeat("x", i)}}
+				if got := n.do(r); got.Status != 200 {
+					t.Fatalf("%q request %d: %d", sub, i, got.Status)
+				}
+			}
+			if got := n.do(jwtReq(sub)); got.Status != 429 {
+				t.Errorf("%q third request: %d, want 429", sub, got.Status)
 			}
 		}
-		if got := n.do(jwtReq(sub)); got.Status != 429 {
-			t.Errorf("%q third request: %d, want 429", sub, got.Status)
+		if got := n.do(jwtReq("carol")); got.Status != 200 {
+			t.Errorf("carol: %d", got.Status)
 		}
+	})
+}
+
+// A request without the claim follows missing_key; a condition on a value the request does
+// not have does not hold. (Natively: the emulator cannot unset a property.)
+func TestMetadataMissing(t *testing.T) {
+	n := startNative(t, `{"rules":[{"name":"sub","key":[{"metadata":{"namespace":"envoy.filters.http.jwt_authn","path":"payload.sub"}}],
+	  "missing_key":"deny","algorithm":"fixed_window","limit":2,"window":"1h"},
+	  {"name":"pro","match":{"metadata":[{"namespace":"envoy.filters.http.jwt_authn","path":"payload.plan","exact":"pro"}]},
+	  "key":[{"remote_ip":true}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`, t0)
+	if got := n.do(jwtReq("alice")); got.Status != 200 {
+		t.Errorf("alice: %d", got.Status)
 	}
 	if got := n.do(jwtReq("")); got.Status != 429 {
 		t.Errorf("no claim: %d, want 429 (missing_key deny)", got.Status)
 	}
-	if got := n.do(jwtReq("carol")); got.Status != 200 {
-		t.Errorf("carol: %d", got.Status)
+	for i := 0; i < 2; i++ {
+		if got := n.do(jwtReq(strconv.Itoa(i))); got.Status != 200 {
+			t.Errorf("no plan %d: %d, want the pro rule not to apply", i, got.Status)
+		}
 	}
 }
 
@@ -63,16 +82,17 @@ func TestMetadataMatchFilter(t *testing.T) {
 	cfg := `{"rules":[{"name":"pro","match":{"metadata":[{"namespace":"envoy.filters.http.jwt_authn","path":"payload.plan","exact":"pro"}],
 	    "attributes":[{"name":"connection.requested_server_name","exact":"api.example.com"}]},
 	  "key":[{"metadata":{"namespace":"envoy.filters.http.jwt_authn","path":"payload.sub"}}],"algorithm":"fixed_window","limit":1,"window":"1h"}]}`
-	n := startNative(t, cfg, t0)
-	pro := jwtReq("a", propPlan, "pro", propSNI, "api.example.com")
-	if n.do(pro).Status != 200 || n.do(pro).Status != 429 {
-		t.Error("pro plan on api.example.com is not limited to 1")
-	}
-	for _, r := range []filtertest.Request{jwtReq("a", propPlan, "free", propSNI, "api.example.com"), jwtReq("a", propSNI, "api.example.com"), jwtReq("a", propPlan, "pro")} {
-		if got := n.do(r); got.Status != 200 {
-			t.Errorf("%v: %d, want the rule not to apply", r.Properties, got.Status)
+	forEachTarget(t, cfg, func(t *testing.T, n target) {
+		pro := jwtReq("a", propPlan, "pro", propSNI, "api.example.com")
+		if n.do(pro).Status != 200 || n.do(pro).Status != 429 {
+			t.Error("pro plan on api.example.com is not limited to 1")
 		}
-	}
+		for _, r := range []filtertest.Request{jwtReq("a", propPlan, "free", propSNI, "api.example.com"), jwtReq("a", propPlan, "pro", propSNI, "www.example.com")} {
+			if got := n.do(r); got.Status != 200 {
+				t.Errorf("%v: %d, want the rule not to apply", r.Properties, got.Status)
+			}
+		}
+	})
 }
 
 // propHost answers properties from a fixed table, allocation-free.
@@ -140,4 +160,23 @@ func FuzzMetadataValues(f *testing.F) {
 			}
 		}
 	})
+}
+
+// setProperties sets the request's further properties in the emulator, which can neither
+// unset one nor set it empty: a request must give every property an earlier one gave.
+func (p *proxytestTarget) setProperties(props map[string]string) {
+	if p.props == nil {
+		p.props = map[string]bool{}
+	}
+	for k := range p.props {
+		if _, ok := props[k]; !ok {
+			p.t.Fatalf("the emulator cannot unset the property %q a previous request set", k)
+		}
+	}
+	for k, v := range props {
+		p.props[k] = true
+		if err := p.host.SetProperty(strings.Split(k, "\x00"), []byte(v)); err != nil {
+			p.t.Fatal(err)
+		}
+	}
 }

@@ -22,7 +22,7 @@ func planReq(key, plan string) filtertest.Request {
 }
 
 // admitted counts the requests admitted of n.
-func admitted(n *nativeTarget, req filtertest.Request, count int) (int, filtertest.Response) {
+func admitted(n target, req filtertest.Request, count int) (int, filtertest.Response) {
 	ok := 0
 	var last filtertest.Response
 	for i := 0; i < count; i++ {
@@ -37,38 +37,39 @@ func admitted(n *nativeTarget, req filtertest.Request, count int) (int, filterte
 // override > plan > default plan; each key its own count; headers report the limit that
 // applied.
 func TestPlansAndOverrides(t *testing.T) {
-	n := startNative(t, plansCfg, t0)
-	for _, c := range []struct {
-		key, plan string
-		want      int
-		policy    string
-	}{
-		{"k-free", "free", 2, `"api";q=2;w=3600`},
-		{"k-pro", "pro", 5, `"api";q=5;w=60`},
-		{"k-none", "", 2, `"api";q=2;w=3600`},        // no plan: the default plan
-		{"k-odd", "platinum", 2, `"api";q=2;w=3600`}, // unknown plan: the default plan
-		{"acme", "free", 7, `"api";q=7;w=3600`},      // the override wins over the plan
-	} {
-		got, last := admitted(n, planReq(c.key, c.plan), 10)
-		if got != c.want {
-			t.Errorf("%s (%s): %d admitted, want %d", c.key, c.plan, got, c.want)
+	forEachTarget(t, plansCfg, func(t *testing.T, n target) {
+		for _, c := range []struct {
+			key, plan string
+			want      int
+			policy    string
+		}{
+			{"k-none", "", 2, `"api";q=2;w=3600`}, // no plan: the default plan (first: the emulator cannot unset a property)
+			{"k-free", "free", 2, `"api";q=2;w=3600`},
+			{"k-pro", "pro", 5, `"api";q=5;w=60`},
+			{"k-odd", "platinum", 2, `"api";q=2;w=3600`}, // unknown plan: the default plan
+			{"acme", "free", 7, `"api";q=7;w=3600`},      // the override wins over the plan
+		} {
+			got, last := admitted(n, planReq(c.key, c.plan), 10)
+			if got != c.want {
+				t.Errorf("%s (%s): %d admitted, want %d", c.key, c.plan, got, c.want)
+			}
+			if p := last.Header("ratelimit-policy"); p != c.policy {
+				t.Errorf("%s: policy %q, want %q", c.key, p, c.policy)
+			}
+			if l := last.Header("x-ratelimit-limit"); l != strconv.Itoa(c.want) {
+				t.Errorf("%s: x-ratelimit-limit %q", c.key, l)
+			}
 		}
-		if p := last.Header("ratelimit-policy"); p != c.policy {
-			t.Errorf("%s: policy %q, want %q", c.key, p, c.policy)
+		// A plan change applies on the next request, to that key only: k-free moves to pro
+		// (its 2 admissions count against pro's 5 in a fresh window: pro's window is 1m).
+		got, _ := admitted(n, planReq("k-free", "pro"), 10)
+		if got < 3 {
+			t.Errorf("k-free upgraded to pro: %d more admitted, want at least 3", got)
 		}
-		if l := last.Header("x-ratelimit-limit"); l != strconv.Itoa(c.want) {
-			t.Errorf("%s: x-ratelimit-limit %q", c.key, l)
+		if got, _ := admitted(n, planReq("k-pro", "pro"), 1); got != 0 {
+			t.Error("k-pro reset by another key's plan change")
 		}
-	}
-	// A plan change applies on the next request, to that key only: k-free moves to pro
-	// (its 2 admissions count against pro's 5 in a fresh window: pro's window is 1m).
-	got, _ := admitted(n, planReq("k-free", "pro"), 10)
-	if got < 3 {
-		t.Errorf("k-free upgraded to pro: %d more admitted, want at least 3", got)
-	}
-	if got, _ := admitted(n, planReq("k-pro", "pro"), 1); got != 0 {
-		t.Error("k-pro reset by another key's plan change")
-	}
+	})
 }
 
 // Choosing a plan allocates nothing.

@@ -76,8 +76,9 @@ var wasmForProxytest = sync.OnceValues(func() ([]byte, error) {
 var proxytestMu sync.Mutex
 
 type proxytestTarget struct {
-	t    *testing.T
-	host proxytest.HostEmulator
+	t     *testing.T
+	host  proxytest.HostEmulator
+	props map[string]bool // the request properties set so far (the emulator cannot unset one)
 }
 
 func newProxytestHost(t *testing.T, cfg string) (proxytest.HostEmulator, types.OnPluginStartStatus) {
@@ -115,6 +116,7 @@ func (p *proxytestTarget) do(r filtertest.Request) filtertest.Response {
 	if err := h.SetProperty([]string{"source", "address"}, []byte(r.Source)); err != nil {
 		p.t.Fatal(err)
 	}
+	p.setProperties(r.Properties) // metadata_test.go
 	method, path := r.Method, r.Path
 	if method == "" {
 		method = "GET"
