@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,26 @@ descriptors:
 				t.Errorf("sub %s: %v, want %d admitted", c.sub, got, c.want)
 			}
 			t.Logf("sub %s: admitted %d of 24 (configured %d)", c.sub, got[200], c.want)
+		}
+	})
+}
+
+// Plans on backend "rls": sluice.wasm in two Envoys sends each request's plan parameters in
+// its inline descriptor to `sluice serve`; the fleet admits exactly each key's entry.
+func TestEnvoyRLSPlans(t *testing.T) {
+	c := suiteCluster(t)
+	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+		srv := startServe(t, c, "--inline-domains", rlsDomain)
+		rule := rlsName(tg, "plans")
+		cfg := rlsPluginConfig(rlsDomain, 2, "closed", fmt.Sprintf(`{"name":%q,"key":[{"header":"x-api-key"}],"algorithm":"fixed_window","limit":3,"window":"365d","backend":"rls",
+   "overrides":{"by":{"header":"x-api-key"},"values":{"acme":7,"big":{"limit":20}}}}`, rule))
+		_, urls := startRLSEnvoys(t, tg, 2, 2, srv, rule, cfg)
+		for key, want := range map[string]int{"plain-" + rule: 3, "acme": 7, "big": 20} {
+			n := tally(rlsBurst(t, urls, 60, 16, key))
+			if n[200] != want || n[429] != 60-want {
+				t.Errorf("%s: %v, want %d admitted across 2 Envoys", key, n, want)
+			}
+			t.Logf("%s: admitted %d of 60 over 2 Envoys (configured %d)", key, n[200], want)
 		}
 	})
 }
