@@ -63,6 +63,8 @@ func (k Kind) String() string {
 		return "sliding_log"
 	case SlidingWindow:
 		return "sliding_window"
+	case Concurrency:
+		return "concurrency"
 	}
 	return "unknown"
 }

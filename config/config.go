@@ -61,6 +61,10 @@ type Rule struct {
 	// Cost is what a request reserves and, for token budgets, what its
 	// response says it cost (cost.go); nil: 1 per request.
 	Cost *Cost
+	// Concurrency is set on a rule with "algorithm": "concurrency" (an
+	// in-flight limit: concurrency.go); nil for a rate rule. Its Limiter
+	// is an *algorithms.ConcurrencyLimiter, Window is 0 and Burst Limit.
+	Concurrency *Concurrency
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter
 	// Fallback is a remote rule's local limiter, used while Redis (or the
