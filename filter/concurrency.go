@@ -344,15 +344,21 @@ func (cs *concs) mayQueue() bool {
 // queue pauses s (refused by worst) until a slot frees or delay.max.
 func (cs *concs) enqueue(s *stream, worst *rule, now int64) abi.Action {
 	w := cs.getWait()
-	w.s, w.id, w.since, w.worst = s, s.id, now, worst
+	first := s.cqSince == 0 // not queued before (a retry that lost a race comes back)
+	if first {
+		s.cqSince = now
+	}
+	w.s, w.id, w.since, w.worst = s, s.id, s.cqSince, worst
 	w.deadline = now + int64(24*time.Hour)
 	for i, r := range cs.p.rules {
 		w.applies[i], w.hashes[i], w.units[i] = r.applies, r.hash, r.units
 		w.counted[i] = r.applies && !r.failed && !r.d.Allowed && r.conc != nil
 		if w.counted[i] {
-			w.deadline = min(w.deadline, now+int64(r.conc.max))
+			w.deadline = min(w.deadline, w.since+int64(r.conc.max))
 			r.conc.waiting++
-			cs.p.host.IncrementMetric(r.conc.m.queued, 1)
+			if first {
+				cs.p.host.IncrementMetric(r.conc.m.queued, 1)
+			}
 		}
 	}
 	s.cwait = w

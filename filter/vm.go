@@ -198,6 +198,7 @@ type stream struct {
 	bill       *bill       // settlements due when the stream ends (cost.go; nil: none)
 	conc       *concAcqs   // the concurrency slots it holds, given back when it ends (concurrency.go; nil: none)
 	cwait      *concWait   // queued for a concurrency slot (concurrency.go; nil: not)
+	cqSince    int64       // when it was first queued for a concurrency slot (0: never)
 	body       *bodyWait   // its body is read for a reservation (bodycost.go; nil: not)
 	reqEnd     bool        // the request ended with its headers (no body)
 	denied     bool        // a local response was sent
