@@ -65,12 +65,16 @@ func (p *parser) concurrencyRule(path string, v jsonv.Value, f map[string]jsonv.
 		}
 	}
 	if x, ok := f["backend"]; ok {
-		if i, ok := p.enum(path+".backend", x, backendNames[:]); ok && Backend(i) != BackendLocal {
-			p.fail(x, path+".backend", `a concurrency rule is "local" (one proxy's shared data): a fleet-wide in-flight limit is not available yet`)
+		if i, ok := p.enum(path+".backend", x, backendNames[:]); !ok {
 			good = false
-		} else if !ok {
+		} else if r.Backend = Backend(i); r.Backend == BackendRLS {
+			p.fail(x, path+".backend", `a concurrency rule is "local" or "redis": the rate-limit service has no in-flight limits yet`)
 			good = false
 		}
+	}
+	if _, ok := f["delay"]; ok && r.Backend == BackendRedis {
+		p.fail(f["delay"], path+".delay", `does not apply to a concurrency rule on backend "redis": requests queue on one proxy only`)
+		good = false
 	}
 	if x, ok := f["mode"]; ok {
 		if i, ok := p.enum(path+".mode", x, modeNames[:]); ok {
@@ -82,7 +86,7 @@ func (p *parser) concurrencyRule(path string, v jsonv.Value, f map[string]jsonv.
 			r.MaxKeys = int(n)
 		}
 	}
-	if x, ok := f["delay"]; ok {
+	if x, ok := f["delay"]; ok && r.Backend != BackendRedis {
 		good = p.concurrencyDelay(path+".delay", x, r) && good
 	}
 	r.Concurrency = c

@@ -26,6 +26,7 @@ func TestConcurrencyParse(t *testing.T) {
 		{doc("", conc("retry_after", `"30s"`)), 30 * time.Second, Delay{}, "concurrency 10 in flight, retry_after=30s "},
 		{doc("", conc("delay", `{"max":"5s","max_held":20}`)), time.Second, Delay{5 * time.Second, 20}, " queue<=5s queued<=20/worker"},
 		{doc("", conc("mode", `"shadow"`, "max_keys", `7`, "backend", `"local"`)), time.Second, Delay{}, "local shadow max_keys=7"},
+		{doc(redisObj, conc("backend", `"redis"`)), time.Second, Delay{}, " redis enforce"},
 	}
 	for _, tc := range ok {
 		c, err := Parse([]byte(tc.json))
@@ -54,7 +55,8 @@ func TestConcurrencyParse(t *testing.T) {
 		{"lease", doc(redisObj, conc("lease", `2`)), `rules[0].lease: does not apply to "concurrency"`},
 		{"no limit", doc("", conc("limit", "")), `rules[0].limit: is required`},
 		{"limit 0", doc("", conc("limit", `0`)), `rules[0].limit: 0 is out of range 1..1000000000`},
-		{"redis", doc(redisObj, conc("backend", `"redis"`)), `rules[0].backend: a concurrency rule is "local"`},
+		{"rls", doc(`"rls":{"cluster":"c","domain":"d"}`, conc("backend", `"rls"`)), `rules[0].backend: a concurrency rule is "local" or "redis"`},
+		{"redis delay", doc(redisObj, conc("backend", `"redis"`, "delay", `{"max":"1s"}`)), `rules[0].delay: does not apply to a concurrency rule on backend "redis"`},
 		{"bad backend", doc("", conc("backend", `"x"`)), `rules[0].backend: "x" is not one of local, redis, rls`},
 		{"retry 0", doc("", conc("retry_after", `"0s"`)), `rules[0].retry_after: "0s" is not longer than zero`},
 		{"retry number", doc("", conc("retry_after", `5`)), `rules[0].retry_after: 5 is not a string`},

@@ -86,6 +86,10 @@ type concKey struct {
 type concHeld struct {
 	k concKey
 	n int64
+	// A remote rule's (concurrency_remote.go): its index and Redis key.
+	remote bool
+	rule   int
+	key    []byte
 }
 
 // concAcqs is the slots one stream holds, one per concurrency rule.
@@ -106,6 +110,7 @@ type concWait struct {
 // concs is a Plugin's concurrency rules' state.
 type concs struct {
 	p         *Plugin
+	holder    uint64  // this Plugin's id in the keys' states
 	h         resumer // nil without queues
 	rec       abi.MetricRecorder
 	held      map[concKey]*concHeld
@@ -133,7 +138,7 @@ func (p *Plugin) setupConcurrency(rules []*rule) error {
 			continue
 		}
 		if cs == nil {
-			cs = &concs{p: p, held: make(map[concKey]*concHeld), nrules: len(rules)}
+			cs = &concs{p: p, holder: holder, held: make(map[concKey]*concHeld), nrules: len(rules)}
 			cs.rec, _ = p.host.(abi.MetricRecorder)
 		}
 		c := &ruleConc{lim: l.Bind(holder, ttl), max: r.cfg.Delay.Max, maxHeld: r.cfg.Delay.MaxHeld}
@@ -168,10 +173,7 @@ func (cs *concs) acquired(s *stream, r *rule, now int64) {
 	if h == nil {
 		h = &concHeld{k: k}
 		cs.held[k] = h
-		if cs.nextRenew == 0 {
-			cs.nextRenew = now + int64(ConcurrencyRenewEvery)
-			cs.p.rootPlugin().retick(now, cs.nextRenew)
-		}
+		cs.scheduleRenew(now)
 	}
 	h.n++
 	if s.conc == nil {
@@ -183,6 +185,14 @@ func (cs *concs) acquired(s *stream, r *rule, now int64) {
 	host.IncrementMetric(r.conc.m.inFlight, 1)
 	if n := r.conc.lim.Reclaimed(r.e.state, now); n > 0 {
 		cs.reclaimed(r, n)
+	}
+}
+
+// scheduleRenew makes the root's tick renew the leases when they are due.
+func (cs *concs) scheduleRenew(now int64) {
+	if cs.nextRenew == 0 {
+		cs.nextRenew = now + int64(ConcurrencyRenewEvery)
+		cs.p.rootPlugin().retick(now, cs.nextRenew)
 	}
 }
 
@@ -215,6 +225,10 @@ func (cs *concs) release(h *concHeld, now int64) {
 		delete(cs.held, h.k)
 	}
 	cs.p.host.IncrementMetric(r.conc.m.inFlight, -1)
+	if h.remote {
+		cs.releaseRemote(h, now)
+		return
+	}
 	if r.conc.max > 0 && r.conc.waiting > 0 {
 		cs.poke = true
 		cs.p.rootPlugin().retick(now, now)
@@ -273,6 +287,10 @@ func (cs *concs) renew(now int64) {
 	}
 	cs.nextRenew = now + int64(ConcurrencyRenewEvery)
 	for k, h := range cs.held {
+		if h.remote {
+			cs.renewRemote(h, now)
+			continue
+		}
 		r, n := k.rule, h.n
 		err := cs.rewrite(r, k.ident, now, func(dst, st []byte) ([]byte, error) {
 			return r.conc.lim.Renew(dst, st, now, n)

@@ -499,6 +499,9 @@ func (p *Plugin) admitted(s *stream, now int64) abi.Action {
 		s.rule = best
 		s.d = best.d
 	}
+	if p.conc != nil && p.remote != nil {
+		p.conc.acquiredRemote(s, now) // concurrency_remote.go
+	}
 	if p.hasCost {
 		p.reserve(s)
 	}
