@@ -67,13 +67,12 @@ func (p *parser) concurrencyRule(path string, v jsonv.Value, f map[string]jsonv.
 	if x, ok := f["backend"]; ok {
 		if i, ok := p.enum(path+".backend", x, backendNames[:]); !ok {
 			good = false
-		} else if r.Backend = Backend(i); r.Backend == BackendRLS {
-			p.fail(x, path+".backend", `a concurrency rule is "local" or "redis": the rate-limit service has no in-flight limits yet`)
-			good = false
+		} else {
+			r.Backend = Backend(i)
 		}
 	}
-	if _, ok := f["delay"]; ok && r.Backend == BackendRedis {
-		p.fail(f["delay"], path+".delay", `does not apply to a concurrency rule on backend "redis": requests queue on one proxy only`)
+	if _, ok := f["delay"]; ok && r.Backend != BackendLocal {
+		p.fail(f["delay"], path+".delay", `does not apply to a concurrency rule on backend "`+r.Backend.String()+`": requests queue on one proxy only`)
 		good = false
 	}
 	if x, ok := f["mode"]; ok {
@@ -86,7 +85,7 @@ func (p *parser) concurrencyRule(path string, v jsonv.Value, f map[string]jsonv.
 			r.MaxKeys = int(n)
 		}
 	}
-	if x, ok := f["delay"]; ok && r.Backend != BackendRedis {
+	if x, ok := f["delay"]; ok && r.Backend == BackendLocal {
 		good = p.concurrencyDelay(path+".delay", x, r) && good
 	}
 	r.Concurrency = c

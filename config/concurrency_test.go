@@ -55,7 +55,7 @@ func TestConcurrencyParse(t *testing.T) {
 		{"lease", doc(redisObj, conc("lease", `2`)), `rules[0].lease: does not apply to "concurrency"`},
 		{"no limit", doc("", conc("limit", "")), `rules[0].limit: is required`},
 		{"limit 0", doc("", conc("limit", `0`)), `rules[0].limit: 0 is out of range 1..1000000000`},
-		{"rls", doc(`"rls":{"cluster":"c","domain":"d"}`, conc("backend", `"rls"`)), `rules[0].backend: a concurrency rule is "local" or "redis"`},
+		{"rls delay", doc(`"rls":{"cluster":"c","domain":"d"}`, conc("backend", `"rls"`, "delay", `{"max":"1s"}`)), `rules[0].delay: does not apply to a concurrency rule on backend "rls"`},
 		{"redis delay", doc(redisObj, conc("backend", `"redis"`, "delay", `{"max":"1s"}`)), `rules[0].delay: does not apply to a concurrency rule on backend "redis"`},
 		{"bad backend", doc("", conc("backend", `"x"`)), `rules[0].backend: "x" is not one of local, redis, rls`},
 		{"retry 0", doc("", conc("retry_after", `"0s"`)), `rules[0].retry_after: "0s" is not longer than zero`},

@@ -2,10 +2,13 @@ package filter
 
 import (
 	"errors"
+	"strconv"
+	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/filter/abi"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
+	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
 // Fleet-wide in-flight limits: a concurrency rule on backend "redis"
@@ -209,4 +212,87 @@ func (e *remote) sendConc(i int, key []byte, delta, now int64) {
 		e.p.host.IncrementMetric(e.m.refundFailures, 1)
 		e.freeCall(c)
 	}
+}
+
+// The rls backend (sluice.wasm, `sluice serve`): an in-flight call is a ShouldRateLimit
+// call of its own with one inline descriptor — the rule's entries (algorithm
+// "concurrency", limit, the Retry-After hint as window_us), its key and sluice.inflight
+// "<op>:<holder>:<n>:<ttl_ms>" (rlswire) — which the service runs on the concurrency
+// script. The acquire is the rule's decision call; a release or renewal is a callConc.
+
+// isConcurrency reports whether c is an in-flight call.
+func (rs *rlsState) isConcurrency(c *remoteCall) bool {
+	switch c.kind {
+	case callConc:
+		return true
+	case callDecide:
+		return len(c.slots) == 1 && rs.p.rules[c.slots[0].i].conc != nil
+	}
+	return false
+}
+
+// appendInFlightRequest appends the RateLimitRequest of in-flight call c.
+func (rs *rlsState) appendInFlightRequest(b []byte, c *remoteCall) []byte {
+	op, n, i := byte(redisrl.ConcurrencyAcquire), int64(1), c.rule
+	key := c.key
+	if c.kind == callDecide {
+		sl := c.slots[0]
+		i = sl.i
+		if sl.w != nil {
+			key = sl.w.x.(*rlsWait).keys[i]
+			c.key = append(c.key[:0], key...) // for a resend whose wait is gone
+		}
+	} else if n = c.delta; n < 0 {
+		op, n = byte(redisrl.ConcurrencyRelease), -n
+	} else {
+		op = byte(redisrl.ConcurrencyRenew)
+	}
+	b = rs.appendDomain(b)
+	rs.num = rlswire.AppendInFlight(rs.num[:0], op, rs.p.conc.holder, n, int64(ConcurrencyLeaseTTL/time.Millisecond))
+	b = appendDescriptor(b, rs.p.rules[i].rls.entries, key, rlswire.InFlight, rs.num, 0)
+	b = append(b, 3<<3|wireVarint)
+	return append(b, 1) // hits_addend
+}
+
+// inFlightReply reads the reply to in-flight call c: the acquire's decision, or whether
+// a release or renewal was answered OK.
+func (rs *rlsState) inFlightReply(c *remoteCall, size int) outcome {
+	b, st := rs.p.host.GetBuffer(abi.BufferGrpcReceive, 0, size)
+	var err error
+	if st != abi.StatusOK && size > 0 {
+		err = errors.New("reading the reply: " + st.String())
+	} else {
+		err = rs.res.decode(b, 1)
+	}
+	if err != nil {
+		return outcome{why: "ShouldRateLimit reply: " + err.Error()}
+	}
+	s := &rs.res.st[0]
+	if c.kind != callDecide {
+		if s.code != rlsCodeOK {
+			return outcome{why: "in-flight call answered " + strconv.FormatUint(s.code, 10)}
+		}
+		return outcome{}
+	}
+	sl := c.slots[0]
+	if sl.w == nil {
+		return outcome{}
+	}
+	r := rs.p.rules[sl.i]
+	hint := r.conc.lim.RetryAfter()
+	var d algorithms.Decision
+	switch s.code {
+	case rlsCodeOK:
+		d = algorithms.Decision{Allowed: true, Limit: r.cfg.Limit, Remaining: int64(s.remaining)}
+		if d.Remaining == 0 {
+			d.ResetAfter = hint
+		}
+	case rlsCodeOverLimit:
+		d = algorithms.Decision{Limit: r.cfg.Limit, ResetAfter: hint, RetryAfter: hint}
+	default:
+		rs.e.failRule(sl.w, sl.i, "in-flight descriptor: status code "+strconv.FormatUint(s.code, 10), false)
+		return outcome{}
+	}
+	rs.e.decided(sl, d)
+	return outcome{}
 }

@@ -800,6 +800,10 @@ func (e *remote) refundAdmitted(w *remoteWait, now int64) {
 			e.leases.refund(lr, res.key, res.stamp, w.hashes[i], now)
 			continue
 		}
+		if e.p.rules[i].conc != nil {
+			e.sendConc(i, res.key, -1, now) // a slot given back (concurrency_remote.go)
+			continue
+		}
 		switch e.codec.refundable(w, i) {
 		case refundNone:
 			continue

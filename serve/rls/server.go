@@ -235,6 +235,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if len(ds) > MaxDescriptors {
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors in one call; at most %d", len(ds), MaxDescriptors)
 	}
+	if isInFlight(ds) {
+		return s.inFlight(ctx, domain, ds[0]) // inflight.go
+	}
 	cfg := s.cfg.Load()
 	items := make([]item, len(ds))
 	replacing := map[string]bool{}
