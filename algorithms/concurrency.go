@@ -38,6 +38,14 @@ const MaxConcurrencyHolders = 64
 // (MaxConcurrencyHolders+1)-th live holder of a key.
 var ErrHoldersFull = errors.New("concurrency: too many holders of one key")
 
+// ConcurrencyOp is a write of a holder's slots other than an acquire.
+type ConcurrencyOp uint8
+
+const (
+	ConcurrencyRelease ConcurrencyOp = iota + 1 // give slots back (Release)
+	ConcurrencyRenew                            // renew the lease (Renew)
+)
+
 // ConcurrencyLimiter decides in-flight admissions for one holder. Its
 // parameters are immutable; Bind gives the limiter of one holder.
 type ConcurrencyLimiter struct {

@@ -119,6 +119,7 @@ type concs struct {
 	poke      bool // a slot was released: pump the queue on the next tick
 	freeAcq   []*concAcqs
 	freeWait  []*concWait
+	freeHeld  []*concHeld
 	nrules    int
 }
 
@@ -171,8 +172,7 @@ func (cs *concs) acquired(s *stream, r *rule, now int64) {
 	k := concKey{r, r.e.ident}
 	h := cs.held[k]
 	if h == nil {
-		h = &concHeld{k: k}
-		cs.held[k] = h
+		h = cs.newHeld(k)
 		cs.scheduleRenew(now)
 	}
 	h.n++
@@ -219,32 +219,32 @@ func (cs *concs) releaseStream(s *stream, now int64) {
 // release gives one slot of h back (compare-and-swap, reading again after a
 // lost race).
 func (cs *concs) release(h *concHeld, now int64) {
-	r := h.k.rule
+	r, ident := h.k.rule, h.k.ident
 	h.n--
-	if h.n <= 0 {
-		delete(cs.held, h.k)
-	}
 	cs.p.host.IncrementMetric(r.conc.m.inFlight, -1)
 	if h.remote {
 		cs.releaseRemote(h, now)
+	}
+	if h.n <= 0 {
+		delete(cs.held, h.k)
+		cs.putHeld(h)
+	}
+	if h.remote {
 		return
 	}
 	if r.conc.max > 0 && r.conc.waiting > 0 {
 		cs.poke = true
 		cs.p.rootPlugin().retick(now, now)
 	}
-	err := cs.rewrite(r, h.k.ident, now, func(dst, st []byte) ([]byte, error) {
-		ns, _, err := r.conc.lim.Release(dst, st, now, 1)
-		return ns, err
-	})
-	if err != nil {
+	if err := cs.rewrite(r, ident, now, algorithms.ConcurrencyRelease, 1); err != nil {
 		cs.p.storeFailed(r, err)
 	}
 }
 
-// rewrite writes f(state) to the slot of ident, reading again after a lost
-// race; nothing when the key has no slot (its state was lost).
-func (cs *concs) rewrite(r *rule, ident uint64, now int64, f func(dst, st []byte) ([]byte, error)) error {
+// rewrite releases n slots of ident's key (op ConcurrencyRelease) or renews
+// this holder's n (ConcurrencyRenew), reading again after a lost race;
+// nothing when the key has no slot (its state was lost).
+func (cs *concs) rewrite(r *rule, ident uint64, now int64, op algorithms.ConcurrencyOp, n int64) error {
 	st := r.store
 	for i := 0; i < MaxCASRetries; i++ {
 		var e entry
@@ -258,7 +258,13 @@ func (cs *concs) rewrite(r *rule, ident uint64, now int64, f func(dst, st []byte
 			return nil
 		}
 		lapsed := r.conc.lim.Reclaimed(e.state, now)
-		ns, err := f(st.stateBuf(), e.state)
+		var ns []byte
+		var err error
+		if op == algorithms.ConcurrencyRelease {
+			ns, _, err = r.conc.lim.Release(st.stateBuf(), e.state, now, n)
+		} else {
+			ns, err = r.conc.lim.Renew(st.stateBuf(), e.state, now, n)
+		}
 		if err != nil {
 			return err
 		}
@@ -291,12 +297,8 @@ func (cs *concs) renew(now int64) {
 			cs.renewRemote(h, now)
 			continue
 		}
-		r, n := k.rule, h.n
-		err := cs.rewrite(r, k.ident, now, func(dst, st []byte) ([]byte, error) {
-			return r.conc.lim.Renew(dst, st, now, n)
-		})
-		if err != nil {
-			cs.p.storeFailed(r, err)
+		if err := cs.rewrite(k.rule, k.ident, now, algorithms.ConcurrencyRenew, h.n); err != nil {
+			cs.p.storeFailed(k.rule, err)
 		}
 	}
 }
@@ -507,6 +509,28 @@ func (cs *concs) refuseAll(now int64) {
 			cs.refuse(w, now)
 		}
 		cs.putWait(w)
+	}
+}
+
+// newHeld records, from the pool, that this holder has slots of k.
+func (cs *concs) newHeld(k concKey) *concHeld {
+	var h *concHeld
+	if n := len(cs.freeHeld); n > 0 {
+		h = cs.freeHeld[n-1]
+		cs.freeHeld = cs.freeHeld[:n-1]
+		*h = concHeld{key: h.key[:0]}
+	} else {
+		h = new(concHeld)
+	}
+	h.k = k
+	cs.held[k] = h
+	return h
+}
+
+func (cs *concs) putHeld(h *concHeld) {
+	h.k.rule = nil
+	if len(cs.freeHeld) < maxFreeStreams {
+		cs.freeHeld = append(cs.freeHeld, h)
 	}
 }
 

@@ -177,8 +177,8 @@ func (cs *concs) acquiredRemote(s *stream, now int64) {
 		k := concKey{r, w.hashes[i]}
 		h := cs.held[k]
 		if h == nil {
-			h = &concHeld{k: k, remote: true, rule: i, key: append([]byte(nil), w.res[i].key...)}
-			cs.held[k] = h
+			h = cs.newHeld(k)
+			h.remote, h.rule, h.key = true, i, append(h.key, w.res[i].key...)
 			cs.scheduleRenew(now)
 		}
 		h.n++

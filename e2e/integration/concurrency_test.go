@@ -177,3 +177,61 @@ func TestConcurrencyTrappedVMSlotsReclaimed(t *testing.T) {
 	}
 	t.Logf("acquired %d, refused %d, reclaimed %d", metric("acquired"), metric("refused"), metric("reclaimed"))
 }
+
+// Heap allocations of the guest per request of a concurrency rule (sluice_debug build, as
+// TestGuestAllocationsPerRequest): acquiring and releasing a slot allocate nothing once
+// the pools have grown, for keys that come and go (each request its key's only one in
+// flight) and for one key many hold at once.
+func TestGuestAllocationsPerConcurrencyRequest(t *testing.T) {
+	wasm := filtertest.Wasm(t, "sluice_debug")
+	cfg := `{"rules":[{"name":"c","key":[{"header":"x-user"}],"algorithm":"concurrency","limit":1000}],"response":{"headers":"both"}}`
+	h, err := host.New(context.Background(), host.Options{Wasm: wasm, PluginConfig: []byte(cfg), Workers: 1,
+		Logger: slog.New(slog.NewTextHandler(new(bytes.Buffer), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	const clients = 32
+	run := func(perClient int) {
+		var wg sync.WaitGroup
+		for c := 0; c < clients; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				user := "u" + string(rune('a'+c%4)) // 4 keys, 8 clients each
+				req := &host.Request{Method: "GET", Path: "/", Authority: "example.test", RemoteAddr: "192.0.2.10:40000",
+					Headers: [][2]string{{"x-user", user}}}
+				for i := 0; i < perClient; i++ {
+					resp, err := h.Exchange(context.Background(), req, upstream200)
+					if err != nil || resp.Status != 200 {
+						t.Errorf("request: %v %+v", err, resp)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	run(20) // grow the pools
+	m0, _ := h.Metric(filter.DebugAllocsMetric)
+	a0, _ := h.Metric("sluice.c.acquired")
+	const perClient = 100
+	run(perClient)
+	m1, ok := h.Metric(filter.DebugAllocsMetric)
+	if !ok {
+		t.Fatal("no allocation metric")
+	}
+	a1, _ := h.Metric("sluice.c.acquired")
+	n := clients * perClient
+	if a1.Value-a0.Value != int64(n) {
+		t.Fatalf("%d slots acquired for %d requests", a1.Value-a0.Value, n)
+	}
+	if f, _ := h.Metric("sluice.c.in_flight"); f.Value != 0 {
+		t.Fatalf("in_flight %d after every request", f.Value)
+	}
+	per := float64(m1.Value-m0.Value) / float64(n)
+	t.Logf("%.4f guest heap allocations per request (%d over %d requests, each acquiring and releasing a slot)", per, m1.Value-m0.Value, n)
+	if per > 0.01 {
+		t.Errorf("%.4f allocations per concurrency request in the guest", per)
+	}
+}
