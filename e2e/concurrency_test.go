@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -304,5 +305,77 @@ func TestEnvoyConcurrency(t *testing.T) {
 			t.Errorf("acquired %d, want %d", got, 4*concLimit)
 		}
 		checkHealthyAs(t, e, a, concWorkers)
+	})
+}
+
+// TestEnvoyRLSConcurrency: two Envoys (4 workers each) with sluice.wasm's backend "rls" on
+// one `sluice serve`, limit 10 in flight on one key: of 100 requests at once, 10 reach the
+// upstream while it holds them and 90 are refused at once; when they end every slot is back
+// (a second round gets exactly 10 again) and no Envoy counts a request in flight.
+func TestEnvoyRLSConcurrency(t *testing.T) {
+	c := suiteCluster(t)
+	forEachEnvoy(t, func(t *testing.T, tg envoyproc.Target) {
+		srv := startServe(t, c, "--inline-domains", rlsDomain)
+		up := startPeakUpstream(t, 50*time.Millisecond)
+		rule := strings.ReplaceAll(rlsName(tg, "inflight"), "-", "_")
+		cfg := fmt.Sprintf(`{"rules":[{"name":%q,"match":{"path_prefix":"/slow"},"key":[{"header":"x-user"}],
+"algorithm":"concurrency","limit":%d,"retry_after":"2s","backend":"rls"}],
+"failure_mode":"closed","rls":{"cluster":"rls","domain":%q,"timeout_ms":5000}}`, rule, concLimit, rlsDomain)
+		render := func(site EnvoySite) ([]byte, error) {
+			site.UpstreamPort = up.port
+			return renderRLSEnvoy(rlsBootstrap{Name: rule, RLSPort: srv.port, Config: cfg})(site)
+		}
+		es, urls := startEnvoys(t, tg, 2, 4, render)
+		stat := artWasm.stats + "sluice." + rule + "."
+		sum := func(name string) (n int64) {
+			for _, e := range es {
+				st, err := e.Stats(strings.ReplaceAll(stat+name, ".", `\.`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += st[stat+name]
+			}
+			return n
+		}
+		cl := concClient(120)
+		for round := 0; round < 2; round++ {
+			user := "round" + strconv.Itoa(round)
+			a := concSend(context.Background(), cl, urls[0]+"/slow", user, 50)
+			b := concSend(context.Background(), cl, urls[1]+"/slow", user, 50)
+			for i := 0; i < 100-concLimit; i++ {
+				var r concResult
+				select {
+				case r = <-a:
+				case r = <-b:
+				}
+				if r.err != nil || r.status != 429 || r.retry != "2" {
+					t.Fatalf("round %d, while %d are in flight: %+v", round, concLimit, r)
+				}
+			}
+			waitFor(t, "10 at the upstream", 20*time.Second, func() bool { n, _, _ := up.stats(user); return n == concLimit })
+			up.open()
+			for i := 0; i < concLimit; i++ {
+				var r concResult
+				select {
+				case r = <-a:
+				case r = <-b:
+				}
+				if r.err != nil || r.status != 200 {
+					t.Fatalf("round %d, admitted: %+v", round, r)
+				}
+			}
+			up.close()
+			waitFor(t, "in_flight back to 0", 10*time.Second, func() bool { return sum("in_flight") == 0 })
+			if _, peak, _ := up.stats(user); peak != concLimit {
+				t.Errorf("round %d: the upstream saw %d at once, want %d", round, peak, concLimit)
+			}
+		}
+		if refused, acquired := sum("refused"), sum("acquired"); refused != 2*(100-concLimit) || acquired != 2*concLimit {
+			t.Errorf("refused %d acquired %d", refused, acquired)
+		}
+		t.Logf("envoy %s: 2 × 100 requests over 2 Envoys × 4 workers through sluice serve: 10 at once at the upstream each round, %d refused", tg.Version, sum("refused"))
+		for _, e := range es {
+			checkEnvoyHealthy(t, e, 4)
+		}
 	})
 }
