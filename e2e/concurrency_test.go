@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -72,7 +73,7 @@ func (u *peakUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		u.now[user]--
 		u.mu.Unlock()
 	}()
-	if strings.HasPrefix(r.URL.Path, "/queue") {
+	if strings.HasPrefix(r.URL.Path, "/queue") && r.URL.Query().Get("hold") == "" {
 		t := time.NewTimer(u.service) // the upstream's service time
 		defer t.Stop()
 		select {
@@ -231,7 +232,45 @@ func concurrencyStages(t *testing.T, base string, up *peakUpstream, inFlight fun
 		}
 	}
 	waitFor(t, "every slot released", 10*time.Second, func() bool { return inFlight("inflight") == 0 && inFlight("queued") == 0 })
-	for _, user := range []string{"alice", "bob", "carol", "dave"} {
+	// 5. 10 of erin's requests hold every slot (at the upstream's gate); 240 more queue
+	// behind them, and 60 others whose clients go away at random moments while queued. Then
+	// the gate opens: the 250 that stayed are all served, never more than 10 at once, the 60
+	// never reach the upstream, and every slot comes back.
+	const staying, leaving = 240, 60
+	up.close()
+	held := concSend(context.Background(), c, base+"/queue?hold=1", "erin", concLimit)
+	waitFor(t, "erin's 10 at the upstream", 10*time.Second, func() bool { n, _, _ := up.stats("erin"); return n == concLimit })
+	stay := concSend(context.Background(), c, base+"/queue", "erin", staying)
+	leave := make(chan concResult, leaving)
+	for i := 0; i < leaving; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+rand.IntN(400))*time.Millisecond)
+		go func() {
+			defer cancel()
+			leave <- <-concSend(ctx, c, base+"/queue", "erin", 1)
+		}()
+	}
+	for i := 0; i < leaving; i++ {
+		if r := <-leave; !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Fatalf("a client that left while queued: %+v", r)
+		}
+	}
+	up.open()
+	for i := 0; i < concLimit; i++ {
+		if r := <-held; r.err != nil || r.status != 200 {
+			t.Fatalf("a request that held a slot: %+v", r)
+		}
+	}
+	for i := 0; i < staying; i++ {
+		if r := <-stay; r.err != nil || r.status != 200 {
+			t.Fatalf("queued request whose client stayed: %+v", r)
+		}
+	}
+	up.close()
+	if _, _, served := up.stats("erin"); served != concLimit+staying {
+		t.Errorf("the upstream served %d of erin's requests, want the %d that stayed", served, concLimit+staying)
+	}
+	waitFor(t, "every slot released after the leavers", 10*time.Second, func() bool { return inFlight("queued") == 0 })
+	for _, user := range []string{"alice", "bob", "carol", "dave", "erin"} {
 		_, peak, served := up.stats(user)
 		if peak > concLimit {
 			t.Errorf("%s: the upstream saw %d at once, limit %d", user, peak, concLimit)
@@ -262,14 +301,14 @@ func TestRunConcurrency(t *testing.T) {
 		"sluice_inflight_acquired":  2*concLimit + 2*concLimit,
 		"sluice_inflight_refused":   concBurst - concLimit + 30 - concLimit,
 		"sluice_inflight_reclaimed": 0,
-		"sluice_queued_acquired":    concBurst,
+		"sluice_queued_acquired":    concBurst + concLimit + 240,
 		"sluice_queued_refused":     0,
 	} {
 		if got := promValue(t, m, name); got != want {
 			t.Errorf("%s = %d, want %d", name, got, want)
 		}
 	}
-	t.Logf("queued %d of %d; queue waits: %d recorded", promValue(t, m, "sluice_queued_queued"), concBurst, promValue(t, m, "sluice_queued_queue_ms_count"))
+	t.Logf("queued %d; queue waits recorded %d", promValue(t, m, "sluice_queued_queued"), promValue(t, m, "sluice_queued_queue_ms_count"))
 	checkHostHealthy(t, p)
 }
 
