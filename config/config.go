@@ -25,6 +25,10 @@ type Config struct {
 	// each selects requests (Config.Select) and has its own configuration,
 	// which applies to them instead of this one (scopes.go).
 	Scopes []*Scope
+	// AccessLog writes decisions where the proxy records requests; nil: off (observe.go).
+	AccessLog *AccessLog
+	// TopKeys keeps each rule's heavy hitters; nil: off (observe.go).
+	TopKeys *TopKeys
 }
 
 // Rule is one compiled rule.
@@ -159,6 +163,14 @@ type Response struct {
 	// into a trailers-only gRPC response (HTTP 200, grpc-status, and Body
 	// as grpc-message).
 	GRPCStatus int
+	// RuleHeader, when set, names a header of every refusal carrying the refusing rule's
+	// name (off by default).
+	RuleHeader string
+	// Format says how the body is made; with FormatProblemJSON and FormatTemplate,
+	// Template is the compiled body and ContentType its content type (observe.go).
+	Format      BodyFormat
+	Template    *Template
+	ContentType string
 }
 
 // ClientIP says how the client address is derived.

@@ -159,26 +159,8 @@ func (p *parser) parse(data []byte) *Config {
 	}
 
 	// Top-level objects first: rules refer to "redis".
-	redisOK, rlsOK := true, true
-	if v, ok := fields["redis"]; ok {
-		c.Redis, redisOK = p.redis("redis", v)
-	}
-	if v, ok := fields["rls"]; ok {
-		c.RLS, rlsOK = p.rls("rls", v)
-	}
-	if v, ok := fields["response"]; ok {
-		p.response("response", v, &c.Response)
-	}
-	if v, ok := fields["client_ip"]; ok {
-		p.clientIP("client_ip", v, &c.ClientIP)
-	}
-	failureLocal := false
-	if v, ok := fields["failure_mode"]; ok {
-		if i, ok := p.enum("failure_mode", v, failureModeNames[:]); ok {
-			c.FailureMode = FailureMode(i)
-			failureLocal = c.FailureMode == FailLocal
-		}
-	}
+	backends := p.topLevel(fields, c)
+	failureLocal := c.FailureMode == FailLocal
 
 	v, ok := fields["rules"]
 	if !ok {
@@ -210,43 +192,77 @@ func (p *parser) parse(data []byte) *Config {
 				names[r.Name] = i
 			}
 		}
-		// Each problem of a remote rule is its own error: a Redis rule in
-		// sluice.wasm without a "redis" object gets both, and its bounds
-		// are checked whatever the build (every error at once).
-		if r.Backend == BackendRedis {
-			if c.HasRLSRules() {
-				p.fail(item.Get("backend"), path+".backend", `"redis" and "rls" rules cannot be mixed in one configuration (one remote backend per configuration)`)
-			}
-			if p.build != BuildRedis {
-				p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+` has `+p.build.backends())
-			}
-			if c.Redis == nil && redisOK {
-				p.fail(item.Get("backend"), path+".backend", `"redis" needs a top-level "redis" object`)
-			}
-			if c.Redis != nil {
-				p.redisRule(path, item, r, c.Redis.Instances, "redis.instances")
-			}
-		}
-		if r.Backend == BackendRLS {
-			if c.HasRedisRules() {
-				p.fail(item.Get("backend"), path+".backend", `"rls" and "redis" rules cannot be mixed in one configuration (one remote backend per configuration)`)
-			}
-			if p.build == BuildDynamic {
-				p.fail(item.Get("backend"), path+".backend", `"rls" needs sluice.wasm (a host with Proxy-Wasm's gRPC calls); `+p.build.String()+` has `+p.build.backends())
-			}
-			if c.RLS == nil && rlsOK {
-				p.fail(item.Get("backend"), path+".backend", `"rls" needs a top-level "rls" object`)
-			}
-			if c.RLS != nil {
-				p.redisRule(path, item, r, c.RLS.Instances, "rls.instances")
-			}
-		}
+		p.remoteRule(c, backends, path, item, r)
 		c.Rules = append(c.Rules, r)
 	}
 	if failureLocal && !c.HasRedisRules() && !c.HasRLSRules() && len(c.Rules) == len(items) {
 		p.fail(fields["failure_mode"], "failure_mode", `"local" needs at least one rule with backend "redis" or "rls"`)
 	}
 	return c
+}
+
+// backendsParsed says whether the top-level "redis" and "rls" objects, when
+// present, parsed.
+type backendsParsed struct{ redis, rls bool }
+
+// topLevel reads the top-level objects other than "rules" into c.
+func (p *parser) topLevel(fields map[string]jsonv.Value, c *Config) backendsParsed {
+	ok := backendsParsed{redis: true, rls: true}
+	if v, found := fields["redis"]; found {
+		c.Redis, ok.redis = p.redis("redis", v)
+	}
+	if v, found := fields["rls"]; found {
+		c.RLS, ok.rls = p.rls("rls", v)
+	}
+	if v, found := fields["response"]; found {
+		p.response("response", v, &c.Response)
+	}
+	if v, found := fields["client_ip"]; found {
+		p.clientIP("client_ip", v, &c.ClientIP)
+	}
+	p.observe(fields, c)
+	if v, found := fields["failure_mode"]; found {
+		if i, found := p.enum("failure_mode", v, failureModeNames[:]); found {
+			c.FailureMode = FailureMode(i)
+		}
+	}
+	return ok
+}
+
+// remoteRule checks rule r (at path, from item) against its remote backend:
+// the build has it, the configuration has its object and no rule of the
+// other backend, and the rule's bounds fit it. Each problem is its own
+// error: a Redis rule in sluice.wasm without a "redis" object gets both,
+// and its bounds are checked whatever the build (every error at once).
+func (p *parser) remoteRule(c *Config, parsed backendsParsed, path string, item jsonv.Value, r *Rule) {
+	switch r.Backend {
+	case BackendRedis:
+		if c.HasRLSRules() {
+			p.fail(item.Get("backend"), path+".backend", `"redis" and "rls" rules cannot be mixed in one configuration (one remote backend per configuration)`)
+		}
+		if p.build != BuildRedis {
+			p.fail(item.Get("backend"), path+".backend", `"redis" needs sluice-redis.wasm (a host with Higress's Redis calls); `+p.build.String()+` has `+p.build.backends())
+		}
+		if c.Redis == nil && parsed.redis {
+			p.fail(item.Get("backend"), path+".backend", `"redis" needs a top-level "redis" object`)
+		}
+		if c.Redis != nil {
+			p.redisRule(path, item, r, c.Redis.Instances, "redis.instances")
+		}
+	case BackendRLS:
+		if c.HasRedisRules() {
+			p.fail(item.Get("backend"), path+".backend", `"rls" and "redis" rules cannot be mixed in one configuration (one remote backend per configuration)`)
+		}
+		if p.build == BuildDynamic {
+			p.fail(item.Get("backend"), path+".backend", `"rls" needs sluice.wasm (a host with Proxy-Wasm's gRPC calls); `+p.build.String()+` has `+p.build.backends())
+		}
+		if c.RLS == nil && parsed.rls {
+			p.fail(item.Get("backend"), path+".backend", `"rls" needs a top-level "rls" object`)
+		}
+		if c.RLS != nil {
+			p.redisRule(path, item, r, c.RLS.Instances, "rls.instances")
+		}
+	}
 }
 
 // HasRedisRules reports whether any rule uses the Redis backend.
@@ -270,14 +286,14 @@ func (c *Config) HasRLSRules() bool {
 }
 
 var (
-	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls"}
+	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls", "access_log", "top_keys"}
 	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost", "retry_after"}
 	delayFields    = []string{"max", "max_held"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes"}
 	headerFields   = []string{"name", "exact", "absent"}
 	keySources     = []string{"remote_ip", "header", "query", "cookie", "path", "method"}
 	keyFields      = []string{"remote_ip", "ipv6_prefix", "header", "query", "cookie", "path", "method"}
-	responseFields = []string{"status", "body", "headers", "grpc_status"}
+	responseFields = []string{"status", "body", "headers", "grpc_status", "rule_header", "format", "content_type"}
 	clientIPFields = []string{"xff_trusted_hops", "proxy_appends_xff"}
 	redisFields    = []string{"cluster", "timeout_ms", "instances", "username", "password"}
 	rlsFields      = []string{"cluster", "domain", "timeout_ms", "instances"}
@@ -516,43 +532,10 @@ func (p *parser) match(path string, v jsonv.Value, m *Match) {
 		p.routes(path+".routes", x, m) // scopes.go
 	}
 	if x, ok := f["path_prefix"]; ok {
-		if s, ok := p.str(path+".path_prefix", x); ok {
-			if !strings.HasPrefix(s, "/") {
-				p.fail(x, path+".path_prefix", show(x)+` must start with "/"`)
-			} else if hasSpaceOrControl(s) {
-				p.fail(x, path+".path_prefix", show(x)+" must not contain spaces or control characters")
-			} else if strings.ContainsAny(s, "?#") {
-				p.fail(x, path+".path_prefix", show(x)+` must not contain "?" or "#" (the query string is not matched)`)
-			} else if n := NormalizePath(s); n != s {
-				p.fail(x, path+".path_prefix", show(x)+" is not in normal form, and requests are matched in normal form (Envoy's normalize_path and merge_slashes): write "+Quote(n, 256))
-			} else {
-				m.PathPrefix = s
-			}
-		}
+		p.pathPrefix(path+".path_prefix", x, m)
 	}
 	if x, ok := f["methods"]; ok {
-		if items, ok := p.array(path+".methods", x); ok {
-			if len(items) == 0 {
-				p.fail(x, path+".methods", "must not be empty (omit it to match every method)")
-			}
-			for i, it := range items {
-				ip := path + ".methods[" + strconv.Itoa(i) + "]"
-				s, ok := p.str(ip, it)
-				if !ok {
-					continue
-				}
-				if !isToken(s) {
-					p.fail(it, ip, show(it)+" is not an HTTP method")
-					continue
-				}
-				s = strings.ToUpper(s)
-				if containsString(m.Methods, s) {
-					p.fail(it, ip, "duplicate method "+Quote(s, maxShownValue))
-					continue
-				}
-				m.Methods = append(m.Methods, s)
-			}
-		}
+		p.methods(path+".methods", x, m)
 	}
 	if x, ok := f["headers"]; ok {
 		if items, ok := p.array(path+".headers", x); ok {
@@ -560,59 +543,110 @@ func (p *parser) match(path string, v jsonv.Value, m *Match) {
 				p.fail(x, path+".headers", "must not be empty (omit it to match any headers)")
 			}
 			for i, it := range items {
-				ip := path + ".headers[" + strconv.Itoa(i) + "]"
-				hf, ok := p.object(ip, it, headerFields)
-				if !ok {
-					continue
-				}
-				var h HeaderMatch
-				good := true
-				if n, ok := hf["name"]; ok {
-					if s, ok := p.headerName(ip+".name", n); ok {
-						h.Name = s
-						for _, o := range m.Headers {
-							if o.Name == s {
-								p.fail(n, ip+".name", "duplicate header "+Quote(s, maxShownValue))
-								good = false
-							}
-						}
-					} else {
-						good = false
-					}
-				} else {
-					p.failEnd(it, ip+".name", "is required")
-					good = false
-				}
-				e, hasExact := hf["exact"]
-				if hasExact {
-					if s, ok := p.str(ip+".exact", e); ok {
-						h.Exact = s
-					} else {
-						good = false
-					}
-				}
-				if a, ok := hf["absent"]; ok {
-					if b, ok := p.boolean(ip+".absent", a); !ok {
-						good = false
-					} else if !b {
-						p.fail(a, ip+".absent", `must be true (use "exact" to match a value)`)
-						good = false
-					} else if hasExact {
-						p.fail(a, ip+".absent", `cannot be combined with "exact": a header that is absent has no value; give one of them`)
-						good = false
-					} else {
-						h.Absent = true
-					}
-				} else if !hasExact {
-					p.failEnd(it, ip+".exact", `is required (or "absent": true to match a request without the header)`)
-					good = false
-				}
-				if good {
+				if h, ok := p.headerMatch(path+".headers["+strconv.Itoa(i)+"]", it, m.Headers); ok {
 					m.Headers = append(m.Headers, h)
 				}
 			}
 		}
 	}
+}
+
+// pathPrefix reads a match's "path_prefix": a path in normal form.
+func (p *parser) pathPrefix(path string, x jsonv.Value, m *Match) {
+	s, ok := p.str(path, x)
+	switch {
+	case !ok:
+	case !strings.HasPrefix(s, "/"):
+		p.fail(x, path, show(x)+` must start with "/"`)
+	case hasSpaceOrControl(s):
+		p.fail(x, path, show(x)+" must not contain spaces or control characters")
+	case strings.ContainsAny(s, "?#"):
+		p.fail(x, path, show(x)+` must not contain "?" or "#" (the query string is not matched)`)
+	case NormalizePath(s) != s:
+		p.fail(x, path, show(x)+" is not in normal form, and requests are matched in normal form (Envoy's normalize_path and merge_slashes): write "+Quote(NormalizePath(s), 256))
+	default:
+		m.PathPrefix = s
+	}
+}
+
+// methods reads a match's "methods": HTTP methods, each once.
+func (p *parser) methods(path string, x jsonv.Value, m *Match) {
+	items, ok := p.array(path, x)
+	if !ok {
+		return
+	}
+	if len(items) == 0 {
+		p.fail(x, path, "must not be empty (omit it to match every method)")
+	}
+	for i, it := range items {
+		ip := path + "[" + strconv.Itoa(i) + "]"
+		s, ok := p.str(ip, it)
+		if !ok {
+			continue
+		}
+		if !isToken(s) {
+			p.fail(it, ip, show(it)+" is not an HTTP method")
+			continue
+		}
+		s = strings.ToUpper(s)
+		if containsString(m.Methods, s) {
+			p.fail(it, ip, "duplicate method "+Quote(s, maxShownValue))
+			continue
+		}
+		m.Methods = append(m.Methods, s)
+	}
+}
+
+// headerMatch reads one of a match's "headers" (at path ip, from it): a
+// name not among earlier's, and "exact" or "absent".
+func (p *parser) headerMatch(ip string, it jsonv.Value, earlier []HeaderMatch) (HeaderMatch, bool) {
+	var h HeaderMatch
+	hf, ok := p.object(ip, it, headerFields)
+	if !ok {
+		return h, false
+	}
+	good := true
+	if n, ok := hf["name"]; ok {
+		if s, ok := p.headerName(ip+".name", n); ok {
+			h.Name = s
+			for _, o := range earlier {
+				if o.Name == s {
+					p.fail(n, ip+".name", "duplicate header "+Quote(s, maxShownValue))
+					good = false
+				}
+			}
+		} else {
+			good = false
+		}
+	} else {
+		p.failEnd(it, ip+".name", "is required")
+		good = false
+	}
+	e, hasExact := hf["exact"]
+	if hasExact {
+		if s, ok := p.str(ip+".exact", e); ok {
+			h.Exact = s
+		} else {
+			good = false
+		}
+	}
+	if a, ok := hf["absent"]; ok {
+		if b, ok := p.boolean(ip+".absent", a); !ok {
+			good = false
+		} else if !b {
+			p.fail(a, ip+".absent", `must be true (use "exact" to match a value)`)
+			good = false
+		} else if hasExact {
+			p.fail(a, ip+".absent", `cannot be combined with "exact": a header that is absent has no value; give one of them`)
+			good = false
+		} else {
+			h.Absent = true
+		}
+	} else if !hasExact {
+		p.failEnd(it, ip+".exact", `is required (or "absent": true to match a request without the header)`)
+		good = false
+	}
+	return h, good
 }
 
 // boundedArray is array for a list that must hold 1..max items (noun names them in the
@@ -759,6 +793,7 @@ func (p *parser) response(path string, v jsonv.Value, r *Response) {
 			r.GRPCStatus = int(n)
 		}
 	}
+	p.responseExtras(path, f, r)
 }
 
 func (p *parser) clientIP(path string, v jsonv.Value, c *ClientIP) {

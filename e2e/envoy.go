@@ -50,6 +50,8 @@ type envoyBootstrap struct {
 	// AllowStopIteration sets the Wasm PluginConfig's allow_on_headers_stop_iteration
 	// (Envoy ≥ 1.35): paused request headers let the body through to the filter.
 	AllowStopIteration bool
+	// AccessLogPath, when set, adds a JSON access log there with sluice's decision.
+	AccessLogPath string
 }
 
 // RenderEnvoy returns the Envoy bootstrap (YAML) that serves sc: a listener "ingress" on a

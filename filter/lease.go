@@ -108,21 +108,20 @@ const (
 	MetricRLSReturned   = "sluice.rls.returned"   // unspent admissions sent back through the service
 )
 
-// leases are the lease pools of a Plugin's remote backend.
+// leases are the lease pools of a Plugin's remote backend. They call
+// nothing of the engine: the returns they decide wait in out, which the
+// engine sends (remote_lease.go).
 type leases struct {
 	p     *Plugin
-	be    *remote // sends the calls and records the waiters' outcomes
 	rules []*leaseRule
-	scan  int64 // next time the tick looks at the pools
+	scan  int64         // next time the tick looks at the pools
+	out   []leaseReturn // returns decided, not yet sent
 }
 
-// leasePools returns the lease pools of p's remote backend (nil: p has no
-// rule with "lease").
-func (p *Plugin) leasePools() *leases {
-	if p.remote == nil {
-		return nil
-	}
-	return p.remote.leases
+// leaseReturn is a return of unspent admissions of rule lr, to be sent.
+type leaseReturn struct {
+	lr *leaseRule
+	q  *redisrl.LeaseRequest
 }
 
 // leaseRule is the lease side of a remote rule with "lease".
@@ -138,7 +137,7 @@ type leaseRule struct {
 	slots  uint64
 	key    []byte                 // shared-data key scratch
 	known  map[uint64]struct{}    // slots this VM filled (checked on tick, returned at the end)
-	fetch  map[uint64]*leaseFetch // acquires in flight by key hash
+	fetch  map[uint64]*leaseFetch // the engine's acquires in flight, by key hash
 	leased uint32                 // metric ids
 	ret    uint32
 }
@@ -192,36 +191,17 @@ func (e *leaseEntry) encode(b []byte) []byte {
 	return append(b, e.key...)
 }
 
-// leaseFetch is one acquire in flight and the requests waiting for it.
-type leaseFetch struct {
-	rule    int
-	hash    uint64
-	pooled  bool // the grant may go into the pool (false: the slot holds another key)
-	sent    int64
-	n       int64 // admissions asked for
-	key     []byte
-	waiters []leaseWaiter
-}
-
-// leaseWaiter is a request waiting for an acquire: rule i of wait w, which
-// belonged to stream id when it started waiting.
-type leaseWaiter struct {
-	w  *remoteWait
-	id uint32
-	i  int
-}
-
 // newLeases returns the pools of the rules with "lease" among rules (nil
 // when none has one), with the metric names of the backend. keyMax is the
 // longest key a pool holds.
-func newLeases(p *Plugin, be *remote, rules []*rule, instances, keyMax int, leasedName, returnedName string) (*leases, error) {
+func newLeases(p *Plugin, rules []*rule, instances, keyMax int, leasedName, returnedName string) (*leases, error) {
 	var ls *leases
 	for i, r := range rules {
 		if r.cfg.Lease <= 0 || !r.remote {
 			continue
 		}
 		if ls == nil {
-			ls = &leases{p: p, be: be}
+			ls = &leases{p: p}
 		}
 		lr, err := ls.newRule(r, i, instances, keyMax, leasedName, returnedName)
 		if err != nil {
@@ -411,170 +391,15 @@ func (ls *leases) reclaim(lr *leaseRule, slot uint64, now int64, all bool) {
 	}
 }
 
-// giveBack sends the lease script's return of n admissions of key (fire
-// and forget).
+// giveBack queues the lease script's return of n admissions of key (fire
+// and forget: the engine sends it).
 func (ls *leases) giveBack(lr *leaseRule, key []byte, n, stamp, now int64) {
 	if n <= 0 || len(key) == 0 {
 		return
 	}
 	k := append([]byte(nil), key...)
 	q := &redisrl.LeaseRequest{Kind: lr.kind, Params: lr.params, Key: k, N: n, Instances: lr.inst, Return: true, Stamp: stamp}
-	if _, ok := ls.be.leaseSend(lr, nil, q, now); ok {
-		ls.p.host.IncrementMetric(lr.ret, n)
-	}
-}
-
-// dispatch decides rule lr (index i) of the request of w from its pool, or
-// makes it wait for an acquire (counted in w's missing). key is what the
-// acquire names (the Redis lease key; the rule's key for rls).
-func (ls *leases) dispatch(lr *leaseRule, hash uint64, key []byte, w *remoteWait, i int, now int64) {
-	x := leaseWaiter{w: w, id: w.id, i: i}
-	d, stamp, taken, pooled, want := ls.take(lr, hash, now)
-	if taken {
-		ls.be.leaseDecide(&x, d, stamp)
-		return
-	}
-	w.missing++
-	if f := lr.fetch[hash]; f != nil {
-		f.waiters = append(f.waiters, x)
-		return
-	}
-	if len(key) > lr.keyMax {
-		pooled = false
-	}
-	ls.acquire(lr, hash, append([]byte(nil), key...), pooled, want, []leaseWaiter{x}, now, false)
-}
-
-// acquire sends an acquire for the key of hash with the given waiters. A
-// call refused at once fails them (completing their waits when inRoot).
-func (ls *leases) acquire(lr *leaseRule, hash uint64, key []byte, pooled bool, want int64, waiters []leaseWaiter, now int64, inRoot bool) {
-	n := lr.n
-	switch {
-	case !pooled:
-		n = 1
-	case want > 0 && want < n:
-		n = want
-	}
-	f := &leaseFetch{rule: lr.rule, hash: hash, key: key, pooled: pooled, sent: now, n: n, waiters: waiters}
-	lr.fetch[hash] = f
-	q := &redisrl.LeaseRequest{Kind: lr.kind, Params: lr.params, Key: key, N: n, Instances: lr.inst}
-	if why, ok := ls.be.leaseSend(lr, f, q, now); !ok {
-		ls.failFetch(lr, f, why, false, now, inRoot)
-	}
-}
-
-// failFetch fails the live waiters of acquire f (failure_mode decides
-// them), completing their waits when inRoot.
-func (ls *leases) failFetch(lr *leaseRule, f *leaseFetch, why string, timeout bool, now int64, inRoot bool) {
-	if lr.fetch[f.hash] == f {
-		delete(lr.fetch, f.hash)
-	}
-	for k := range f.waiters {
-		x := &f.waiters[k]
-		if !ls.be.leaseLive(x) {
-			continue
-		}
-		ls.be.leaseFailed(x, why, timeout)
-		ls.countDown(x, now, inRoot)
-	}
-}
-
-// countDown counts x's decision in and completes its wait when it was the
-// last (and inRoot: root-context callbacks only).
-func (ls *leases) countDown(x *leaseWaiter, now int64, inRoot bool) {
-	b := x.w
-	b.missing--
-	if inRoot && b.missing == 0 {
-		ls.be.leaseComplete(x.w, now)
-	}
-}
-
-// onAcquire handles the reply of acquire f (root context): res, or err
-// when the call failed.
-func (ls *leases) onAcquire(lr *leaseRule, f *leaseFetch, res redisrl.LeaseResult, err error, timeout bool, now int64) {
-	if err != nil {
-		ls.failFetch(lr, f, err.Error(), timeout, now, true)
-		return
-	}
-	if lr.fetch[f.hash] == f {
-		delete(lr.fetch, f.hash)
-	}
-	g := res.Granted
-	ls.p.host.IncrementMetric(lr.leased, g)
-	expiry := f.sent + leaseLifetime
-	if res.Valid > 0 {
-		expiry = min(expiry, f.sent+int64(res.Valid))
-	}
-	resetAt := now + int64(res.ResetAfter)
-	served := g
-	var rest []leaseWaiter
-	for k := range f.waiters {
-		x := &f.waiters[k]
-		if !ls.be.leaseLive(x) {
-			continue
-		}
-		if g > 0 {
-			g--
-			d := res.Decision
-			d.Allowed, d.RetryAfter, d.Remaining = true, 0, g+res.Remaining
-			ls.serve(x, d, res.Stamp, now)
-			continue
-		}
-		rest = append(rest, *x)
-	}
-	slot := f.hash % lr.slots
-	served -= g
-	if g > 0 || f.pooled {
-		left := g
-		if f.pooled {
-			left = ls.deposit(lr, slot, f.hash, f.key, g, served, res, expiry, resetAt, now)
-		}
-		if left > 0 {
-			ls.giveBack(lr, f.key, left, res.Stamp, now)
-		}
-	}
-	if len(rest) == 0 {
-		return
-	}
-	// Waiters beyond the grant: the pool (other workers' grants), then ask
-	// again while the global state grants; a grant of 0 denies them.
-	var still []leaseWaiter
-	for k := range rest {
-		x := &rest[k]
-		if d, stamp, taken, _, _ := ls.take(lr, f.hash, now); taken {
-			ls.serve(x, d, stamp, now)
-			continue
-		}
-		still = append(still, *x)
-	}
-	if len(still) == 0 {
-		return
-	}
-	if res.Granted == 0 && f.pooled {
-		ls.hold(lr, slot, f.hash, f.key, res, now)
-	}
-	if res.Granted > 0 {
-		if g2 := lr.fetch[f.hash]; g2 != nil {
-			g2.waiters = append(g2.waiters, still...)
-			return
-		}
-		ls.acquire(lr, f.hash, f.key, f.pooled, f.n, still, now, true)
-		return
-	}
-	for k := range still {
-		d := res.Decision
-		d.Allowed, d.Remaining = false, 0
-		if d.RetryAfter <= 0 {
-			d.RetryAfter = time.Microsecond
-		}
-		ls.serve(&still[k], d, res.Stamp, now)
-	}
-}
-
-// serve gives waiter x decision d (root context).
-func (ls *leases) serve(x *leaseWaiter, d algorithms.Decision, stamp, now int64) {
-	ls.be.leaseDecide(x, d, stamp)
-	ls.countDown(x, now, true)
+	ls.out = append(ls.out, leaseReturn{lr, q})
 }
 
 // deposit puts g admissions of a grant into the pool of slot and returns

@@ -61,6 +61,7 @@ type Plugin struct {
 	settling []*rule          // the rules with cost.response, in order (a bill's items)
 	bills    []*bill          // free bills
 	adder    abi.HeadersAdder // host, when it adds several headers in one call (Imports); else nil
+	obs      *observe         // access log, top keys, refusal extras (decision.go); nil: none
 
 	// Scopes (scope.go): a root context's Plugin has one Plugin per entry
 	// of "_rules_" (scopes, by index); a scope's Plugin has its entry
@@ -231,6 +232,7 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	p.vals = make([]byte, 0, 2*maxQuoted+7*20+32)
 	p.body = []byte(cfg.Response.Body)
 	p.grpcMsg = grpcMessage(cfg.Response.Body)
+	p.setupObserve(cfg)
 	p.redis, p.rls, p.remote = nil, nil, nil
 	var err error
 	if p.holds, err = newHolds(p, rules); err != nil {
@@ -494,6 +496,9 @@ func (p *Plugin) admitted(s *stream, now int64) abi.Action {
 			best = r
 		}
 	}
+	if p.obs != nil {
+		p.observeAdmitted(best, delay, now)
+	}
 	if best != nil && p.cfg.Response.Headers != config.HeadersNone {
 		s.hasHeaders = true
 		s.rule = best
@@ -579,6 +584,9 @@ func (p *Plugin) verdict(s *stream) (abi.Action, bool) {
 	if p.cfg.FailureMode == config.FailClosed {
 		for _, r := range p.rules {
 			if r.applies && r.failed {
+				if p.obs != nil && p.obs.alog != nil {
+					p.obs.record(r, DecisionFailedClosed, 0)
+				}
 				return p.sendFailure(s), true
 			}
 		}
@@ -611,6 +619,9 @@ func (p *Plugin) verdict(s *stream) (abi.Action, bool) {
 				p.host.IncrementMetric(r.metrics.shadowDenied, 1)
 			}
 		}
+	}
+	if p.obs != nil {
+		p.observeDenied(worst)
 	}
 	return p.sendDenied(s, worst), true
 }
@@ -742,11 +753,18 @@ func (p *Plugin) sendDenied(s *stream, r *rule) abi.Action {
 	if p.isGRPC() {
 		return p.sendDeniedGRPC(r, p.vals[:n:n])
 	}
+	ctype, body := textPlain, p.body
+	if p.obs != nil {
+		ctype, body = p.obs.ctype, p.obs.refusal(r, p.cfg.Response.Status, retry, body)
+	}
 	p.hdrs = append(p.hdrs[:0],
-		abi.Header{Name: hdrContentType, Value: textPlain},
+		abi.Header{Name: hdrContentType, Value: ctype},
 		abi.Header{Name: "retry-after", Value: p.vals[:n:n]})
 	p.hdrs = p.appendRateLimitHeaders(p.hdrs, r, &r.d)
-	return p.sent(p.host.SendLocalResponse(p.cfg.Response.Status, "sluice_rate_limited", p.body, p.hdrs, abi.NoGRPCStatus))
+	if p.obs != nil {
+		p.hdrs = p.obs.appendRefusalExtras(p.hdrs, r)
+	}
+	return p.sent(p.host.SendLocalResponse(p.cfg.Response.Status, "sluice_rate_limited", body, p.hdrs, abi.NoGRPCStatus))
 }
 
 // sent maps the outcome of proxy_send_local_response to the callback's

@@ -315,7 +315,7 @@ func newRemote(p *Plugin, codec remoteCodec, h resumer, rules []*rule, spec remo
 		e.fallback[i] = newSlotStore(p.host, r.cfg.Fallback, "sluice:"+p.name+":"+r.id+":fallback:", r.cfg.MaxKeys)
 	}
 	var err error
-	if e.leases, err = newLeases(p, e, rules, spec.instances, spec.leaseKeyMax, spec.names.leased, spec.names.returned); err != nil {
+	if e.leases, err = newLeases(p, rules, spec.instances, spec.leaseKeyMax, spec.names.leased, spec.names.returned); err != nil {
 		return nil, err
 	}
 	if e.leases != nil {
@@ -363,6 +363,9 @@ func (p *Plugin) setTickPeriod() {
 		if q := p.configAt(i); q.remote != nil && (period == 0 || q.remote.tickPeriod() < period) {
 			period = q.remote.tickPeriod()
 		}
+		if q := p.configAt(i); q.obs != nil && q.obs.top != nil && (period == 0 || topFlushMS < period) {
+			period = topFlushMS
+		}
 	}
 	p.baseTick = period
 	th, ok := p.host.(tickHost)
@@ -403,7 +406,7 @@ func (e *remote) dispatch(s *stream, now int64) *remoteWait {
 		key, rt := e.codec.prepare(w, i, r, lr != nil)
 		w.res[i].key = key
 		if lr != nil {
-			e.leases.dispatch(lr, r.hash, key, w, i, now)
+			e.leaseDispatch(lr, r.hash, key, w, i, now)
 			continue
 		}
 		w.missing++
@@ -589,7 +592,26 @@ func (e *remote) onFailure(token, status uint32) {
 	delete(e.calls, token)
 	now := e.p.host.Now()
 	why, timeout := e.codec.failure(c, status)
+	if !timeout && e.atDeadline(c, now) {
+		// Envoy ends a gRPC call at its timeout with UNAVAILABLE
+		// ("upstream request timeout"), not DEADLINE_EXCEEDED: a call that
+		// failed once its timeout_ms had passed is a timeout.
+		why, timeout = why+" at "+e.name+".timeout_ms", true
+	}
 	e.finish(c, outcome{why: why, timeout: timeout}, now)
+}
+
+// atDeadline reports whether call c, failing at now, ended at its
+// timeout_ms (c.due is when it was sent plus the guard): at three quarters
+// of it or later. Envoy arms the call's timer from its event loop's cached
+// time, which can precede the guest's reading of the clock at the call by
+// the loop iteration's length: a timer fires up to that much early.
+func (e *remote) atDeadline(c *remoteCall, now int64) bool {
+	if e.timeoutMS <= 0 {
+		return false
+	}
+	sent := c.due - e.guard
+	return (now-sent)*4 >= int64(e.timeoutMS)*1_000_000*3
 }
 
 // finish settles call c, answered or failed, then completes the waits that
@@ -633,7 +655,7 @@ func (e *remote) settle(c *remoteCall, out outcome, now int64) {
 		if out.why != "" {
 			err = errString(out.why)
 		}
-		e.leases.onAcquire(c.lease, c.fetch, out.lease, err, out.timeout, now)
+		e.onAcquire(c.lease, c.fetch, out.lease, err, out.timeout, now)
 	case callSettle:
 		if out.why != "" {
 			e.p.host.IncrementMetric(e.m.settleFailures, 1)
@@ -761,6 +783,9 @@ func (e *remote) take(r *rule, w *remoteWait, i int) (*slotStore, error) {
 	res := &w.res[i]
 	if !res.failed {
 		r.d = res.d
+		if e.p.cfg.FailureMode == config.FailLocal {
+			e.seedFallback(r, i, res.d, w.hashes[i])
+		}
 		return nil, nil
 	}
 	fb := e.fallback[i]
@@ -797,7 +822,7 @@ func (e *remote) refundAdmitted(w *remoteWait, now int64) {
 			continue
 		}
 		if lr := e.lease[i]; lr != nil {
-			e.leases.refund(lr, res.key, res.stamp, w.hashes[i], now)
+			e.leaseRefund(lr, res.key, res.stamp, w.hashes[i], now)
 			continue
 		}
 		if e.p.rules[i].conc != nil {
@@ -897,7 +922,9 @@ func (e *remote) freeCall(c *remoteCall) {
 // root-context callback).
 func (e *remote) tick() {
 	now := e.p.host.Now()
-	e.leases.tick(now, false)
+	if e.leases != nil {
+		e.leaseTick(now, false)
+	}
 	if e.nextDue != 0 && now >= e.nextDue {
 		e.expire(now)
 	}
@@ -906,50 +933,10 @@ func (e *remote) tick() {
 // inFlight reports whether calls are in flight.
 func (e *remote) inFlight() bool { return len(e.calls) > 0 }
 
-// The lease pools' side of the engine (lease.go).
-
-// leaseSend sends q, an acquire for f (f non-nil) or a return (fire and
-// forget). It reports false with the reason when the host refused the
-// call at once (a lost return counts as a refund that did not land).
-func (e *remote) leaseSend(lr *leaseRule, f *leaseFetch, q *redisrl.LeaseRequest, now int64) (string, bool) {
-	k := callReturn
-	if f != nil {
-		k = callAcquire
+// endLeases gives back every admission the lease pools hold (the root
+// context ends).
+func (e *remote) endLeases(now int64) {
+	if e != nil && e.leases != nil {
+		e.leaseTick(now, true)
 	}
-	c := e.newCall(k)
-	c.lease, c.fetch, c.lr, c.n = lr, f, q, 1
-	if why := e.post(c, now); why != "" {
-		if f == nil {
-			e.p.host.IncrementMetric(e.m.refundFailures, 1)
-		}
-		e.freeCall(c)
-		return why, false
-	}
-	return "", true
 }
-
-// leaseLive reports whether waiter x's request still waits for the
-// decision of its rule.
-func (e *remote) leaseLive(x *leaseWaiter) bool {
-	w := x.w
-	return w.id == x.id && w.s != nil && !w.res[x.i].done
-}
-
-// leaseDecide records decision d of x's rule, from a lease granted with
-// stamp (a denial when !d.Allowed).
-func (e *remote) leaseDecide(x *leaseWaiter, d algorithms.Decision, stamp int64) {
-	res := &x.w.res[x.i]
-	res.done, res.d, res.stamp = true, d, stamp
-}
-
-// leaseFailed records that x's rule could not be decided (failure_mode
-// decides it).
-func (e *remote) leaseFailed(x *leaseWaiter, why string, timeout bool) {
-	res := &x.w.res[x.i]
-	res.done, res.failed, res.why = true, true, why
-	e.countFailure(timeout)
-}
-
-// leaseComplete resumes or answers the stream of w, whose decisions are
-// all in (root-context callbacks only).
-func (e *remote) leaseComplete(w *remoteWait, now int64) { e.complete(w, now) }

@@ -472,7 +472,7 @@ func (vm *VM) OnDone(id uint32) bool {
 // returnLeases gives back what root's lease pools hold.
 func (vm *VM) returnLeases(root *Plugin) {
 	for i := 0; i < root.configs(); i++ {
-		root.configAt(i).leasePools().tick(vm.host.Now(), true)
+		root.configAt(i).remote.endLeases(vm.host.Now())
 	}
 }
 
@@ -543,6 +543,9 @@ func (vm *VM) OnTick(rootID uint32) {
 			p := root.configAt(i)
 			if p.remote != nil {
 				p.remote.tick()
+			}
+			if p.obs != nil && p.obs.top != nil {
+				p.obs.top.tick(vm.host.Now())
 			}
 			if p.holds != nil {
 				p.holds.release(vm.host.Now())

@@ -34,6 +34,7 @@ var wantProxyImports = []string{
 	"proxy_record_metric",
 	"proxy_send_local_response",
 	"proxy_set_effective_context",
+	"proxy_set_property",
 	"proxy_set_shared_data",
 	"proxy_set_tick_period_milliseconds",
 }

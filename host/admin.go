@@ -36,6 +36,8 @@ type AdminStatus struct {
 	// MetricsUnexposed are the guest metrics /metrics leaves out: their Prometheus name
 	// or series is another's.
 	MetricsUnexposed []string `json:"metrics_unexposed"`
+	// TopKeys are the rules' heavy hitters (the filter's top_keys), per rule and kind.
+	TopKeys []TopKeys `json:"top_keys"`
 }
 
 // AdminWorkerStatus is one worker in AdminStatus.
@@ -81,6 +83,7 @@ func (s Snapshot) Status() AdminStatus {
 		Workers:          []AdminWorkerStatus{},
 		Plugins:          []AdminPluginStatus{},
 		MetricsUnexposed: []string{},
+		TopKeys:          s.TopKeys,
 	}
 	a.SharedData.Keys, a.SharedData.Bytes = st.SharedData.Keys, st.SharedData.Bytes
 	for _, w := range st.Workers {

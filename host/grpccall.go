@@ -148,39 +148,34 @@ func (h *Host) grpcConn(cluster, base string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-func hcGrpcCall(v *vm, s []uint64) {
+func hcGrpcCall(v *vm, s []uint64) Status {
 	service, ok1 := v.read(u32(s[0]), u32(s[1]))
 	svcName, ok2 := v.read(u32(s[2]), u32(s[3]))
 	method, ok3 := v.read(u32(s[4]), u32(s[5]))
 	md, ok4 := v.read(u32(s[6]), u32(s[7]))
 	msg, ok5 := v.read(u32(s[8]), u32(s[9]))
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	var pairs [][2]string
 	if len(md) > 0 {
 		var ok bool
 		if pairs, ok = proxywasm.ParsePairs(md); !ok {
-			ret(s, StatusBadArgument)
-			return
+			return StatusBadArgument
 		}
 	}
 	cluster, base, st := v.h.grpcTarget(service)
 	if st != StatusOK {
 		v.log.Warn("host: proxy_grpc_call to an unknown cluster", "cluster", cluster, "status", st.String())
-		ret(s, st)
-		return
+		return st
 	}
 	root := v.curRoot
 	if root == nil {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	token := v.nextGrpcCall + calloutIncrement
 	if !v.writeU32(u32(s[11]), token) {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	v.nextGrpcCall = token
 	fullMethod := "/" + string(svcName) + "/" + string(method)
@@ -206,7 +201,7 @@ func hcGrpcCall(v *vm, s []uint64) {
 		cancel()
 		w.postAsync(job{fn: func(w *worker) { w.deliverGrpcCall(v, token, res) }})
 	}()
-	ret(s, StatusOK)
+	return StatusOK
 }
 
 func (h *Host) doGrpcCall(ctx context.Context, cluster, base, method string, req []byte) *grpcResult {
@@ -290,10 +285,10 @@ func (w *worker) deliverGrpcCall(v *vm, token uint32, res *grpcResult) {
 // hcGrpcCancel abandons a call (Envoy's Context::grpcCancel): no callback follows. An id
 // of a call that is not in flight is NOT_FOUND; a stream id is NOT_FOUND (this host opens
 // no streams); any other id is BAD_ARGUMENT.
-func hcGrpcCancel(v *vm, s []uint64) { ret(s, v.grpcEnd(u32(s[0]))) }
+func hcGrpcCancel(v *vm, s []uint64) Status { return v.grpcEnd(u32(s[0])) }
 
 // hcGrpcClose is Context::grpcClose: for a call, the same as cancel.
-func hcGrpcClose(v *vm, s []uint64) { ret(s, v.grpcEnd(u32(s[0]))) }
+func hcGrpcClose(v *vm, s []uint64) Status { return v.grpcEnd(u32(s[0])) }
 
 func (v *vm) grpcEnd(token uint32) Status {
 	switch token & calloutTypeMask {
@@ -313,17 +308,16 @@ func (v *vm) grpcEnd(token uint32) Status {
 
 // hcGrpcSend is Context::grpcSend: only for stream ids (BAD_ARGUMENT otherwise); this host
 // opens no streams (NOT_FOUND).
-func hcGrpcSend(v *vm, s []uint64) {
+func hcGrpcSend(v *vm, s []uint64) Status {
 	if u32(s[0])&calloutTypeMask != calloutGrpcStream {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
-	ret(s, StatusNotFound)
+	return StatusNotFound
 }
 
 // hcGrpcStream: streaming calls are not implemented (UNIMPLEMENTED, as cpp-host's
 // ContextBase answers).
-func hcGrpcStream(v *vm, s []uint64) {
+func hcGrpcStream(v *vm, s []uint64) Status {
 	v.h.unimplemented("proxy_grpc_stream")
-	ret(s, StatusUnimplemented)
+	return StatusUnimplemented
 }

@@ -42,42 +42,9 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 	}
 	ctx := r.Context()
 	s := h.newStream(plugin)
-	s.remoteAddr = r.RemoteAddr
-	if la, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr); ok {
-		s.localAddr = la.String()
-	}
-	s.protocol = r.Proto
-	if r.ProtoMajor == 2 {
-		s.protocol = "HTTP/2" // Envoy's name (Utility::getProtocolString), not Go's "HTTP/2.0"
-	}
+	s.connection(r)
 	s.routeName, s.clusterName = h.route(r.URL.RequestURI())
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	// The same pseudo-headers for HTTP/1.1 and HTTP/2, as Envoy gives them; for HTTP/2
-	// net/http fills r.Host from :authority and the URL from :path.
-	kv := make([][2]string, 0, len(r.Header)+4)
-	kv = append(kv, [2]string{":authority", r.Host}, [2]string{":path", r.URL.RequestURI()},
-		[2]string{":method", r.Method}, [2]string{":scheme", scheme})
-	for k, vs := range r.Header {
-		lk := lower(k)
-		if len(vs) > 1 {
-			if d, ok := joinDelim(lk, false, r.ProtoMajor == 2); ok {
-				kv = append(kv, [2]string{lk, strings.Join(vs, d)})
-				continue
-			}
-		}
-		for _, v := range vs {
-			if lk == "te" {
-				var keep bool
-				if v, keep = sanitizeTE(v); !keep {
-					continue
-				}
-			}
-			kv = append(kv, [2]string{lk, v})
-		}
-	}
+	kv := requestPairs(r)
 	s.reqHeaders.kv = kv
 	s.grpc, s.head = isGRPCRequest(&s.reqHeaders), r.Method == http.MethodHead
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
@@ -129,21 +96,7 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 	}
 	out := r
 	if !s.failed {
-		filterBody := hasBody && s.vm != nil && s.vm.onRequestBody != nil
-		// A header map the filter did not touch leaves the request as it came.
-		if changed := s.reqHeaders.edited || len(s.reqHeaders.kv) != len(kv); changed || filterBody {
-			out = r.Clone(ctx)
-			if changed {
-				applyRequest(out, &s.reqHeaders)
-			}
-			if filterBody {
-				if held != nil {
-					out.Body = held.filtered(s, h, r, prefix, s.reqBodyEOS)
-				} else {
-					out.Body = &bodyFilter{src: r.Body, s: s, h: h, r: r}
-				}
-			}
-		}
+		out = s.upstreamRequest(h, r, len(kv), hasBody, held, prefix)
 	}
 	if held != nil {
 		held.fixLength(out, prefix, s.reqBodyEOS)
@@ -153,6 +106,73 @@ func (h *Host) serveHTTP(rw http.ResponseWriter, r *http.Request, plugin int, up
 	if hasBody && held == nil && r.ProtoMajor == 1 {
 		drainDuplex(r.Body)
 	}
+}
+
+// connection records what the stream knows of r's connection: addresses and protocol.
+func (s *stream) connection(r *http.Request) {
+	s.remoteAddr = r.RemoteAddr
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		s.localAddr = la.String()
+	}
+	s.protocol = r.Proto
+	if r.ProtoMajor == 2 {
+		s.protocol = "HTTP/2" // Envoy's name (Utility::getProtocolString), not Go's "HTTP/2.0"
+	}
+}
+
+// requestPairs is r's header map as Envoy gives it to a filter: the same pseudo-headers
+// for HTTP/1.1 and HTTP/2 (for HTTP/2 net/http fills r.Host from :authority and the URL
+// from :path), lower-case names, repeated headers joined where Envoy joins them.
+func requestPairs(r *http.Request) [][2]string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	kv := make([][2]string, 0, len(r.Header)+4)
+	kv = append(kv, [2]string{":authority", r.Host}, [2]string{":path", r.URL.RequestURI()},
+		[2]string{":method", r.Method}, [2]string{":scheme", scheme})
+	for k, vs := range r.Header {
+		lk := lower(k)
+		if len(vs) > 1 {
+			if d, ok := joinDelim(lk, false, r.ProtoMajor == 2); ok {
+				kv = append(kv, [2]string{lk, strings.Join(vs, d)})
+				continue
+			}
+		}
+		for _, v := range vs {
+			if lk == "te" {
+				var keep bool
+				if v, keep = sanitizeTE(v); !keep {
+					continue
+				}
+			}
+			kv = append(kv, [2]string{lk, v})
+		}
+	}
+	return kv
+}
+
+// upstreamRequest is the request the upstream gets: r itself when the filter neither
+// edited its headers (it had pairs of them) nor reads its body, else a clone with the
+// filter's headers and a body that passes through the filter.
+func (s *stream) upstreamRequest(h *Host, r *http.Request, pairs int, hasBody bool, held *heldBody, prefix []byte) *http.Request {
+	filterBody := hasBody && s.vm != nil && s.vm.onRequestBody != nil
+	changed := s.reqHeaders.edited || len(s.reqHeaders.kv) != pairs
+	if !changed && !filterBody {
+		return r
+	}
+	out := r.Clone(r.Context())
+	if changed {
+		applyRequest(out, &s.reqHeaders)
+	}
+	if filterBody {
+		if held != nil {
+			out.Body = held.filtered(s, h, r, prefix, s.reqBodyEOS)
+		} else {
+			out.Body = &bodyFilter{src: r.Body, s: s, h: h, r: r}
+		}
+	}
+	return out
 }
 
 // maxDrain bounds what drainDuplex reads of a request body nobody read (net/http's own

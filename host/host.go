@@ -402,7 +402,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 			if v.allow != nil {
 				v.checkAllowed(qualified)
 			}
-			fn(v, stack)
+			stack[0] = uint64(fn(v, stack))
 		}), hc.params, hc.results).Export(name)
 		defined[name] = true
 	}

@@ -15,7 +15,7 @@ import (
 
 type hostCall struct {
 	params, results []api.ValueType
-	fn              func(v *vm, stack []uint64)
+	fn              func(v *vm, stack []uint64) Status
 }
 
 const (
@@ -54,8 +54,8 @@ func init() {
 		"proxy_get_property":                 {sig(4), r, hcGetProperty},
 		"proxy_send_local_response":          {sig(8), r, hcSendLocalResponse},
 		"proxy_continue_stream":              {sig(1), r, hcContinueStream},
-		"proxy_continue_request":             {sig(0), r, func(v *vm, s []uint64) { s[0] = uint64(v.continueStream(streamHTTPRequest)) }},
-		"proxy_continue_response":            {sig(0), r, func(v *vm, s []uint64) { s[0] = uint64(v.continueStream(streamHTTPResponse)) }},
+		"proxy_continue_request":             {sig(0), r, func(v *vm, _ []uint64) Status { return v.continueStream(streamHTTPRequest) }},
+		"proxy_continue_response":            {sig(0), r, func(v *vm, _ []uint64) Status { return v.continueStream(streamHTTPResponse) }},
 		"proxy_set_effective_context":        {sig(1), r, hcSetEffectiveContext},
 		"proxy_get_shared_data":              {sig(5), r, hcGetSharedData},
 		"proxy_set_shared_data":              {sig(5), r, hcSetSharedData},
@@ -72,8 +72,6 @@ func init() {
 		"proxy_done":                         {sig(0), r, hcDone},
 	}
 }
-
-func ret(stack []uint64, s Status) { stack[0] = uint64(s) }
 
 func u32(x uint64) uint32 { return uint32(x) }
 
@@ -93,20 +91,19 @@ func guestLevel(l uint32) slog.Level {
 	return slog.LevelError + 4
 }
 
-func hcLog(v *vm, s []uint64) {
+func hcLog(v *vm, s []uint64) Status {
 	lvl := guestLevel(u32(s[0]))
 	msg, ok := v.read(u32(s[1]), u32(s[2]))
 	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	if lvl >= v.h.opts.LogLevel && v.log.Enabled(context.Background(), lvl) {
 		v.log.Log(context.Background(), lvl, string(msg), "context", v.curID)
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
-func hcGetLogLevel(v *vm, s []uint64) {
+func hcGetLogLevel(v *vm, s []uint64) Status {
 	l := v.h.opts.LogLevel
 	var p uint32
 	switch {
@@ -124,36 +121,33 @@ func hcGetLogLevel(v *vm, s []uint64) {
 		p = logCritical
 	}
 	if !v.writeU32(u32(s[0]), p) {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
-func hcGetTime(v *vm, s []uint64) {
+func hcGetTime(v *vm, s []uint64) Status {
 	if !v.writeU64(u32(s[0]), uint64(v.h.clock.Now().UnixNano())) {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
 // hcSetTickPeriod sets the tick period of the effective context's root context (the
 // stream's parent when called from a stream, as cpp-host passes the context's
 // root_context_id to Envoy's Wasm::setTickPeriod); 0 stops that root's ticks. The first
 // tick comes one period later. Before any root exists (_initialize) → BAD_ARGUMENT.
-func hcSetTickPeriod(v *vm, s []uint64) {
+func hcSetTickPeriod(v *vm, s []uint64) Status {
 	r := v.curRoot
 	if r == nil {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	r.tickMS = u32(s[0])
 	if r.tickMS > 0 {
 		r.nextTick = v.h.clock.Now().Add(time.Duration(r.tickMS) * time.Millisecond)
 	}
 	v.tickChanged = true
-	ret(s, StatusOK)
+	return StatusOK
 }
 
 // buffer returns the buffer of type t for the effective context; nil, false when it is not
@@ -185,30 +179,27 @@ func (v *vm) buffer(t uint32) (*[]byte, bool) {
 	return nil, false
 }
 
-func hcGetBufferBytes(v *vm, s []uint64) {
+func hcGetBufferBytes(v *vm, s []uint64) Status {
 	b, ok := v.buffer(u32(s[0]))
 	if !ok {
-		ret(s, StatusNotFound)
-		return
+		return StatusNotFound
 	}
 	start, max := uint64(u32(s[1])), uint64(u32(s[2]))
 	data := *b
 	if start > uint64(len(data)) {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	end := start + max
 	if end > uint64(len(data)) {
 		end = uint64(len(data))
 	}
-	ret(s, v.returnBytes(data[start:end], u32(s[3]), u32(s[4])))
+	return v.returnBytes(data[start:end], u32(s[3]), u32(s[4]))
 }
 
-func hcGetBufferStatus(v *vm, s []uint64) {
+func hcGetBufferStatus(v *vm, s []uint64) Status {
 	b, ok := v.buffer(u32(s[0]))
 	if !ok {
-		ret(s, StatusNotFound)
-		return
+		return StatusNotFound
 	}
 	var flags uint32
 	if c := v.cur; c != nil {
@@ -220,31 +211,27 @@ func hcGetBufferStatus(v *vm, s []uint64) {
 		}
 	}
 	if !v.writeU32(u32(s[1]), uint32(len(*b))) || !v.writeU32(u32(s[2]), flags) {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
 // hcSetBufferBytes follows Envoy: start 0 and size 0 prepends; start 0 and size >= length
 // replaces everything; start >= length appends; anything else is BAD_ARGUMENT.
-func hcSetBufferBytes(v *vm, s []uint64) {
+func hcSetBufferBytes(v *vm, s []uint64) Status {
 	t := u32(s[0])
 	if t != bufferRequestBody && t != bufferResponseBody {
 		if _, ok := v.extBuffers[t]; !ok {
-			ret(s, StatusBadArgument)
-			return
+			return StatusBadArgument
 		}
 	}
 	b, ok := v.buffer(t)
 	if !ok {
-		ret(s, StatusNotFound)
-		return
+		return StatusNotFound
 	}
 	data, ok := v.read(u32(s[3]), u32(s[4]))
 	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	start, size := int(u32(s[1])), int(u32(s[2]))
 	cur := *b
@@ -257,8 +244,7 @@ func hcSetBufferBytes(v *vm, s []uint64) {
 	case start >= len(cur):
 		out = append(cur, data...)
 	default:
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	switch t {
 	case bufferRequestBody:
@@ -268,7 +254,7 @@ func hcSetBufferBytes(v *vm, s []uint64) {
 	default:
 		v.extBuffers[t] = out
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
 // headerMap returns the map of type t for the effective context.
@@ -306,72 +292,68 @@ func (v *vm) headerMap(t uint32) (*headerMap, Status) {
 	return nil, StatusBadArgument
 }
 
-func hcGetHeaderMapPairs(v *vm, s []uint64) {
+func hcGetHeaderMapPairs(v *vm, s []uint64) Status {
 	m, st := v.headerMap(u32(s[0]))
 	if st != StatusOK {
-		ret(s, st)
-		return
+		return st
 	}
 	n := uint32(proxywasm.PairsSize(m.kv))
 	p := v.alloc(n)
 	if p == 0 {
-		ret(s, StatusInternalFailure)
-		return
+		return StatusInternalFailure
 	}
 	dst, ok := v.read(p, n)
 	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	proxywasm.PutPairs(dst, m.kv)
 	if !v.writeU32(u32(s[1]), p) || !v.writeU32(u32(s[2]), n) {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
-func hcSetHeaderMapPairs(v *vm, s []uint64) {
+// headerMapAndBytes reads a host call's first three arguments: a header map type and the
+// guest memory (pointer, size) that the call gives with it.
+func (v *vm) headerMapAndBytes(s []uint64) (*headerMap, []byte, Status) {
 	m, st := v.headerMap(u32(s[0]))
 	if st != StatusOK {
-		ret(s, st)
-		return
+		return nil, nil, st
 	}
 	b, ok := v.read(u32(s[1]), u32(s[2]))
 	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return nil, nil, StatusInvalidMemoryAccess
+	}
+	return m, b, StatusOK
+}
+
+func hcSetHeaderMapPairs(v *vm, s []uint64) Status {
+	m, b, st := v.headerMapAndBytes(s)
+	if st != StatusOK {
+		return st
 	}
 	kv, ok := proxywasm.ParsePairs(b)
 	if !ok {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	for i := range kv {
 		kv[i][0] = lower(kv[i][0])
 	}
 	m.kv = kv
 	m.edited = true
-	ret(s, StatusOK)
+	return StatusOK
 }
 
-func hcGetHeaderMapValue(v *vm, s []uint64) {
-	m, st := v.headerMap(u32(s[0]))
+func hcGetHeaderMapValue(v *vm, s []uint64) Status {
+	m, key, st := v.headerMapAndBytes(s)
 	if st != StatusOK {
-		ret(s, st)
-		return
-	}
-	key, ok := v.read(u32(s[1]), u32(s[2]))
-	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return st
 	}
 	val, found := m.getBytes(key)
 	if !found {
-		ret(s, StatusNotFound)
-		return
+		return StatusNotFound
 	}
-	ret(s, v.returnString(val, u32(s[3]), u32(s[4])))
+	return v.returnString(val, u32(s[3]), u32(s[4]))
 }
 
 func (v *vm) readKV(s []uint64) (string, string, Status) {
@@ -405,58 +387,48 @@ func (v *vm) headerName(k []byte) string {
 	return s
 }
 
-func hcAddHeaderMapValue(v *vm, s []uint64) {
+func hcAddHeaderMapValue(v *vm, s []uint64) Status {
 	m, st := v.headerMap(u32(s[0]))
 	if st != StatusOK {
-		ret(s, st)
-		return
+		return st
 	}
 	k, val, st := v.readKV(s)
 	if st == StatusOK {
 		m.kv = append(m.kv, [2]string{k, val})
 	}
-	ret(s, st)
+	return st
 }
 
-func hcReplaceHeaderMapValue(v *vm, s []uint64) {
+func hcReplaceHeaderMapValue(v *vm, s []uint64) Status {
 	m, st := v.headerMap(u32(s[0]))
 	if st != StatusOK {
-		ret(s, st)
-		return
+		return st
 	}
 	k, val, st := v.readKV(s)
 	if st == StatusOK {
 		m.replace(k, val)
 	}
-	ret(s, st)
+	return st
 }
 
-func hcRemoveHeaderMapValue(v *vm, s []uint64) {
-	m, st := v.headerMap(u32(s[0]))
+func hcRemoveHeaderMapValue(v *vm, s []uint64) Status {
+	m, key, st := v.headerMapAndBytes(s)
 	if st != StatusOK {
-		ret(s, st)
-		return
-	}
-	key, ok := v.read(u32(s[1]), u32(s[2]))
-	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return st
 	}
 	m.removeBytes(key)
-	ret(s, StatusOK)
+	return StatusOK
 }
 
-func hcGetHeaderMapSize(v *vm, s []uint64) {
+func hcGetHeaderMapSize(v *vm, s []uint64) Status {
 	m, st := v.headerMap(u32(s[0]))
 	if st != StatusOK {
-		ret(s, st)
-		return
+		return st
 	}
 	if !v.writeU32(u32(s[1]), uint32(proxywasm.PairsSize(m.kv))) {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
 func int64LE(n int64) []byte {
@@ -569,46 +541,39 @@ func (v *vm) property(path []byte) (str string, b []byte, ok bool) {
 	return "", nil, false
 }
 
-func hcGetProperty(v *vm, s []uint64) {
+func hcGetProperty(v *vm, s []uint64) Status {
 	path, ok := v.read(u32(s[0]), u32(s[1]))
 	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	str, b, found := v.property(path)
 	if !found {
-		ret(s, StatusNotFound)
-		return
+		return StatusNotFound
 	}
 	if b != nil {
-		ret(s, v.returnBytes(b, u32(s[2]), u32(s[3])))
-		return
+		return v.returnBytes(b, u32(s[2]), u32(s[3]))
 	}
-	ret(s, v.returnString(str, u32(s[2]), u32(s[3])))
+	return v.returnString(str, u32(s[2]), u32(s[3]))
 }
 
-func hcSendLocalResponse(v *vm, s []uint64) {
+func hcSendLocalResponse(v *vm, s []uint64) Status {
 	c := v.cur
 	if c == nil {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	details, ok1 := v.read(u32(s[1]), u32(s[2]))
 	body, ok2 := v.read(u32(s[3]), u32(s[4]))
 	hdrs, ok3 := v.read(u32(s[5]), u32(s[6]))
 	if !ok1 || !ok2 || !ok3 {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	kv, ok := proxywasm.ParsePairs(hdrs)
 	if !ok {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	status := int(u32(s[0]))
 	if status < 100 || status > 999 {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	for i := range kv {
 		kv[i][0] = lower(kv[i][0])
@@ -630,11 +595,11 @@ func hcSendLocalResponse(v *vm, s []uint64) {
 			v.w.wake(c)
 		}
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
-func hcContinueStream(v *vm, s []uint64) {
-	ret(s, v.continueStream(int(u32(s[0]))))
+func hcContinueStream(v *vm, s []uint64) Status {
+	return v.continueStream(int(u32(s[0])))
 }
 
 func (v *vm) continueStream(t int) Status {
@@ -659,79 +624,73 @@ func (v *vm) continueStream(t int) Status {
 // returned (worker.deleteDone). NOT_FOUND when that root is not waiting for it — it has not
 // had proxy_on_done, answered true, or called proxy_done already (cpp-host's WasmBase::done,
 // src/wasm.cc, finds no pending_done_ entry for the plugin).
-func hcDone(v *vm, s []uint64) {
+func hcDone(v *vm, s []uint64) Status {
 	r := v.curRoot
 	if r == nil || !r.pendingDone {
-		ret(s, StatusNotFound)
-		return
+		return StatusNotFound
 	}
 	r.pendingDone = false
 	v.doneRoots = append(v.doneRoots, r)
-	ret(s, StatusOK)
+	return StatusOK
 }
 
-func hcSetEffectiveContext(v *vm, s []uint64) {
+func hcSetEffectiveContext(v *vm, s []uint64) Status {
 	if !v.setCurrent(u32(s[0])) {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
-	ret(s, StatusOK)
+	return StatusOK
 }
 
-func hcGetSharedData(v *vm, s []uint64) {
+func hcGetSharedData(v *vm, s []uint64) Status {
 	key, ok := v.read(u32(s[0]), u32(s[1]))
 	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	val, cas, found := v.h.shared.GetInto(key, v.scratch[:0])
 	v.scratch = val[:0]
 	if !found {
-		ret(s, StatusNotFound)
-		return
+		return StatusNotFound
 	}
 	st := v.returnBytes(val, u32(s[2]), u32(s[3]))
 	if st == StatusOK && !v.writeU32(u32(s[4]), cas) {
 		st = StatusInvalidMemoryAccess
 	}
-	ret(s, st)
+	return st
 }
 
-func hcSetSharedData(v *vm, s []uint64) {
+func hcSetSharedData(v *vm, s []uint64) Status {
 	key, ok1 := v.read(u32(s[0]), u32(s[1]))
 	val, ok2 := v.read(u32(s[2]), u32(s[3]))
 	if !ok1 || !ok2 {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
-	ret(s, v.h.shared.SetBytes(key, val, u32(s[4])))
+	return v.h.shared.SetBytes(key, val, u32(s[4]))
 }
 
-func hcDefineMetric(v *vm, s []uint64) {
+func hcDefineMetric(v *vm, s []uint64) Status {
 	name, ok := v.read(u32(s[1]), u32(s[2]))
 	if !ok {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	id, st := v.h.metrics.define(MetricType(u32(s[0])), string(name))
 	if st == StatusOK && !v.writeU32(u32(s[3]), id) {
 		st = StatusInvalidMemoryAccess
 	}
-	ret(s, st)
+	return st
 }
 
-func hcIncrementMetric(v *vm, s []uint64) {
-	ret(s, v.h.metrics.increment(u32(s[0]), int64(s[1])))
+func hcIncrementMetric(v *vm, s []uint64) Status {
+	return v.h.metrics.increment(u32(s[0]), int64(s[1]))
 }
 
-func hcRecordMetric(v *vm, s []uint64) {
-	ret(s, v.h.metrics.record(u32(s[0]), s[1]))
+func hcRecordMetric(v *vm, s []uint64) Status {
+	return v.h.metrics.record(u32(s[0]), s[1])
 }
 
-func hcGetMetric(v *vm, s []uint64) {
+func hcGetMetric(v *vm, s []uint64) Status {
 	val, st := v.h.metrics.value(u32(s[0]))
 	if st == StatusOK && !v.writeU64(u32(s[1]), val) {
 		st = StatusInvalidMemoryAccess
 	}
-	ret(s, st)
+	return st
 }

@@ -27,32 +27,28 @@ type httpCallResult struct {
 // maxHTTPCallBody bounds the body of an http call response kept for the guest.
 const maxHTTPCallBody = 16 << 20
 
-func hcHTTPCall(v *vm, s []uint64) {
+func hcHTTPCall(v *vm, s []uint64) Status {
 	cluster, ok1 := v.read(u32(s[0]), u32(s[1]))
 	hdrs, ok2 := v.read(u32(s[2]), u32(s[3]))
 	body, ok3 := v.read(u32(s[4]), u32(s[5]))
 	if !ok1 || !ok2 || !ok3 {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	kv, ok := proxywasm.ParsePairs(hdrs)
 	if !ok {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	base, ok := v.h.opts.Clusters[string(cluster)]
 	if !ok {
 		v.log.Warn("host: proxy_http_call to an unknown cluster", "cluster", string(cluster))
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	m := headerMap{kv: kv}
 	method, ok1 := m.get(":method")
 	path, ok2 := m.get(":path")
 	authority, ok3 := m.get(":authority")
 	if !ok1 || !ok2 || !ok3 || method == "" || path == "" {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	timeout := time.Duration(u32(s[8])) * time.Millisecond
 	if timeout <= 0 {
@@ -60,19 +56,16 @@ func hcHTTPCall(v *vm, s []uint64) {
 	}
 	root := v.curRoot
 	if root == nil {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	v.nextCallout++
 	id := v.nextCallout
 	if !v.writeU32(u32(s[9]), id) {
-		ret(s, StatusInvalidMemoryAccess)
-		return
+		return StatusInvalidMemoryAccess
 	}
 	req, err := http.NewRequest(method, strings.TrimSuffix(base, "/")+path, bytes.NewReader(append([]byte(nil), body...)))
 	if err != nil {
-		ret(s, StatusBadArgument)
-		return
+		return StatusBadArgument
 	}
 	req.Host = authority
 	for _, p := range kv {
@@ -90,7 +83,7 @@ func hcHTTPCall(v *vm, s []uint64) {
 		cancel()
 		w.postAsync(job{fn: func(w *worker) { w.deliverHTTPCall(v, id, res) }})
 	}()
-	ret(s, StatusOK)
+	return StatusOK
 }
 
 func (h *Host) doHTTPCall(ctx context.Context, req *http.Request) *httpCallResult {

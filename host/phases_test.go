@@ -27,7 +27,7 @@ func BenchmarkSluicePhases(b *testing.B) {
 	for name, hc := range saved {
 		n, fn := new(int), hc.fn
 		counts[name] = n
-		hc.fn = func(v *vm, s []uint64) { *n++; fn(v, s) }
+		hc.fn = func(v *vm, s []uint64) Status { *n++; return fn(v, s) }
 		wrapped[name] = hc
 	}
 	builtinHostCalls = wrapped

@@ -23,6 +23,8 @@ type Snapshot struct {
 	Plugins []Plugin
 	// Metrics are the guest's metrics, sorted by Name, with their Prometheus names.
 	Metrics []Metric
+	// TopKeys are the filter's top-keys summaries in shared data (topkeys.go).
+	TopKeys []TopKeys
 }
 
 // Plugin is the state of one plugin of the module (Options.PluginConfig is plugin 0,
@@ -63,6 +65,7 @@ func (h *Host) Snapshot() Snapshot {
 		FailurePolicy:    h.opts.FailurePolicy,
 		MemoryLimitBytes: uint64(h.opts.MemoryLimitPages) * 65536,
 		Metrics:          h.Metrics(),
+		TopKeys:          topKeysOf(h.shared),
 	}
 	select {
 	case <-h.stopping:

@@ -194,10 +194,10 @@ func TestCloseDeadline(t *testing.T) {
 				t.Fatal(err)
 			}
 			took := time.Since(start)
-			// The bound says that the deadline ended the wait (without it Close waits for
-			// the held roots forever); 10× the deadline, so that a loaded machine's
-			// scheduling delays do not fail it. The metrics below say how it ended.
-			if took < 300*time.Millisecond || took > 3*time.Second {
+			// Close returned, so the deadline ended the wait (without it Close waits for
+			// the held roots forever, and the test times out); not before the deadline.
+			// The metrics and the warning below say how it ended.
+			if took < 300*time.Millisecond {
 				t.Errorf("Close took %v with a 300 ms deadline", took)
 			}
 			if d, r, del := stopperMetric(h, "done"), stopperMetric(h, "replies"), stopperMetric(h, "deleted"); d != 2 || r != 0 || del != 2 {

@@ -107,6 +107,10 @@ func wasiFor(flavor wasiFlavor) []wasiFunc {
 	return fs
 }
 
+// wasiFuncs is the table of the WASI functions the host provides, one entry per
+// function with its signature and its behaviour as Envoy's hosts give it. It is long
+// because it is a table: an entry per function, read and compared line by line with
+// the hosts' own lists, not a sequence of steps.
 func wasiFuncs() []wasiFunc {
 	w := func(n int) []api.ValueType { return sig(n) }
 	r := []api.ValueType{i32}

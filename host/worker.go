@@ -492,68 +492,8 @@ func (w *worker) advance(s *stream) {
 			continue // s.failed is set
 		}
 		v.cur, v.curID, v.curRoot = s, s.id, s.root
-		switch step {
-		case stepReqHeaders:
-			w.requests.Add(1)
-			r, err := v.call(v.onRequestHeaders, uint64(s.id), uint64(len(s.reqHeaders.kv)), b2u(s.reqHeadersEOS))
-			if err != nil {
-				w.trap(v, "proxy_on_request_headers", err)
-				s.failed = true
-				continue
-			}
-			if (r == actionPause || v.lastStopped) && s.local == nil {
-				// Pause, or StopAllIterationAndWatermark because a local reply for another
-				// stream raised cpp-host's VM-wide flag during this callback: either way the
-				// stream waits for proxy_continue_stream.
-				s.paused, s.pauseOn = true, streamHTTPRequest
-				if r == actionPause && !v.lastStopped && !s.reqHeadersEOS && w.h.opts.AllowOnHeadersStopIteration {
-					s.held = true // allow_on_headers_stop_iteration: the body still flows (held.go)
-				}
-			}
-		case stepReqBody:
-			s.bodyAction = actionContinue
-			if v.onRequestBody != nil {
-				r, err := v.call(v.onRequestBody, uint64(s.id), uint64(len(s.reqBody)), b2u(s.reqBodyEOS))
-				if err != nil {
-					w.trap(v, "proxy_on_request_body", err)
-					s.failed = true
-					continue
-				}
-				s.bodyAction = r
-				if v.lastStopped {
-					s.bodyAction = actionPause
-				}
-			}
-			if s.held {
-				w.heldBodyDone(s)
-			}
-		case stepRespHeaders:
-			s.respPhase = true
-			if v.onResponseHeaders != nil {
-				r, err := v.call(v.onResponseHeaders, uint64(s.id), uint64(len(s.respHeaders.kv)), b2u(s.respHeadersEOS))
-				if err != nil {
-					w.trap(v, "proxy_on_response_headers", err)
-					s.failed = true
-					continue
-				}
-				if (r == actionPause || v.lastStopped) && s.local == nil {
-					s.paused, s.pauseOn = true, streamHTTPResponse
-				}
-			}
-		case stepRespBody:
-			s.bodyAction = actionContinue
-			if v.onRespBody != nil {
-				r, err := v.call(v.onRespBody, uint64(s.id), uint64(len(s.respBody)), b2u(s.respBodyEOS))
-				if err != nil {
-					w.trap(v, "proxy_on_response_body", err)
-					s.failed = true
-					continue
-				}
-				s.bodyAction = r
-				if v.lastStopped {
-					s.bodyAction = actionPause
-				}
-			}
+		if !w.callStep(v, s, step) {
+			continue // trapped: s.failed is set
 		}
 		if s.local != nil {
 			// A local response ends the phase it was sent in.
@@ -568,6 +508,75 @@ func (w *worker) advance(s *stream) {
 	if !s.paused {
 		s.signal()
 	}
+}
+
+// callStep calls the plugin's callback of step on VM v for stream s; false when the VM
+// trapped (s is failed).
+func (w *worker) callStep(v *vm, s *stream, step uint8) bool {
+	switch step {
+	case stepReqHeaders:
+		w.requests.Add(1)
+		r, err := v.call(v.onRequestHeaders, uint64(s.id), uint64(len(s.reqHeaders.kv)), b2u(s.reqHeadersEOS))
+		if err != nil {
+			w.trap(v, "proxy_on_request_headers", err)
+			s.failed = true
+			return false
+		}
+		if (r == actionPause || v.lastStopped) && s.local == nil {
+			// Pause, or StopAllIterationAndWatermark because a local reply for another
+			// stream raised cpp-host's VM-wide flag during this callback: either way the
+			// stream waits for proxy_continue_stream.
+			s.paused, s.pauseOn = true, streamHTTPRequest
+			if r == actionPause && !v.lastStopped && !s.reqHeadersEOS && w.h.opts.AllowOnHeadersStopIteration {
+				s.held = true // allow_on_headers_stop_iteration: the body still flows (held.go)
+			}
+		}
+	case stepReqBody:
+		s.bodyAction = actionContinue
+		if v.onRequestBody != nil {
+			r, err := v.call(v.onRequestBody, uint64(s.id), uint64(len(s.reqBody)), b2u(s.reqBodyEOS))
+			if err != nil {
+				w.trap(v, "proxy_on_request_body", err)
+				s.failed = true
+				return false
+			}
+			s.bodyAction = r
+			if v.lastStopped {
+				s.bodyAction = actionPause
+			}
+		}
+		if s.held {
+			w.heldBodyDone(s)
+		}
+	case stepRespHeaders:
+		s.respPhase = true
+		if v.onResponseHeaders != nil {
+			r, err := v.call(v.onResponseHeaders, uint64(s.id), uint64(len(s.respHeaders.kv)), b2u(s.respHeadersEOS))
+			if err != nil {
+				w.trap(v, "proxy_on_response_headers", err)
+				s.failed = true
+				return false
+			}
+			if (r == actionPause || v.lastStopped) && s.local == nil {
+				s.paused, s.pauseOn = true, streamHTTPResponse
+			}
+		}
+	case stepRespBody:
+		s.bodyAction = actionContinue
+		if v.onRespBody != nil {
+			r, err := v.call(v.onRespBody, uint64(s.id), uint64(len(s.respBody)), b2u(s.respBodyEOS))
+			if err != nil {
+				w.trap(v, "proxy_on_response_body", err)
+				s.failed = true
+				return false
+			}
+			s.bodyAction = r
+			if v.lastStopped {
+				s.bodyAction = actionPause
+			}
+		}
+	}
+	return true
 }
 
 // vmFor returns the VM the stream lives on, creating the stream's context on the first step.

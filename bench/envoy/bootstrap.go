@@ -27,6 +27,9 @@ type family struct {
 	algorithm string // token_bucket, sliding_window
 	headers   string // response headers: none, both
 	never     bool   // the rule matches path_prefix /never/: no request is ever limited
+	// observe is more top-level members of the configuration: "access_log", "top_keys"
+	// (the families measuring their cost against tb-none; throughput only)
+	observe string
 	// baseline families are measured on one variant only (the filter ignores keys):
 	// baselineVariant, or only when set.
 	baseline bool
@@ -80,6 +83,20 @@ var families = []family{
 	{name: "dm-sw-none", what: "the dynamic module libsluice.so configured as sw-none", kind: "dynmod", algorithm: "sliding_window", headers: "none"},
 }
 
+// observeFamilies measure what "who is limited, and why" costs an admitted request, against
+// tb-none and dm-tb-none: run only when -families names them.
+var observeFamilies = []family{
+	{name: "tb-alog", what: "tb-none with access_log at near_limit_percent 100: every request writes its decision (5 filter-state objects), the worst case", kind: "sluice", algorithm: "token_bucket", headers: "none", observe: obsAccessLog},
+	{name: "tb-top", what: "tb-none with top_keys (size 64, raw keys): every request counted in the rule's summary, merged into shared data each second", kind: "sluice", algorithm: "token_bucket", headers: "none", observe: obsTopKeys},
+	{name: "dm-tb-alog", what: "the dynamic module libsluice.so configured as tb-alog (5 dynamic-metadata fields per request)", kind: "dynmod", algorithm: "token_bucket", headers: "none", observe: obsAccessLog},
+	{name: "dm-tb-top", what: "the dynamic module libsluice.so configured as tb-top", kind: "dynmod", algorithm: "token_bucket", headers: "none", observe: obsTopKeys},
+}
+
+const (
+	obsAccessLog = `"access_log":{"key":"hashed","near_limit_percent":100}`
+	obsTopKeys   = `"top_keys":{"size":64,"key":"raw"}`
+)
+
 // The dynamic modules' names: Envoy loads lib<name>.so from $ENVOY_DYNAMIC_MODULES_SEARCH_PATH,
 // a directory holding both (one libsluice.so per process: one Go runtime serves every
 // configuration of the dynamic-module families).
@@ -131,8 +148,12 @@ func pluginConfig(f family, v variant) string {
 	if f.never {
 		match = `"match":{"path_prefix":"/never/"},`
 	}
-	return fmt.Sprintf(`{"rules":[{"name":%q,%s"key":[{"header":%q}],"algorithm":%q,"limit":%d,"window":%q}],"response":{"headers":%q}}`,
-		setup{f, v}.ruleName(), match, keyHeader, f.algorithm, limit, window, f.headers)
+	observe := ""
+	if f.observe != "" {
+		observe = "," + f.observe
+	}
+	return fmt.Sprintf(`{"rules":[{"name":%q,%s"key":[{"header":%q}],"algorithm":%q,"limit":%d,"window":%q}],"response":{"headers":%q}%s}`,
+		setup{f, v}.ruleName(), match, keyHeader, f.algorithm, limit, window, f.headers, observe)
 }
 
 // listenerName is the listener serving a configuration.

@@ -123,7 +123,7 @@ func main() {
 	flag.StringVar(&o.wasmB, "wasm-b", "", "a second sluice.wasm (say, built before a change): every sluice family selected is also run on it as FAMILY-b, in the same rounds, and the goals table adds each -b family against its own")
 	flag.StringVar(&o.dynmod, "dynmod", "", "libsluice.so to load (default: built from this checkout into a temporary directory)")
 	flag.StringVar(&o.out, "out", "", "results file (default: bench/envoy/results.txt in the repository; \"-\": none)")
-	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all; none and native are always run, noop and the floors unless only dm-* families are named, dm-noop-c and dm-noop-go with any dm-* family: the ratios need them)")
+	flag.StringVar(&o.only, "families", "", "comma-separated families to run (default all but tb-alog, tb-top, dm-tb-alog, dm-tb-top; none and native are always run, noop and the floors unless only dm-* families are named, dm-noop-c and dm-noop-go with any dm-* family: the ratios need them)")
 	flag.StringVar(&o.phases, "phases", strings.Join(allPhases, ","), "comma-separated phases to run (latency needs throughput)")
 	flag.IntVar(&o.memRequests, "mem-requests", 300_000, "memory: requests before the RSS readings (in three parts)")
 	flag.IntVar(&o.memKeys, "mem-keys", 200_000, "memory: distinct keys sent after the requests (rate-limiting families)")
@@ -327,8 +327,9 @@ func selectFamilies(only string, dm bool, b string) ([]family, error) {
 			want[n] = true
 		}
 	}
+	all := append(families[:len(families):len(families)], observeFamilies...)
 	var names []string
-	for _, f := range families {
+	for _, f := range all {
 		names = append(names, f.name)
 	}
 	dmNamed, wasmNamed := false, false
@@ -336,7 +337,7 @@ func selectFamilies(only string, dm bool, b string) ([]family, error) {
 		if !slices.Contains(names, n) {
 			return nil, fmt.Errorf("-families: unknown family %q (have %s)", n, strings.Join(names, ", "))
 		}
-		f := families[slices.Index(names, n)]
+		f := all[slices.Index(names, n)]
 		if f.dynmod() && !dm {
 			return nil, fmt.Errorf("-families: %s needs an Envoy that loads libsluice.so (%s or later)", n, dynmodMinVersion)
 		}
@@ -344,11 +345,13 @@ func selectFamilies(only string, dm bool, b string) ([]family, error) {
 		wasmNamed = wasmNamed || !f.dynmod() && f.kind != "none" && f.kind != "native"
 	}
 	var fs []family
-	for _, f := range families {
+	for _, f := range all {
 		var in bool
 		switch {
 		case f.dynmod() && !dm:
 			in = false
+		case f.observe != "":
+			in = want[f.name]
 		case len(want) == 0, want[f.name], f.kind == "none", f.kind == "native": // the ratios need them
 			in = true
 		case f.baseline && f.dynmod():
@@ -421,7 +424,7 @@ func configurations(fams []family) []setup {
 func latencyFamilies(fams []family) []family {
 	var out []family
 	for _, f := range fams {
-		if f.kind == "native" || f.limiter() {
+		if f.kind == "native" || f.limiter() && f.observe == "" {
 			out = append(out, f)
 		}
 	}
@@ -677,14 +680,14 @@ func (e *env) memory(f family) (memSample, error) {
 	if err != nil {
 		return ms, err
 	}
-	hs := parseStats(heap)
+	hs := envoyproc.ParseStats(heap)
 	ms.heapUsedMB, ms.heapMB = float64(hs["server.memory_allocated"])/(1<<20), float64(hs["server.memory_heap_size"])/(1<<20)
 	body, err := p.get("/stats?filter=^wasm")
 	if err != nil {
 		return ms, err
 	}
 	ms.wasm = map[string]int64{}
-	for n, v := range parseStats(body) {
+	for n, v := range envoyproc.ParseStats(body) {
 		if keepWasmStat(n) {
 			ms.wasm[n] = v
 		}
@@ -736,7 +739,7 @@ func (e *env) startup(f family, r int) (startSample, error) {
 		return startSample{}, err
 	}
 	return startSample{ready: ready, p99: rep.P99, max: rep.Max, requests: rep.Requests,
-		workers: workerConnections(parseStats(body), port)}, nil
+		workers: workerConnections(envoyproc.ParseStats(body), port)}, nil
 }
 
 type loadReport = loadgen.Report

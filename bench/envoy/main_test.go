@@ -33,9 +33,9 @@ func TestParseRSS(t *testing.T) {
 }
 
 func TestParseStatsAndKeep(t *testing.T) {
-	m := parseStats("wasm.envoy.wasm.runtime.v8.active: 4\nwasm.sluice.vm_reload: 0\nwasmcustom.sluice.guest.heap_bytes: 146432\nsome.histogram: P0(nan,1)\n")
+	m := envoyproc.ParseStats("wasm.envoy.wasm.runtime.v8.active: 4\nwasm.sluice.vm_reload: 0\nwasmcustom.sluice.guest.heap_bytes: 146432\nsome.histogram: P0(nan,1)\n")
 	if len(m) != 3 || m["wasm.envoy.wasm.runtime.v8.active"] != 4 {
-		t.Errorf("parseStats = %v", m)
+		t.Errorf("ParseStats = %v", m)
 	}
 	for n, want := range map[string]bool{
 		"wasm.envoy.wasm.runtime.v8.active":  true,
@@ -404,7 +404,7 @@ func TestDynmodSpoken(t *testing.T) {
 }
 
 func TestWorkerConnections(t *testing.T) {
-	st := parseStats("listener.127.0.0.1_4001.worker_0.downstream_cx_total: 8\nlistener.127.0.0.1_4001.worker_1.downstream_cx_total: 7\n" +
+	st := envoyproc.ParseStats("listener.127.0.0.1_4001.worker_0.downstream_cx_total: 8\nlistener.127.0.0.1_4001.worker_1.downstream_cx_total: 7\n" +
 		"listener.127.0.0.1_4002.worker_0.downstream_cx_total: 99\nlistener.127.0.0.1_4001.worker_1.downstream_cx_active: 7\n")
 	got := workerConnections(st, 4001)
 	if len(got) != 2 || got[0] != 8 || got[1] != 7 {

@@ -117,6 +117,24 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 	if len(sf) == 0 {
 		return
 	}
+	var rows []goalRow
+	if ph["throughput"] {
+		rows = append(rows, e.throughputGoals(res)...)
+	}
+	if ph["latency"] {
+		rows = append(rows, latencyGoals(res)...)
+	}
+	if ph["startup"] {
+		rows = append(rows, startupGoals(res)...)
+	}
+	if ph["memory"] {
+		rows = append(rows, e.memoryGoals(res)...)
+	}
+	writeGoals(w, "Goals, medians over the rounds (min–max); ✓ met, ✗ not:", sf, rows)
+}
+
+// throughputGoals are the goals of one phase (see goals).
+func (e *env) throughputGoals(res *results) []goalRow {
 	type row = goalRow
 	var rows []row
 	tput := func(variant string, of func(sample) float64, bound float64, atLeast bool) func(family) string {
@@ -129,115 +147,128 @@ func (e *env) goals(w io.Writer, sf []family, ph map[string]bool, res *results) 
 			return ratioCell(v) + mark(atLeast && m >= bound || !atLeast && m <= bound)
 		}
 	}
-	if ph["throughput"] {
-		rows = append(rows,
-			row{fmt.Sprintf("req/s, 1,000 keys admitted, vs native: ≥ %.2f×", goalRPS), tput(admitVariant, rpsOf, goalRPS, true)},
-			row{fmt.Sprintf("Envoy CPU/request, 1,000 keys admitted, vs native: ≤ %.2f×", goalCPU), tput(admitVariant, cpuOf, goalCPU, false)},
-			row{fmt.Sprintf("CPU/request of a denial vs native's, 1 key: ≤ %.2f×", goalDenyCPU), tput(denyVariant1, cpuOf, goalDenyCPU, false)},
-			row{fmt.Sprintf("CPU/request of a denial vs native's, 1,000 keys: ≤ %.2f×", goalDenyCPU), tput(denyVariantK, cpuOf, goalDenyCPU, false)},
-			row{"(no goal) the admit floor's admission vs native's, 1,000 keys: what any exact shared-data limiter in standard-Go Proxy-Wasm costs", func(family) string {
-				return ratioCell(perRound(res.tput[admitFloor+" "+admitVariant], res.tput[nativeFamily+" "+admitVariant], cpuOf))
-			}},
-			row{"(no goal) CPU/request admitted vs the admit floor's, 1,000 keys: what sluice adds to it", func(f family) string {
-				return ratioCell(perRound(res.tput[f.name+" "+admitVariant], res.tput[admitFloor+" "+admitVariant], cpuOf))
-			}},
-			row{"(no goal) the deny floor's denial vs native's, 1,000 keys: what any standard-Go Proxy-Wasm denial costs", func(family) string {
-				return ratioCell(perRound(res.tput[denyFloor+" "+denyVariantK], res.tput[nativeFamily+" "+denyVariantK], cpuOf))
-			}},
-			row{"(no goal) CPU/request of a denial vs the deny floor's, 1,000 keys: what sluice adds to it", func(f family) string {
-				return ratioCell(perRound(res.tput[f.name+" "+denyVariantK], res.tput[denyFloor+" "+denyVariantK], cpuOf))
-			}},
-		)
-		if e.wasmB != "" {
-			// Each -b family against the family it copies: the module's change, side by side.
-			vsA := func(variant string) func(family) string {
-				return func(f family) string {
-					if f.b == "" {
-						return "–"
-					}
-					a := strings.TrimSuffix(f.name, "-b")
-					return ratioCell(perRound(res.tput[f.name+" "+variant], res.tput[a+" "+variant], cpuOf))
-				}
-			}
-			rows = append(rows,
-				row{"(no goal) -wasm-b module: CPU/request vs the same family on -wasm, 1,000 keys admitted", vsA(admitVariant)},
-				row{"(no goal) -wasm-b module: CPU/request vs the same family on -wasm, 1,000 keys denied", vsA(denyVariantK)},
-			)
-		}
-	}
-	if ph["latency"] {
-		lat := func(of func(latSample) float64) func(family) string {
+	rows = append(rows,
+		row{fmt.Sprintf("req/s, 1,000 keys admitted, vs native: ≥ %.2f×", goalRPS), tput(admitVariant, rpsOf, goalRPS, true)},
+		row{fmt.Sprintf("Envoy CPU/request, 1,000 keys admitted, vs native: ≤ %.2f×", goalCPU), tput(admitVariant, cpuOf, goalCPU, false)},
+		row{fmt.Sprintf("CPU/request of a denial vs native's, 1 key: ≤ %.2f×", goalDenyCPU), tput(denyVariant1, cpuOf, goalDenyCPU, false)},
+		row{fmt.Sprintf("CPU/request of a denial vs native's, 1,000 keys: ≤ %.2f×", goalDenyCPU), tput(denyVariantK, cpuOf, goalDenyCPU, false)},
+		row{"(no goal) the admit floor's admission vs native's, 1,000 keys: what any exact shared-data limiter in standard-Go Proxy-Wasm costs", func(family) string {
+			return ratioCell(perRound(res.tput[admitFloor+" "+admitVariant], res.tput[nativeFamily+" "+admitVariant], cpuOf))
+		}},
+		row{"(no goal) CPU/request admitted vs the admit floor's, 1,000 keys: what sluice adds to it", func(f family) string {
+			return ratioCell(perRound(res.tput[f.name+" "+admitVariant], res.tput[admitFloor+" "+admitVariant], cpuOf))
+		}},
+		row{"(no goal) the deny floor's denial vs native's, 1,000 keys: what any standard-Go Proxy-Wasm denial costs", func(family) string {
+			return ratioCell(perRound(res.tput[denyFloor+" "+denyVariantK], res.tput[nativeFamily+" "+denyVariantK], cpuOf))
+		}},
+		row{"(no goal) CPU/request of a denial vs the deny floor's, 1,000 keys: what sluice adds to it", func(f family) string {
+			return ratioCell(perRound(res.tput[f.name+" "+denyVariantK], res.tput[denyFloor+" "+denyVariantK], cpuOf))
+		}},
+	)
+	if e.wasmB != "" {
+		// Each -b family against the family it copies: the module's change, side by side.
+		vsA := func(variant string) func(family) string {
 			return func(f family) string {
-				v := perRound(res.lat[f.name], res.lat[nativeFamily], of)
-				if len(v) == 0 {
+				if f.b == "" {
 					return "–"
 				}
-				return ratioCell(v) + mark(rounds.Summarize(v).Med <= goalLatency)
+				a := strings.TrimSuffix(f.name, "-b")
+				return ratioCell(perRound(res.tput[f.name+" "+variant], res.tput[a+" "+variant], cpuOf))
 			}
 		}
-		rows = append(rows,
-			row{fmt.Sprintf("p50 at half native's saturation, vs native: ≤ %.2f×", goalLatency), lat(func(s latSample) float64 { return s.p50 })},
-			row{fmt.Sprintf("p99 at half native's saturation, vs native: ≤ %.2f×", goalLatency), lat(func(s latSample) float64 { return s.p99 })},
+		return append(rows,
+			row{"(no goal) -wasm-b module: CPU/request vs the same family on -wasm, 1,000 keys admitted", vsA(admitVariant)},
+			row{"(no goal) -wasm-b module: CPU/request vs the same family on -wasm, 1,000 keys denied", vsA(denyVariantK)},
 		)
 	}
-	if ph["startup"] {
-		rows = append(rows,
-			row{fmt.Sprintf("time to /ready vs noop: ≤ %.1f×", goalReady), func(f family) string {
-				v := perRound(res.start[f.name], res.start[noopFamily], func(s startSample) float64 { return float64(s.ready) })
-				if len(v) == 0 {
-					return "–"
-				}
-				return ratioCell(v) + mark(rounds.Summarize(v).Med <= goalReady)
-			}},
-			row{fmt.Sprintf("slowest request in the first second after ready, both workers, ms: ≤ %d (worst round)", goalFirstMS), func(f family) string {
-				ss := res.start[f.name]
-				if len(ss) == 0 {
-					return "–"
-				}
-				worst, both := 0.0, true
-				for _, s := range ss {
-					worst = max(worst, s.max)
-					both = both && s.workers[0] > 0 && s.workers[1] > 0
-				}
-				c := fmt.Sprintf("%.1f", worst)
-				if !both {
-					c += " (not both workers)"
-				}
-				return c + mark(worst <= goalFirstMS && both)
-			}},
-		)
-	}
-	if ph["memory"] {
-		mem := func(of func(ms memSample, nat memSample) (string, bool)) func(family) string {
-			return func(f family) string {
-				ms, ok1 := res.mem[f.name]
-				nat, ok2 := res.mem[nativeFamily]
-				if !ok1 || !ok2 || len(ms.rssMB) == 0 || len(nat.rssMB) == 0 {
-					return "–"
-				}
-				s, ok := of(ms, nat)
-				return s + mark(ok)
+	return rows
+}
+
+// latencyGoals are the goals of one phase (see goals).
+func latencyGoals(res *results) []goalRow {
+	type row = goalRow
+	var rows []row
+	lat := func(of func(latSample) float64) func(family) string {
+		return func(f family) string {
+			v := perRound(res.lat[f.name], res.lat[nativeFamily], of)
+			if len(v) == 0 {
+				return "–"
 			}
+			return ratioCell(v) + mark(rounds.Summarize(v).Med <= goalLatency)
 		}
-		rows = append(rows,
-			row{fmt.Sprintf("VmRSS, 2 workers, vs native's (the largest reading of each): ≤ +%d MB", goalRSSMB), mem(func(ms, nat memSample) (string, bool) {
-				d := maxOf(ms.rssMB) - maxOf(nat.rssMB)
-				return fmt.Sprintf("%+.1f MB", d), d <= goalRSSMB
-			})},
-			row{fmt.Sprintf("VmRSS growth over the last ⅔ of %s requests: flat (≤ %d MB)", thousands(e.o.memRequests), goalFlatMB), mem(func(ms, _ memSample) (string, bool) {
-				d := ms.requestGrowth()
-				return fmt.Sprintf("%+.1f MB", d), d <= goalFlatMB
-			})},
-			row{fmt.Sprintf("VmRSS growth over %s distinct keys: flat (≤ %d MB)", thousands(e.o.memKeys), goalFlatMB), mem(func(ms, _ memSample) (string, bool) {
-				d, ok := ms.keyGrowth()
-				if !ok {
-					return "–", false
-				}
-				return fmt.Sprintf("%+.1f MB", d), d <= goalFlatMB
-			})},
-		)
 	}
-	writeGoals(w, "Goals, medians over the rounds (min–max); ✓ met, ✗ not:", sf, rows)
+	rows = append(rows,
+		row{fmt.Sprintf("p50 at half native's saturation, vs native: ≤ %.2f×", goalLatency), lat(func(s latSample) float64 { return s.p50 })},
+		row{fmt.Sprintf("p99 at half native's saturation, vs native: ≤ %.2f×", goalLatency), lat(func(s latSample) float64 { return s.p99 })},
+	)
+	return rows
+}
+
+// startupGoals are the goals of one phase (see goals).
+func startupGoals(res *results) []goalRow {
+	type row = goalRow
+	var rows []row
+	rows = append(rows,
+		row{fmt.Sprintf("time to /ready vs noop: ≤ %.1f×", goalReady), func(f family) string {
+			v := perRound(res.start[f.name], res.start[noopFamily], func(s startSample) float64 { return float64(s.ready) })
+			if len(v) == 0 {
+				return "–"
+			}
+			return ratioCell(v) + mark(rounds.Summarize(v).Med <= goalReady)
+		}},
+		row{fmt.Sprintf("slowest request in the first second after ready, both workers, ms: ≤ %d (worst round)", goalFirstMS), func(f family) string {
+			ss := res.start[f.name]
+			if len(ss) == 0 {
+				return "–"
+			}
+			worst, both := 0.0, true
+			for _, s := range ss {
+				worst = max(worst, s.max)
+				both = both && s.workers[0] > 0 && s.workers[1] > 0
+			}
+			c := fmt.Sprintf("%.1f", worst)
+			if !both {
+				c += " (not both workers)"
+			}
+			return c + mark(worst <= goalFirstMS && both)
+		}},
+	)
+	return rows
+}
+
+// memoryGoals are the goals of one phase (see goals).
+func (e *env) memoryGoals(res *results) []goalRow {
+	type row = goalRow
+	var rows []row
+	mem := func(of func(ms memSample, nat memSample) (string, bool)) func(family) string {
+		return func(f family) string {
+			ms, ok1 := res.mem[f.name]
+			nat, ok2 := res.mem[nativeFamily]
+			if !ok1 || !ok2 || len(ms.rssMB) == 0 || len(nat.rssMB) == 0 {
+				return "–"
+			}
+			s, ok := of(ms, nat)
+			return s + mark(ok)
+		}
+	}
+	rows = append(rows,
+		row{fmt.Sprintf("VmRSS, 2 workers, vs native's (the largest reading of each): ≤ +%d MB", goalRSSMB), mem(func(ms, nat memSample) (string, bool) {
+			d := maxOf(ms.rssMB) - maxOf(nat.rssMB)
+			return fmt.Sprintf("%+.1f MB", d), d <= goalRSSMB
+		})},
+		row{fmt.Sprintf("VmRSS growth over the last ⅔ of %s requests: flat (≤ %d MB)", thousands(e.o.memRequests), goalFlatMB), mem(func(ms, _ memSample) (string, bool) {
+			d := ms.requestGrowth()
+			return fmt.Sprintf("%+.1f MB", d), d <= goalFlatMB
+		})},
+		row{fmt.Sprintf("VmRSS growth over %s distinct keys: flat (≤ %d MB)", thousands(e.o.memKeys), goalFlatMB), mem(func(ms, _ memSample) (string, bool) {
+			d, ok := ms.keyGrowth()
+			if !ok {
+				return "–", false
+			}
+			return fmt.Sprintf("%+.1f MB", d), d <= goalFlatMB
+		})},
+	)
+	return rows
 }
 
 // goalRow is one row of a goals table: the goal, and its cell for a family.
@@ -353,40 +384,47 @@ func (e *env) dynmodGoals(w io.Writer, df []family, ph map[string]bool, res *res
 		)
 	}
 	if ph["memory"] {
-		over := func(a, b string) (float64, bool) {
-			ma, ok1 := res.mem[a]
-			mb, ok2 := res.mem[b]
-			if !ok1 || !ok2 || len(ma.rssMB) == 0 || len(mb.rssMB) == 0 {
-				return 0, false
-			}
-			return maxOf(ma.rssMB) - maxOf(mb.rssMB), true
+		rows = append(rows, e.dynmodMemoryGoals(res)...)
+	}
+	writeGoals(w, "The dynamic module's goals (issue 37), medians over the rounds (min–max); ✓ met, ✗ not:", df, rows)
+}
+
+// dynmodMemoryGoals are dynmodGoals' memory rows.
+func (e *env) dynmodMemoryGoals(res *results) []goalRow {
+	var rows []goalRow
+	over := func(a, b string) (float64, bool) {
+		ma, ok1 := res.mem[a]
+		mb, ok2 := res.mem[b]
+		if !ok1 || !ok2 || len(ma.rssMB) == 0 || len(mb.rssMB) == 0 {
+			return 0, false
 		}
-		mb := func(d float64, ok bool) string {
+		return maxOf(ma.rssMB) - maxOf(mb.rssMB), true
+	}
+	mb := func(d float64, ok bool) string {
+		if !ok {
+			return "–"
+		}
+		return fmt.Sprintf("%+.1f MB", d)
+	}
+	rows = append(rows,
+		goalRow{fmt.Sprintf("VmRSS, 2 workers, vs native's (the largest reading of each): ≤ +%d MB", goalDMRSSMB), func(f family) string {
+			d, ok := over(f.name, nativeFamily)
 			if !ok {
 				return "–"
 			}
-			return fmt.Sprintf("%+.1f MB", d)
-		}
-		rows = append(rows,
-			goalRow{fmt.Sprintf("VmRSS, 2 workers, vs native's (the largest reading of each): ≤ +%d MB", goalDMRSSMB), func(f family) string {
-				d, ok := over(f.name, nativeFamily)
-				if !ok {
-					return "–"
-				}
-				return mb(d, ok) + mark(d <= goalDMRSSMB)
-			}},
-			goalRow{fmt.Sprintf("(no goal) VmRSS growth over the last ⅔ of %s requests", thousands(e.o.memRequests)), func(f family) string {
-				ms, ok := res.mem[f.name]
-				return mb(ms.requestGrowth(), ok && len(ms.rssMB) > 0)
-			}},
-			goalRow{fmt.Sprintf("(no goal) VmRSS growth over %s distinct keys", thousands(e.o.memKeys)), func(f family) string {
-				return mb(res.mem[f.name].keyGrowth())
-			}},
-			goalRow{"(no goal) the Go runtime: dm-noop-go's VmRSS over dm-noop-c's (every column the same)", func(family) string { return mb(over(dmNoopGo, dmNoopC)) }},
-			goalRow{"(no goal) any dynamic module: dm-noop-c's VmRSS over native's (every column the same)", func(family) string { return mb(over(dmNoopC, nativeFamily)) }},
-		)
-	}
-	writeGoals(w, "The dynamic module's goals (issue 37), medians over the rounds (min–max); ✓ met, ✗ not:", df, rows)
+			return mb(d, ok) + mark(d <= goalDMRSSMB)
+		}},
+		goalRow{fmt.Sprintf("(no goal) VmRSS growth over the last ⅔ of %s requests", thousands(e.o.memRequests)), func(f family) string {
+			ms, ok := res.mem[f.name]
+			return mb(ms.requestGrowth(), ok && len(ms.rssMB) > 0)
+		}},
+		goalRow{fmt.Sprintf("(no goal) VmRSS growth over %s distinct keys", thousands(e.o.memKeys)), func(f family) string {
+			return mb(res.mem[f.name].keyGrowth())
+		}},
+		goalRow{"(no goal) the Go runtime: dm-noop-go's VmRSS over dm-noop-c's (every column the same)", func(family) string { return mb(over(dmNoopGo, dmNoopC)) }},
+		goalRow{"(no goal) any dynamic module: dm-noop-c's VmRSS over native's (every column the same)", func(family) string { return mb(over(dmNoopC, nativeFamily)) }},
+	)
+	return rows
 }
 
 func (e *env) throughputTable(w io.Writer, fams []family, res *results) {

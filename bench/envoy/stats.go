@@ -17,22 +17,6 @@ func parseRSS(status string) (int, error) {
 	return 0, errors.New("/proc status: no VmRSS")
 }
 
-// parseStats reads Envoy's /stats text (name: value per line) into integers; histograms and
-// other non-integer lines are left out.
-func parseStats(s string) map[string]int64 {
-	m := map[string]int64{}
-	for _, line := range strings.Split(s, "\n") {
-		name, val, ok := strings.Cut(line, ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64); err == nil {
-			m[strings.TrimSpace(name)] = n
-		}
-	}
-	return m
-}
-
 // workerStatFilter selects the per-worker connection counters in /stats.
 const workerStatFilter = `worker_[0-9]+\.downstream_cx_total`
 

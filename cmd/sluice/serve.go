@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -134,41 +135,15 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 		return nil, usageError(stderr, "serve", fmt.Errorf("--max-stat-keys %d: must be at least 1", cfg.maxStatKeys))
 	}
 	if check {
-		if cfg.configPath == "" {
-			return nil, usageError(stderr, "serve", errors.New("--check needs --config"))
-		}
-		c, err := loadServeConfig(*cfg)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve --check: %v\n", err)
-			return nil, 1
-		}
-		fmt.Fprintln(stdout, "ok")
-		for _, l := range c.Summary() {
-			fmt.Fprintln(stdout, l)
-		}
-		return nil, 0
+		return nil, checkServeConfig(*cfg, stdout, stderr)
 	}
-	if cluster == "" {
-		return nil, usageError(stderr, "serve", errors.New("--redis-cluster is required"))
-	}
-	for _, a := range strings.Split(cluster, ",") {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, usageError(stderr, "serve", fmt.Errorf("--redis-cluster: bad address %q", a))
-		}
-		cfg.redisAddrs = append(cfg.redisAddrs, a)
+	if err := cfg.lists(cluster, inline); err != nil {
+		return nil, usageError(stderr, "serve", err)
 	}
 	var err error
 	if cfg.tls, err = tlsFlags.parse(); err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return nil, 2
-	}
-	if inline != "" {
-		for _, d := range strings.Split(inline, ",") {
-			if d == "" {
-				return nil, usageError(stderr, "serve", errors.New("--inline-domains: empty domain"))
-			}
-			cfg.inlineDomains = append(cfg.inlineDomains, d)
-		}
 	}
 	if cfg.redisTimeout <= 0 || cfg.shutdownTimeout < 0 {
 		return nil, usageError(stderr, "serve", errors.New("--redis-timeout must be positive and --shutdown-timeout not negative"))
@@ -186,6 +161,47 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveConfig, int
 		cfg.headers = &h
 	}
 	return cfg, 0
+}
+
+// checkServeConfig is --check: it validates --config and prints "ok" and
+// one line per limit; the exit status.
+func checkServeConfig(cfg serveConfig, stdout, stderr io.Writer) int {
+	if cfg.configPath == "" {
+		return usageError(stderr, "serve", errors.New("--check needs --config"))
+	}
+	c, err := loadServeConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve --check: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "ok")
+	for _, l := range c.Summary() {
+		fmt.Fprintln(stdout, l)
+	}
+	return 0
+}
+
+// lists reads --redis-cluster (required) and --inline-domains.
+func (cfg *serveConfig) lists(cluster, inline string) error {
+	if cluster == "" {
+		return errors.New("--redis-cluster is required")
+	}
+	for _, a := range strings.Split(cluster, ",") {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("--redis-cluster: bad address %q", a)
+		}
+		cfg.redisAddrs = append(cfg.redisAddrs, a)
+	}
+	if inline == "" {
+		return nil
+	}
+	for _, d := range strings.Split(inline, ",") {
+		if d == "" {
+			return errors.New("--inline-domains: empty domain")
+		}
+		cfg.inlineDomains = append(cfg.inlineDomains, d)
+	}
+	return nil
 }
 
 // loadServeConfig reads --config and checks it against the flags that
@@ -213,6 +229,50 @@ var newServeBackend = func(cfg serveConfig) (interface {
 		redisclient.Options{PoolSize: cfg.poolSize, TLS: cfg.tls.redis}, cfg.redisTimeout)
 }
 
+// startServeAdmin serves h on addr (none when addr is empty): the server
+// and the address it bound; a failure to serve goes to errc.
+func startServeAdmin(addr string, h http.Handler, errc chan<- error) (*http.Server, string, error) {
+	if addr == "" {
+		return nil, "", nil
+	}
+	al, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	admin := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := admin.Serve(al); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	return admin, al.Addr().String(), nil
+}
+
+// serveUntil reloads the configuration on hup until ctx ends (nil) or a
+// server fails (its error, from errc).
+func serveUntil(ctx context.Context, errc <-chan error, hup <-chan os.Signal, cfg serveConfig, srv *rls.Server, logger *slog.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-hup:
+			if cfg.configPath == "" {
+				logger.Warn("SIGHUP: no --config to reload")
+				continue
+			}
+			c, err := loadServeConfig(cfg)
+			if err != nil {
+				logger.Error("SIGHUP: configuration not reloaded, the previous one stays", "err", err)
+				continue
+			}
+			srv.SetConfig(c)
+			logger.Info("SIGHUP: configuration reloaded", "domains", strings.Join(c.Domains(), ","))
+		}
+	}
+}
+
 // serveAddrs are the addresses a started `sluice serve` bound.
 type serveAddrs struct{ grpc, admin string }
 
@@ -236,7 +296,10 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	defer backend.Close()
 	goredis.SetLogger(redisLogger{logger})
 	cfg.tls.check(logger, backend)
-	srv := rls.New(rls.Options{Backend: backend, InlineDomains: cfg.inlineDomains, Config: conf,
+	var hsp atomic.Pointer[health.Server]
+	watch := newServeWatch(backend, logger, &hsp)
+	defer watch.Stop()
+	srv := rls.New(rls.Options{Backend: watch, InlineDomains: cfg.inlineDomains, Config: conf,
 		Headers: cfg.headers, GlobalShadow: cfg.shadow, GlobalQuota: cfg.quota, MaxStatKeys: cfg.maxStatKeys, DynamicMetadata: cfg.dynamicMetadata, ChargeDenied: cfg.chargeDenied, RefundTimeout: cfg.redisTimeout, Logger: logger})
 
 	lis, err := net.Listen("tcp", cfg.listen)
@@ -248,34 +311,26 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
-	quota := registerRLQS(g, hs, srv, backend, cfg, logger)
+	quota := registerRLQS(g, hs, srv, watch, cfg, logger)
+	hsp.Store(hs)
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(lis) }()
 
 	addrs := serveAddrs{grpc: lis.Addr().String()}
-	var admin *http.Server
 	stopping := make(chan struct{})
-	if cfg.admin != "" {
-		al, err := net.Listen("tcp", cfg.admin)
-		if err != nil {
-			g.Stop()
-			return err
+	admin, adminAddr, err := startServeAdmin(cfg.admin, withReady(watch, withRLQSMetrics(quota, srv.Metrics.Handler(func() error {
+		select {
+		case <-stopping:
+			return errors.New("shutting down")
+		default:
+			return nil
 		}
-		addrs.admin = al.Addr().String()
-		admin = &http.Server{Handler: withRLQSMetrics(quota, srv.Metrics.Handler(func() error {
-			select {
-			case <-stopping:
-				return errors.New("shutting down")
-			default:
-				return nil
-			}
-		})), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := admin.Serve(al); !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
+	}))), errc)
+	if err != nil {
+		g.Stop()
+		return err
 	}
+	addrs.admin = adminAddr
 	domains := "none"
 	if conf != nil {
 		domains = strings.Join(conf.Domains(), ",")
@@ -288,29 +343,7 @@ func serve(ctx context.Context, cfg serveConfig, hup <-chan os.Signal, stderr io
 		ready(addrs)
 	}
 
-	var runErr error
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case err := <-errc:
-			runErr = err
-			break loop
-		case <-hup:
-			if cfg.configPath == "" {
-				logger.Warn("SIGHUP: no --config to reload")
-				continue
-			}
-			c, err := loadServeConfig(cfg)
-			if err != nil {
-				logger.Error("SIGHUP: configuration not reloaded, the previous one stays", "err", err)
-				continue
-			}
-			srv.SetConfig(c)
-			logger.Info("SIGHUP: configuration reloaded", "domains", strings.Join(c.Domains(), ","))
-		}
-	}
+	runErr := serveUntil(ctx, errc, hup, cfg, srv, logger)
 	// Graceful stop: health answers NOT_SERVING, new calls are refused, calls
 	// in flight finish (with their refunds) until the deadline.
 	close(stopping)

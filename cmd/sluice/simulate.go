@@ -202,70 +202,78 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	if f.traffic == "" && f.csvFile == "" {
+		f.traffic = sim.BoundaryBurst
+	}
+	return f, nil
+}
 
+// check refuses flags that exclude each other, lack what they need or are
+// out of range.
+func (f *simFlags) check() error {
 	switch {
 	case f.out == "":
-		return nil, errors.New("--out is required")
+		return errors.New("--out is required")
 	case f.traffic != "" && f.csvFile != "":
-		return nil, errors.New("--traffic and --csv exclude each other")
+		return errors.New("--traffic and --csv exclude each other")
 	case f.configFile != "" && f.algorithm != "":
-		return nil, errors.New("--algorithm and --config exclude each other")
+		return errors.New("--algorithm and --config exclude each other")
 	case f.compare && f.algorithm != "":
-		return nil, errors.New("--compare runs every algorithm; drop --algorithm")
+		return errors.New("--compare runs every algorithm; drop --algorithm")
 	case f.configFile == "" && f.rule != "":
-		return nil, errors.New("--rule needs --config")
+		return errors.New("--rule needs --config")
 	case f.configFile != "" && !f.compare && (f.set["limit"] || f.set["window"] || f.set["burst"]):
-		return nil, errors.New("--limit/--window/--burst apply with --compare or without --config")
+		return errors.New("--limit/--window/--burst apply with --compare or without --config")
 	case f.configFile == "" && (!f.set["limit"] || !f.set["window"]):
-		return nil, errors.New("give --config FILE, or --limit and --window")
+		return errors.New("give --config FILE, or --limit and --window")
 	case f.configFile == "" && !f.compare && f.algorithm == "":
-		return nil, errors.New("without --config, give --algorithm or --compare")
+		return errors.New("without --config, give --algorithm or --compare")
 	}
 	switch {
 	case f.set["max-held"] && !f.set["delay"]:
-		return nil, errors.New("--max-held needs --delay")
+		return errors.New("--max-held needs --delay")
 	case f.set["delay"] && (f.configFile != "" || f.compare):
-		return nil, errors.New("--delay shapes a rule given with --algorithm; a --config rule has its own delay")
+		return errors.New("--delay shapes a rule given with --algorithm; a --config rule has its own delay")
 	case f.set["delay"] && (f.delay <= 0 || f.delay > config.MaxDelay):
-		return nil, fmt.Errorf("--delay %s: want more than 0, at most %s", fmtWindow(f.delay), fmtWindow(config.MaxDelay))
+		return fmt.Errorf("--delay %s: want more than 0, at most %s", fmtWindow(f.delay), fmtWindow(config.MaxDelay))
 	case f.maxHeld < 1 || f.maxHeld > config.MaxMaxHeld:
-		return nil, fmt.Errorf("--max-held %d: want 1..%d", f.maxHeld, config.MaxMaxHeld)
+		return fmt.Errorf("--max-held %d: want 1..%d", f.maxHeld, config.MaxMaxHeld)
 	}
 	switch {
 	case f.set["no-usage"] && !f.settle:
-		return nil, errors.New("--no-usage needs --settle")
+		return errors.New("--no-usage needs --settle")
 	case f.noUsage != "reservation" && f.noUsage != "refund":
-		return nil, fmt.Errorf("--no-usage %q: want reservation or refund", f.noUsage)
+		return fmt.Errorf("--no-usage %q: want reservation or refund", f.noUsage)
 	case f.settle && (f.configFile != "" || f.compare):
-		return nil, errors.New("--settle settles a rule given with --algorithm; a --config rule settles when it has cost.response")
+		return errors.New("--settle settles a rule given with --algorithm; a --config rule settles when it has cost.response")
 	case f.settle && f.set["delay"]:
-		return nil, errors.New("--settle and --delay exclude each other: a settlement would move the slots of the requests held behind it")
+		return errors.New("--settle and --delay exclude each other: a settlement would move the slots of the requests held behind it")
 	case f.settle && f.set["max-keys"]:
-		return nil, errors.New("--settle keeps every key's state: the key table (--max-keys) has no settlement path in the simulator")
+		return errors.New("--settle keeps every key's state: the key table (--max-keys) has no settlement path in the simulator")
 	case f.settle && (f.set["lease"] || f.set["proxies"]):
-		return nil, errors.New("--settle does not apply with --lease")
+		return errors.New("--settle does not apply with --lease")
 	}
 	if f.set["max-keys"] && (f.maxKeys < 1 || f.maxKeys > 1_000_000) {
-		return nil, fmt.Errorf("--max-keys %d: want 1..1000000", f.maxKeys)
+		return fmt.Errorf("--max-keys %d: want 1..1000000", f.maxKeys)
 	}
 	if f.traffic != sim.Flood {
 		for _, name := range floodFlags {
 			if f.set[name] {
-				return nil, fmt.Errorf("--%s applies to --traffic flood", name)
+				return fmt.Errorf("--%s applies to --traffic flood", name)
 			}
 		}
 	}
 	if f.csvFile != "" {
 		for _, name := range []string{"duration", "rate", "burst-size", "spread", "idle", "keys", "seed", "cost"} {
 			if f.set[name] {
-				return nil, fmt.Errorf("--%s applies to --traffic patterns, not to --csv", name)
+				return fmt.Errorf("--%s applies to --traffic patterns, not to --csv", name)
 			}
 		}
 	}
-	if f.traffic == "" && f.csvFile == "" {
-		f.traffic = sim.BoundaryBurst
-	}
-	return f, nil
+	return nil
 }
 
 // floodFlags are the flood pattern's flags, in simFlags.flood order.

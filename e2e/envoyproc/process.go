@@ -249,6 +249,12 @@ func (e *Envoy) Stats(filter string) (map[string]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseStats(s), nil
+}
+
+// ParseStats reads Envoy's /stats text (name: value per line) into integers; histograms
+// and other lines whose value is not an integer are left out.
+func ParseStats(s string) map[string]int64 {
 	m := map[string]int64{}
 	for _, line := range strings.Split(s, "\n") {
 		name, val, ok := strings.Cut(line, ": ")
@@ -256,10 +262,10 @@ func (e *Envoy) Stats(filter string) (map[string]int64, error) {
 			continue
 		}
 		if n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64); err == nil {
-			m[name] = n
+			m[strings.TrimSpace(name)] = n
 		}
 	}
-	return m, nil
+	return m
 }
 
 // HasV8 reports whether the running Envoy has the V8 Wasm runtime, from /server_info's

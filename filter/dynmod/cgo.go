@@ -14,6 +14,7 @@ sl_buf* sl_body(void* filter, bool response, size_t* n);
 bool sl_attribute(void* filter, int id, const char** value, size_t* len);
 bool sl_define_metric(void* config, int kind, const char* name, size_t len, size_t* id);
 bool sl_add_metric(void* config, void* filter, int kind, size_t id, int64_t delta);
+void sl_set_metadata(void* filter, const char* packed, uint16_t n);
 */
 import "C"
 
@@ -96,6 +97,10 @@ func (cEnvoy) addHeader(f filterPtr, k headerKind, name string, value []byte) bo
 
 func (cEnvoy) sendResponse(f filterPtr, status int, packed []byte, n int, body []byte, details string) {
 	C.sl_send_response(f2c(f), C.uint32_t(status), ptr(packed), C.uint16_t(n), ptr(body), C.size_t(len(body)), sptr(details), C.size_t(len(details)))
+}
+
+func (cEnvoy) setMetadata(f filterPtr, packed []byte, n int) {
+	C.sl_set_metadata(f2c(f), ptr(packed), C.uint16_t(n))
 }
 
 func (cEnvoy) continueDecoding(f filterPtr) {

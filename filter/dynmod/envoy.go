@@ -77,4 +77,7 @@ type envoy interface {
 	newScheduler(f filterPtr) schedPtr
 	commit(s schedPtr, event uint64)
 	deleteScheduler(s schedPtr)
+	// setMetadata sets n attributes packed by packHeaders, each NAMESPACE.FIELD, as string
+	// fields of stream f's dynamic metadata.
+	setMetadata(f filterPtr, packed []byte, n int)
 }

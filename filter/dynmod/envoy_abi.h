@@ -46,6 +46,9 @@ SL_WEAK bool envoy_dynamic_module_callback_http_add_header(void* filter, int typ
 
 SL_WEAK void envoy_dynamic_module_callback_http_send_response(void* filter, uint32_t status, sl_header* headers, size_t headers_size, sl_buf body, sl_buf details);
 SL_WEAK void envoy_dynamic_module_callback_http_filter_continue_decoding(void* filter);
+// Optional: without it the decision attributes are dropped. Declared void: some releases
+// return a bool, which sluice does not read.
+SL_WEAK void envoy_dynamic_module_callback_http_set_dynamic_metadata_string(void* filter, sl_buf ns, sl_buf key, sl_buf value);
 
 SL_WEAK void* envoy_dynamic_module_callback_http_filter_scheduler_new(void* filter);
 SL_WEAK void envoy_dynamic_module_callback_http_filter_scheduler_commit(void* scheduler, uint64_t event_id);

@@ -368,3 +368,26 @@ bool sl_add_metric(void* config, void* filter, int kind, size_t id, int64_t delt
   }
   return r == SL_METRICS_OK;
 }
+
+// sl_set_metadata sets n attributes packed as prepared headers are, each name NAMESPACE.FIELD,
+// as string fields of the stream's dynamic metadata (split at the first '.').
+void sl_set_metadata(void* filter, const char* packed, uint16_t n) {
+  if (!envoy_dynamic_module_callback_http_set_dynamic_metadata_string) {
+    return;
+  }
+  const char* p = packed;
+  for (uint16_t i = 0; i < n; i++) {
+    uint16_t nl, vl;
+    memcpy(&nl, p, 2);
+    memcpy(&vl, p + 2, 2);
+    const char* name = p + 4;
+    const char* dot = memchr(name, '.', nl);
+    if (dot != NULL) {
+      sl_buf ns = {name, (size_t)(dot - name)};
+      sl_buf key = {dot + 1, (size_t)(nl - (dot - name) - 1)};
+      sl_buf value = {name + nl, vl};
+      envoy_dynamic_module_callback_http_set_dynamic_metadata_string(filter, ns, key, value);
+    }
+    p += 4 + nl + vl;
+  }
+}

@@ -23,6 +23,7 @@ type host struct {
 	// answered waits for nothing).
 	replied bool
 	scratch [8]byte
+	attrs   []byte // packed attributes (attributes.go)
 }
 
 var (

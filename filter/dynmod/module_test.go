@@ -34,6 +34,7 @@ type fakeStream struct {
 	body      []byte
 	local     *fakeLocal
 	continued int
+	metadata  map[string]string // NAMESPACE.FIELD → value
 }
 
 type fakeLocal struct {
@@ -84,6 +85,14 @@ func (e *fakeEnvoy) header(f filterPtr, k headerKind, name string, dst []byte) (
 
 func (e *fakeEnvoy) headerPairs(f filterPtr, k headerKind, dst []byte) ([]byte, bool) {
 	return proxywasm.AppendPairs(dst, e.get(f, k)), true
+}
+
+func (e *fakeEnvoy) setMetadata(f filterPtr, packed []byte, n int) {
+	s := e.streams[f]
+	if s.metadata == nil {
+		s.metadata = map[string]string{}
+	}
+	unpackHeaders(packed, n, func(name, value []byte) { s.metadata[string(name)] = string(value) })
 }
 
 func (e *fakeEnvoy) addHeader(f filterPtr, k headerKind, name string, value []byte) bool {

@@ -166,7 +166,9 @@ type Host struct {
 	// Recorded.
 	RespHeaders [][2]string
 	Local       *LocalResponse
-	Logs        []Log
+	// Attributes set by the current request (abi.AttributeSetter), by name.
+	Attributes map[string]string
+	Logs       []Log
 	// FailShared makes every shared-data call fail with this status.
 	FailShared abi.Status
 	// SetHook, when set, runs before every shared-data set (to inject
@@ -330,6 +332,8 @@ type Response struct {
 	// GRPCStatus is a local response's grpc_status argument
 	// (abi.NoGRPCStatus: none); 0 when the request went upstream.
 	GRPCStatus int32
+	// Attributes are what the request set for the access log (abi.AttributeSetter).
+	Attributes map[string]string
 }
 
 // Header returns the first value of a header (case-insensitive) or "".
@@ -403,6 +407,7 @@ func (w *Worker) Do(r Request) Response {
 	}
 	h.RespHeaders = nil
 	h.Local = nil
+	h.Attributes = nil
 	ContextCreate(w.Handler, id, w.root)
 	act := w.Handler.OnRequestHeaders(id, len(h.ReqHeaders), true)
 	var resp Response
@@ -422,6 +427,7 @@ func (w *Worker) Do(r Request) Response {
 		resp.Status = 200
 		resp.Headers = h.RespHeaders[2:]
 	}
+	resp.Attributes = h.Attributes
 	EndStream(w.Handler, id)
 	return resp
 }

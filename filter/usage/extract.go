@@ -358,6 +358,13 @@ func (e *Extractor) Write(p []byte) {
 	}
 }
 
+// scan reads p through the state machine. It is one long function on
+// purpose: it is the per-byte loop of every metered response body, and the
+// same machine split into a reader per family of states (structure,
+// strings, numbers) measured 1.2–1.5× slower on SSE streams in small
+// chunks (BenchmarkMeterSSESmallChunks), where the call per state change
+// dominates. Each case is one state; the hot runs (string bytes, integer
+// digits) are inner loops.
 func (e *Extractor) scan(p []byte) {
 	i := 0
 	for i < len(p) {

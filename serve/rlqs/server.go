@@ -249,18 +249,10 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[pb.RateLimitQ
 
 	ctx, cancel := context.WithCancelCause(gs.Context())
 	defer cancel(nil)
-	st := &stream{s: s, id: newID(), buckets: map[string]*bucket{}}
-	if md, ok := metadata.FromIncomingContext(gs.Context()); ok {
-		if v := md.Get(ClientHeader); len(v) > 0 {
-			if err := validClient(v[0]); err != nil {
-				return status.Error(codes.InvalidArgument, err.Error())
-			}
-			st.client = v[0]
-		}
+	st, err := s.newStream(gs.Context())
+	if err != nil {
+		return err
 	}
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	st.seq = uint32(b[0])<<8 | uint32(b[1])
 	defer func() {
 		if st.domain != "" {
 			n := int64(len(st.buckets))
@@ -273,38 +265,10 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[pb.RateLimitQ
 
 	reports := make(chan *pb.RateLimitQuotaUsageReports)
 	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			m, err := gs.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case reports <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	go receive(ctx, gs, reports, recvErr)
 	sendq := make(chan *pb.RateLimitQuotaResponse, s.o.SendQueue)
 	sendErr := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case r := <-sendq:
-				t := time.AfterFunc(s.o.SendTimeout, func() { cancel(errSlowReader) })
-				err := gs.Send(r)
-				t.Stop()
-				if err != nil {
-					sendErr <- err
-					return
-				}
-			}
-		}
-	}()
+	go send(ctx, cancel, gs, sendq, s.o.SendTimeout, sendErr)
 	enqueue := func(r *pb.RateLimitQuotaResponse) error {
 		if r == nil || len(r.BucketAction) == 0 {
 			return nil
@@ -358,6 +322,63 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[pb.RateLimitQ
 				return err
 			}
 			arm()
+		}
+	}
+}
+
+// newStream is the state of a stream that begins in ctx, with the client
+// identity its metadata names, if any.
+func (s *Server) newStream(ctx context.Context) (*stream, error) {
+	st := &stream{s: s, id: newID(), buckets: map[string]*bucket{}}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(ClientHeader); len(v) > 0 {
+			if err := validClient(v[0]); err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			st.client = v[0]
+		}
+	}
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	st.seq = uint32(b[0])<<8 | uint32(b[1])
+	return st, nil
+}
+
+// receive hands the stream's reports to reports, one at a time, until the
+// stream ends (its error to recvErr) or ctx is done.
+func receive(ctx context.Context, gs grpc.BidiStreamingServer[pb.RateLimitQuotaUsageReports, pb.RateLimitQuotaResponse],
+	reports chan<- *pb.RateLimitQuotaUsageReports, recvErr chan<- error) {
+	for {
+		m, err := gs.Recv()
+		if err != nil {
+			recvErr <- err
+			return
+		}
+		select {
+		case reports <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// send sends the responses queued in sendq until ctx is done or a send
+// fails (its error to sendErr); a send that takes longer than timeout
+// cancels the stream with errSlowReader.
+func send(ctx context.Context, cancel context.CancelCauseFunc, gs grpc.BidiStreamingServer[pb.RateLimitQuotaUsageReports, pb.RateLimitQuotaResponse],
+	sendq <-chan *pb.RateLimitQuotaResponse, timeout time.Duration, sendErr chan<- error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-sendq:
+			t := time.AfterFunc(timeout, func() { cancel(errSlowReader) })
+			err := gs.Send(r)
+			t.Stop()
+			if err != nil {
+				sendErr <- err
+				return
+			}
 		}
 	}
 }
@@ -448,29 +469,7 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 		s.Metrics.with(st.domain, func(d *domainStats) { d.streams++ })
 	}
 	now := s.o.Now()
-	// Merge the usages of one bucket named twice.
-	type usage struct {
-		key             string
-		entries         []rls.Entry
-		id              map[string]string
-		allowed, denied uint64
-		elapsed         time.Duration // time_elapsed (Envoy: whole seconds)
-	}
-	var order []*usage
-	byKey := map[string]*usage{}
-	for _, u := range m.GetBucketQuotaUsages() {
-		k, es := canonical(u.GetBucketId().GetBucket())
-		if x := byKey[k]; x != nil {
-			x.allowed = satAdd(x.allowed, u.GetNumRequestsAllowed())
-			x.denied = satAdd(x.denied, u.GetNumRequestsDenied())
-			x.elapsed = 0 // named twice: not a plain continuation
-			continue
-		}
-		x := &usage{key: k, entries: es, id: u.GetBucketId().GetBucket(), allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied(),
-			elapsed: u.GetTimeElapsed().AsDuration()}
-		byKey[k] = x
-		order = append(order, x)
-	}
+	order := mergeUsages(m)
 	added := 0
 	for _, u := range order {
 		if st.buckets[u.key] == nil {
@@ -490,79 +489,12 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 	var jobs []*job
 	var claims []*claimJob
 	for i, u := range order {
-		b := st.buckets[u.key]
-		fresh := b == nil
-		if b == nil {
-			id := make(map[string]string, len(u.id))
-			for k, v := range u.id {
-				id[k] = v
-			}
-			// Until measured, the interval is Envoy's report period (5 s), or
-			// the report's time_elapsed if longer (a stream that reconnected):
-			// the first assignment's TTL must outlast the next report.
-			tag := strconv.FormatUint(fnv64(u.key), 36)
-			b = &bucket{key: u.key, tag: tag, id: &pb.BucketId{Bucket: id}, entries: u.entries, interval: min(max(firstInterval, u.elapsed), time.Minute),
-				participant: st.id + "." + tag}
-			st.buckets[u.key] = b
-		}
-		elapsed := b.interval
-		if !b.lastRecv.IsZero() {
-			gap := now.Sub(b.lastRecv)
-			elapsed = max(gap, time.Millisecond)
-			if gap > b.interval {
-				b.interval = gap
-			} else {
-				b.interval = (b.interval + gap) / 2
-			}
-			b.interval = min(max(b.interval, 100*time.Millisecond), time.Minute)
-		}
-		b.prevRecv, b.lastRecv = b.lastRecv, now
-		b.ttl = ttlFor(b.interval)
-		s.Metrics.with(st.domain, func(d *domainStats) { d.reports++ })
-
-		if u.allowed == 0 && u.denied == 0 {
-			if b.idleSince.IsZero() {
-				b.idleSince = now
-			} else if now.Sub(b.idleSince) >= s.o.AbandonAfter {
-				delete(st.buckets, u.key)
-				s.Metrics.with(st.domain, func(d *domainStats) { d.buckets--; d.actions[actionAbandon]++ })
-				slots[i] = one(&pb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
-					BucketAction: &pb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &pb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
-				continue
-			}
-		} else {
-			b.idleSince = time.Time{}
-		}
-
-		mt := cfg.Match(st.domain, u.entries)
+		action, c, claim := st.decideUsage(cfg, i, u, now)
 		switch {
-		case mt == nil || mt.Limit.Unlimited || mt.Limit.Shadow:
-			s.Metrics.with(st.domain, func(d *domainStats) { d.nolimit++ })
-			slots[i] = one(st.blanket(b, kindAllow, now))
-			continue
-		case mt.Limit.Kind != algorithms.FixedWindow:
-			s.Metrics.with(st.domain, func(d *domainStats) { d.unsupported++ })
-			if !b.warned {
-				b.warned = true
-				s.o.Logger.Warn("rlqs: only fixed_window limits are served over RLQS; the bucket is answered ALLOW_ALL",
-					"domain", st.domain, "limit", mt.FullKey, "algorithm", mt.Limit.Kind.String())
-			}
-			slots[i] = one(st.blanket(b, kindAllow, now))
-			continue
-		}
-		s.Metrics.with(st.domain, func(d *domainStats) { d.used += u.allowed; d.denied += u.denied })
-		if mt.Limit.Params.Limit == 0 {
-			slots[i] = one(st.blanket(b, kindDeny, now))
-			continue
-		}
-		key := Key(st.domain, mt.KeyPart)
-		c := &claimJob{slot: i, b: b, key: key, limit: mt.Limit.Params.Limit, window: mt.Limit.Params.Window,
-			allowed: u.allowed, denied: u.denied, elapsed: elapsed}
-		switch {
-		case b.claim != nil:
-			claims = append(claims, c)
-		case fresh && st.client != "" && u.elapsed >= time.Second:
-			c.peek, c.reported = true, u.elapsed
+		case action != nil:
+			slots[i] = one(action)
+		case c == nil:
+		case claim:
 			claims = append(claims, c)
 		default:
 			jobs = append(jobs, st.prepare(c, now))
@@ -580,6 +512,122 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 		out.BucketAction = append(out.BucketAction, as...)
 	}
 	return out, nil
+}
+
+// bucketUsage is one bucket's usage in a report, the usages of a bucket named
+// twice merged.
+type bucketUsage struct {
+	key             string
+	entries         []rls.Entry
+	id              map[string]string
+	allowed, denied uint64
+	elapsed         time.Duration // time_elapsed (Envoy: whole seconds)
+}
+
+// mergeUsages is m's usages in order, one per bucket.
+func mergeUsages(m *pb.RateLimitQuotaUsageReports) []*bucketUsage {
+	var order []*bucketUsage
+	byKey := map[string]*bucketUsage{}
+	for _, u := range m.GetBucketQuotaUsages() {
+		k, es := canonical(u.GetBucketId().GetBucket())
+		if x := byKey[k]; x != nil {
+			x.allowed = satAdd(x.allowed, u.GetNumRequestsAllowed())
+			x.denied = satAdd(x.denied, u.GetNumRequestsDenied())
+			x.elapsed = 0 // named twice: not a plain continuation
+			continue
+		}
+		x := &bucketUsage{key: k, entries: es, id: u.GetBucketId().GetBucket(), allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied(),
+			elapsed: u.GetTimeElapsed().AsDuration()}
+		byKey[k] = x
+		order = append(order, x)
+	}
+	return order
+}
+
+// decideUsage decides report slot i, usage u, at now: an action answered at
+// once, or the allocation it needs (claim: through the claim path, the
+// bucket is new to this participant or already claiming), or neither.
+func (st *stream) decideUsage(cfg *rls.Config, i int, u *bucketUsage, now time.Time) (action *pb.RateLimitQuotaResponse_BucketAction, c *claimJob, claim bool) {
+	s := st.s
+	b, fresh, elapsed := st.received(u, now)
+	if u.allowed == 0 && u.denied == 0 {
+		if b.idleSince.IsZero() {
+			b.idleSince = now
+		} else if now.Sub(b.idleSince) >= s.o.AbandonAfter {
+			delete(st.buckets, u.key)
+			s.Metrics.with(st.domain, func(d *domainStats) { d.buckets--; d.actions[actionAbandon]++ })
+			return &pb.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
+				BucketAction: &pb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &pb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}, nil, false
+		}
+	} else {
+		b.idleSince = time.Time{}
+	}
+
+	mt := cfg.Match(st.domain, u.entries)
+	switch {
+	case mt == nil || mt.Limit.Unlimited || mt.Limit.Shadow:
+		s.Metrics.with(st.domain, func(d *domainStats) { d.nolimit++ })
+		return st.blanket(b, kindAllow, now), nil, false
+	case mt.Limit.Kind != algorithms.FixedWindow:
+		s.Metrics.with(st.domain, func(d *domainStats) { d.unsupported++ })
+		if !b.warned {
+			b.warned = true
+			s.o.Logger.Warn("rlqs: only fixed_window limits are served over RLQS; the bucket is answered ALLOW_ALL",
+				"domain", st.domain, "limit", mt.FullKey, "algorithm", mt.Limit.Kind.String())
+		}
+		return st.blanket(b, kindAllow, now), nil, false
+	}
+	s.Metrics.with(st.domain, func(d *domainStats) { d.used += u.allowed; d.denied += u.denied })
+	if mt.Limit.Params.Limit == 0 {
+		return st.blanket(b, kindDeny, now), nil, false
+	}
+	key := Key(st.domain, mt.KeyPart)
+	c = &claimJob{slot: i, b: b, key: key, limit: mt.Limit.Params.Limit, window: mt.Limit.Params.Window,
+		allowed: u.allowed, denied: u.denied, elapsed: elapsed}
+	switch {
+	case b.claim != nil:
+		return nil, c, true
+	case fresh && st.client != "" && u.elapsed >= time.Second:
+		c.peek, c.reported = true, u.elapsed
+		return nil, c, true
+	}
+	return nil, c, false
+}
+
+// received is u's bucket (made when new: fresh), its report interval
+// measured again with this report, received at now, and the time the
+// report covers.
+func (st *stream) received(u *bucketUsage, now time.Time) (b *bucket, fresh bool, elapsed time.Duration) {
+	b = st.buckets[u.key]
+	fresh = b == nil
+	if b == nil {
+		id := make(map[string]string, len(u.id))
+		for k, v := range u.id {
+			id[k] = v
+		}
+		// Until measured, the interval is Envoy's report period (5 s), or
+		// the report's time_elapsed if longer (a stream that reconnected):
+		// the first assignment's TTL must outlast the next report.
+		tag := strconv.FormatUint(fnv64(u.key), 36)
+		b = &bucket{key: u.key, tag: tag, id: &pb.BucketId{Bucket: id}, entries: u.entries, interval: min(max(firstInterval, u.elapsed), time.Minute),
+			participant: st.id + "." + tag}
+		st.buckets[u.key] = b
+	}
+	elapsed = b.interval
+	if !b.lastRecv.IsZero() {
+		gap := now.Sub(b.lastRecv)
+		elapsed = max(gap, time.Millisecond)
+		if gap > b.interval {
+			b.interval = gap
+		} else {
+			b.interval = (b.interval + gap) / 2
+		}
+		b.interval = min(max(b.interval, 100*time.Millisecond), time.Minute)
+	}
+	b.prevRecv, b.lastRecv = b.lastRecv, now
+	b.ttl = ttlFor(b.interval)
+	st.s.Metrics.with(st.domain, func(d *domainStats) { d.reports++ })
+	return b, fresh, elapsed
 }
 
 // prepare is the allocation job of a report of a limited bucket.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
 	"github.com/sluice-proxy/sluice/internal/resp"
 )
@@ -47,6 +48,13 @@ func (s *Server) decide(ctx context.Context, r *redisrl.Request) (redisrl.Result
 		// A refund, a shaped decision (one slot per call) or a peek.
 		return run(ctx, s.opts.Backend, r, s.Metrics.noscript)
 	}
+	one := func() (redisrl.Result, error) {
+		if r.Kind == algorithms.FixedWindow {
+			bt, err := runCounter(ctx, s.opts.Backend, r, s.Metrics.noscript, s.Metrics.expireFailed, s.undoFailed(r))
+			return bt.Last, err
+		}
+		return run(ctx, s.opts.Backend, r, s.Metrics.noscript)
+	}
 	id := batchID(r)
 	b := &s.batch
 	b.mu.Lock()
@@ -63,7 +71,7 @@ func (s *Server) decide(ctx context.Context, r *redisrl.Request) (redisrl.Result
 	q := &batchQueue{}
 	b.qs[id] = q
 	b.mu.Unlock()
-	res, err := run(ctx, s.opts.Backend, r, s.Metrics.noscript)
+	res, err := one()
 	b.mu.Lock()
 	if len(q.waiting) == 0 {
 		delete(b.qs, id)
@@ -95,7 +103,13 @@ func (s *Server) drain(ctx context.Context, id string, q *batchQueue, r redisrl.
 		}
 		b.mu.Unlock()
 		r.N = int64(len(ws))
-		batch, err := runBatch(ctx, s.opts.Backend, &r, s.Metrics.noscript)
+		var batch redisrl.Batch
+		var err error
+		if r.Kind == algorithms.FixedWindow {
+			batch, err = runCounter(ctx, s.opts.Backend, &r, s.Metrics.noscript, s.Metrics.expireFailed, s.undoFailed(&r))
+		} else {
+			batch, err = runBatch(ctx, s.opts.Backend, &r, s.Metrics.noscript)
+		}
 		for i, w := range ws {
 			if err != nil {
 				w.err = err

@@ -14,10 +14,19 @@ import (
 )
 
 // admitAll is a Backend that admits every script call with a fixed reply,
-// so the fuzzer exercises the service's parsing and bookkeeping only.
+// and every window counter's (counter.go): an empty counter, one charged
+// unit; so the fuzzer exercises the service's parsing and bookkeeping only.
 type admitAll struct{}
 
 func (admitAll) Do(ctx context.Context, cmd []byte) ([]byte, error) {
+	switch {
+	case strings.Contains(string(cmd), "\r\nGET\r\n"):
+		return []byte("$-1\r\n"), nil
+	case strings.Contains(string(cmd), "\r\nINCRBY\r\n"), strings.Contains(string(cmd), "\r\nPEXPIREAT\r\n"):
+		return []byte(":1\r\n"), nil
+	case strings.Contains(string(cmd), "\r\nDECRBY\r\n"), strings.Contains(string(cmd), chargedSHA):
+		return []byte(":0\r\n"), nil
+	}
 	return []byte("*7\r\n:1\r\n:10\r\n:9\r\n:1000\r\n:0\r\n:1700000000000000\r\n:0\r\n"), nil
 }
 

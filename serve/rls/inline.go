@@ -78,118 +78,152 @@ func parseInline(i int, d *ratelimitv3.RateLimitDescriptor) (*inline, error) {
 			return nil, &inlineError{desc: i, entry: j, name: strconv.Quote(e.GetKey()), msg: "expected " + rlswire.Fixed[j] + " here"}
 		}
 	}
-	bad := func(j int, msg string) error {
-		name := rlswire.Fixed[min(j, rlswire.FixedEntries-1)]
-		if j == 6 {
-			name = es[6].GetKey()
-		}
-		return &inlineError{desc: i, entry: j, name: name, msg: msg}
+	p := inlineParser{i: i, es: es}
+	in, err := p.fixed()
+	if err != nil || len(es) == rlswire.FixedEntries {
+		return in, err
 	}
+	if err := p.optional(in); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// inlineParser reads the entries es of inline descriptor i, whose keys
+// are checked.
+type inlineParser struct {
+	i  int
+	es []*ratelimitv3.RateLimitDescriptor_Entry
+}
+
+// bad is the error of entry j.
+func (p inlineParser) bad(j int, msg string) error {
+	name := rlswire.Fixed[min(j, rlswire.FixedEntries-1)]
+	if j == rlswire.FixedEntries {
+		name = p.es[j].GetKey()
+	}
+	return &inlineError{desc: p.i, entry: j, name: name, msg: msg}
+}
+
+// num is entry j's value, a decimal integer >= min written without a sign
+// or leading zeros.
+func (p inlineParser) num(j int, min int64) (int64, error) {
+	s := p.es[j].GetValue()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < min || (len(s) > 1 && s[0] == '0') || s[0] == '+' {
+		return 0, p.bad(j, "must be a decimal integer >= "+strconv.FormatInt(min, 10)+", not "+strconv.Quote(s))
+	}
+	return n, nil
+}
+
+// fixed reads the six fixed entries: the rule, its algorithm and
+// parameters, and the key.
+func (p inlineParser) fixed() (*inline, error) {
+	es := p.es
 	in := &inline{rule: es[0].GetValue(), key: es[5].GetValue()}
 	if msg := config.CheckRuleID(in.rule); msg != "" {
-		return nil, bad(0, "rule name "+msg)
+		return nil, p.bad(0, "rule name "+msg)
 	}
 	k, ok := algorithms.ParseKind(es[1].GetValue())
 	if !ok {
-		return nil, bad(1, "unknown algorithm "+strconv.Quote(es[1].GetValue()))
+		return nil, p.bad(1, "unknown algorithm "+strconv.Quote(es[1].GetValue()))
 	}
 	in.kind = k
-	num := func(j int, min int64) (int64, error) {
-		s := es[j].GetValue()
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < min || (len(s) > 1 && s[0] == '0') || s[0] == '+' {
-			return 0, bad(j, "must be a decimal integer >= "+strconv.FormatInt(min, 10)+", not "+strconv.Quote(s))
-		}
-		return n, nil
-	}
-	limit, err := num(2, 1)
+	limit, err := p.num(2, 1)
 	if err != nil {
 		return nil, err
 	}
-	wus, err := num(3, 1)
+	wus, err := p.num(3, 1)
 	if err != nil {
 		return nil, err
 	}
 	if wus > int64(algorithms.MaxWindow/time.Microsecond) {
-		return nil, bad(3, "window longer than "+algorithms.MaxWindow.String())
+		return nil, p.bad(3, "window longer than "+algorithms.MaxWindow.String())
 	}
-	burst, err := num(4, 0)
+	burst, err := p.num(4, 0)
 	if err != nil {
 		return nil, err
 	}
 	if burst != 0 && k != algorithms.TokenBucket && k != algorithms.LeakyBucket {
-		return nil, bad(4, "must be 0 for "+k.String()+" (only token_bucket and leaky_bucket have a burst)")
+		return nil, p.bad(4, "must be 0 for "+k.String()+" (only token_bucket and leaky_bucket have a burst)")
 	}
 	lim, err := algorithms.New(k, algorithms.Params{Limit: limit, Window: time.Duration(wus) * time.Microsecond, Burst: burst})
 	if err != nil {
-		return nil, &inlineError{desc: i, entry: -1, msg: err.Error()}
+		return nil, &inlineError{desc: p.i, entry: -1, msg: err.Error()}
 	}
 	in.params = lim.Params()
 	if err := config.RedisParams(k, in.params); err != nil {
-		return nil, &inlineError{desc: i, entry: -1, msg: err.Error()}
-	}
-	if len(es) == 7 && es[6].GetKey() == rlswire.MaxDelayUS {
-		if k != algorithms.TokenBucket && k != algorithms.LeakyBucket {
-			return nil, bad(6, "applies only to token_bucket and leaky_bucket, not "+k.String())
-		}
-		us, err := num(6, 1)
-		if err != nil {
-			return nil, err
-		}
-		if us > rlswire.MaxDelayLimitUS {
-			return nil, bad(6, "must be at most "+strconv.Itoa(rlswire.MaxDelayLimitUS)+" (one minute), not "+strconv.FormatInt(us, 10))
-		}
-		in.maxDelay = time.Duration(us) * time.Microsecond
-		return in, nil
-	}
-	if len(es) == 7 && es[6].GetKey() == rlswire.Settle {
-		if ok, why := algorithms.Settles(k); !ok {
-			return nil, bad(6, why)
-		}
-		if in.params.Limit > int64(in.params.Window/time.Microsecond) {
-			return nil, bad(6, "settles only at a rate of at most one cost unit per microsecond (limit <= window in µs)")
-		}
-		d, ok := rlswire.ParseDelta(es[6].GetValue())
-		if !ok {
-			return nil, bad(6, "must be a non-zero decimal integer of at most "+strconv.FormatInt(rlswire.MaxSettle, 10)+" in magnitude, not "+strconv.Quote(es[6].GetValue()))
-		}
-		in.settle = d
-		return in, nil
-	}
-	if len(es) == 7 {
-		s := es[6].GetValue()
-		x, y, ok := rlswire.ParsePair(s)
-		switch es[6].GetKey() {
-		case rlswire.Refund:
-			if !ok {
-				return nil, bad(6, "must be <stamp>:<ref> (two non-negative decimal integers), not "+strconv.Quote(s))
-			}
-			in.refund, in.stamp, in.ref = true, x, y
-		case rlswire.Lease:
-			if !ok || x < 1 || y < 1 || y > config.MaxRedisInstances {
-				return nil, bad(6, "must be <n>:<instances> (n >= 1, instances 1.."+strconv.Itoa(config.MaxRedisInstances)+"), not "+strconv.Quote(s))
-			}
-			in.lease, in.n, in.inst = true, x, y
-		case rlswire.Return:
-			if !ok || x < 1 {
-				return nil, bad(6, "must be <n>:<stamp> (n >= 1, stamp >= 0), not "+strconv.Quote(s))
-			}
-			in.ret, in.n, in.stamp = true, x, y
-		}
-		if in.leaseCall() {
-			if !redisrl.LeaseSupported(k) {
-				return nil, bad(6, "leases apply only to token_bucket and fixed_window, not "+k.String())
-			}
-			capacity := in.params.Limit
-			if k == algorithms.TokenBucket && in.params.Burst > 0 {
-				capacity = in.params.Burst
-			}
-			if in.n > capacity {
-				return nil, bad(6, "n ("+strconv.FormatInt(in.n, 10)+") must not exceed the capacity ("+strconv.FormatInt(capacity, 10)+")")
-			}
-		}
+		return nil, &inlineError{desc: p.i, entry: -1, msg: err.Error()}
 	}
 	return in, nil
+}
+
+// optional reads the seventh entry into in: a max delay, a settlement, a
+// refund, a lease or a return.
+func (p inlineParser) optional(in *inline) error {
+	const j = rlswire.FixedEntries
+	e, k := p.es[j], in.kind
+	switch e.GetKey() {
+	case rlswire.MaxDelayUS:
+		if k != algorithms.TokenBucket && k != algorithms.LeakyBucket {
+			return p.bad(j, "applies only to token_bucket and leaky_bucket, not "+k.String())
+		}
+		us, err := p.num(j, 1)
+		if err != nil {
+			return err
+		}
+		if us > rlswire.MaxDelayLimitUS {
+			return p.bad(j, "must be at most "+strconv.Itoa(rlswire.MaxDelayLimitUS)+" (one minute), not "+strconv.FormatInt(us, 10))
+		}
+		in.maxDelay = time.Duration(us) * time.Microsecond
+		return nil
+	case rlswire.Settle:
+		if ok, why := algorithms.Settles(k); !ok {
+			return p.bad(j, why)
+		}
+		if in.params.Limit > int64(in.params.Window/time.Microsecond) {
+			return p.bad(j, "settles only at a rate of at most one cost unit per microsecond (limit <= window in µs)")
+		}
+		d, ok := rlswire.ParseDelta(e.GetValue())
+		if !ok {
+			return p.bad(j, "must be a non-zero decimal integer of at most "+strconv.FormatInt(rlswire.MaxSettle, 10)+" in magnitude, not "+strconv.Quote(e.GetValue()))
+		}
+		in.settle = d
+		return nil
+	}
+	s := e.GetValue()
+	x, y, ok := rlswire.ParsePair(s)
+	switch e.GetKey() {
+	case rlswire.Refund:
+		if !ok {
+			return p.bad(j, "must be <stamp>:<ref> (two non-negative decimal integers), not "+strconv.Quote(s))
+		}
+		in.refund, in.stamp, in.ref = true, x, y
+	case rlswire.Lease:
+		if !ok || x < 1 || y < 1 || y > config.MaxRedisInstances {
+			return p.bad(j, "must be <n>:<instances> (n >= 1, instances 1.."+strconv.Itoa(config.MaxRedisInstances)+"), not "+strconv.Quote(s))
+		}
+		in.lease, in.n, in.inst = true, x, y
+	case rlswire.Return:
+		if !ok || x < 1 {
+			return p.bad(j, "must be <n>:<stamp> (n >= 1, stamp >= 0), not "+strconv.Quote(s))
+		}
+		in.ret, in.n, in.stamp = true, x, y
+	}
+	if !in.leaseCall() {
+		return nil
+	}
+	if !redisrl.LeaseSupported(k) {
+		return p.bad(j, "leases apply only to token_bucket and fixed_window, not "+k.String())
+	}
+	capacity := in.params.Limit
+	if k == algorithms.TokenBucket && in.params.Burst > 0 {
+		capacity = in.params.Burst
+	}
+	if in.n > capacity {
+		return p.bad(j, "n ("+strconv.FormatInt(in.n, 10)+") must not exceed the capacity ("+strconv.FormatInt(capacity, 10)+")")
+	}
+	return nil
 }
 
 // leaseRequest is the lease script's call of a lease descriptor of domain.

@@ -113,7 +113,7 @@ func (m *Metrics) add(p *uint64) {
 func (m *Metrics) redisError() { m.add(&m.redisErrors) }
 func (m *Metrics) noscript()   { m.add(&m.noscripts) }
 
-// expireFailed counts a charged counter's PEXPIREAT that failed.
+// expireFailed counts a fixed-window counter's PEXPIREAT that failed.
 func (m *Metrics) expireFailed() { m.add(&m.expireFails) }
 func (m *Metrics) refund(ok bool) {
 	if ok {
@@ -206,9 +206,9 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 	}{
 		{"sluice_rls_redis_errors_total", "Descriptors Redis could not decide (no reply, timeout, error reply); the call is answered UNAVAILABLE.", m.redisErrors},
 		{"sluice_rls_redis_noscript_total", "Scripts re-sent with EVAL after NOSCRIPT.", m.noscripts},
-		{"sluice_rls_redis_expire_errors_total", "Charged counters (--charge-denied) whose PEXPIREAT failed after INCRBY counted the hits: the decision stands, the key may outlive its window.", m.expireFails},
+		{"sluice_rls_redis_expire_errors_total", "Fixed-window counters (window counters, and --charge-denied's) whose PEXPIREAT failed after INCRBY counted the hits: the decision stands, the key may outlive its window.", m.expireFails},
 		{"sluice_rls_refunds_total", "Admissions refunded because another descriptor of the call denied it (or the call failed).", m.refunds},
-		{"sluice_rls_refund_failures_total", "Refunds that failed: that admission stays charged until its window passes.", m.refundFails},
+		{"sluice_rls_refund_failures_total", "Refunds that failed, and denials whose units a window counter could not take back: those units stay charged until their window passes.", m.refundFails},
 		{"sluice_rls_leased_total", "Admissions granted to lease acquires (sluice.lease descriptors).", m.leasedN},
 		{"sluice_rls_returned_total", "Admissions given back by lease returns (sluice.return descriptors).", m.returnedN},
 		{"sluice_rls_global_shadow_total", "Calls over a limit answered OK because of --shadow-mode.", m.globalShadow},

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-proxy/sluice/algorithms"
 	"github.com/sluice-proxy/sluice/internal/redisclient"
 	"github.com/sluice-proxy/sluice/internal/redisrl"
 	"github.com/sluice-proxy/sluice/internal/resp"
@@ -112,8 +113,14 @@ func (e *errRedis) Error() string { return e.err.Error() }
 func (e *errRedis) Unwrap() error { return e.err }
 
 // run sends r's script (EVALSHA; EVAL after NOSCRIPT) and parses the
-// reply. noscript counts the fallbacks.
+// reply, or, for fixed_window, decides on its window counter (runCounter).
+// noscript counts the fallbacks.
 func run(ctx context.Context, b Backend, r *redisrl.Request, noscript func()) (redisrl.Result, error) {
+	if r.Kind == algorithms.FixedWindow {
+		// Window counters (counter.go), not the script.
+		bt, err := runCounter(ctx, b, r, noscript, nil, nil)
+		return bt.Last, err
+	}
 	return runScript(ctx, b, r, noscript, func(v resp.Value) (redisrl.Result, error) {
 		return redisrl.ParseReplyFor(v, r)
 	})

@@ -225,203 +225,26 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 
 func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	domain := req.GetDomain()
-	if domain == "" {
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	}
-	ds := req.GetDescriptors()
-	if len(ds) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	}
-	if len(ds) > MaxDescriptors {
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors in one call; at most %d", len(ds), MaxDescriptors)
-	}
-	if isInFlight(ds) {
+	if ds := req.GetDescriptors(); domain != "" && isInFlight(ds) {
 		return s.inFlight(ctx, domain, ds[0]) // inflight.go
 	}
-	cfg := s.cfg.Load()
-	items := make([]item, len(ds))
-	replacing := map[string]bool{}
-	for i, d := range ds {
-		it := &items[i]
-		it.neg = d.GetIsNegativeHits()
-		it.cost = hitsAddend(req, d)
-		if IsInline(d) {
-			if it.neg {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits on an inline descriptor (sluice.wasm gives admissions back with %s)", i, rlswire.Refund)
-			}
-			if !s.inlineAllowed(domain) {
-				return nil, status.Errorf(codes.PermissionDenied, "descriptor %d: inline descriptors are not enabled for domain %q (sluice serve --inline-domains)", i, domain)
-			}
-			in, err := parseInline(i, d)
-			if err != nil {
-				return nil, status.Error(codes.InvalidArgument, err.Error())
-			}
-			it.in = in
-			if in.leaseCall() {
-				it.lq = in.leaseRequest(domain)
-				continue
-			}
-			it.req = redisrl.Request{Kind: in.kind, Params: in.params,
-				Key: redisrl.AppendKey(nil, in.kind, domain+"/"+in.rule, in.key), MaxDelay: in.maxDelay}
-			if in.refund {
-				it.req.Refund = &redisrl.Result{Stamp: in.stamp, Ref: in.ref}
-			}
-			it.req.Settle = in.settle
-			continue
-		}
-		m, err := cfg.lookup(domain, d)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
-		}
-		if m == nil {
-			continue
-		}
-		for _, r := range m.limit.Replaces {
-			replacing[r] = true
-		}
-		if m.limit.Unlimited {
-			it.unlimited = true
-			continue
-		}
-		it.m = m
-		l := m.limit
-		if s.opts.ChargeDenied && l.Kind == algorithms.FixedWindow {
-			it.charged = &chargedCall{key: chargedKey(domain, redisKeyPart(d.GetEntries(), m.shared)),
-				window: l.Params.Window, take: it.neg}
-			continue
-		}
-		it.req = redisrl.Request{Kind: l.Kind, Params: l.Params,
-			Key: redisrl.AppendKey(nil, l.Kind, domain+"/", redisKeyPart(d.GetEntries(), m.shared))}
-	}
-	for i := range items {
-		if l := items[i].limit(); l != nil && l.Name != "" && replacing[l.Name] {
-			items[i].m, items[i].charged = nil, nil
-		}
-	}
-	for i := range items {
-		if it := &items[i]; it.neg && it.charged == nil && it.m != nil && !canGiveBack(it.m.limit.Kind) {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits: %s keeps no count that hits can be given back to (token_bucket, leaky_bucket and fixed_window do)", i, it.m.limit.Kind)
-		}
+	items, err := s.items(domain, req)
+	if err != nil {
+		return nil, err
 	}
 	var now int64
 	if s.opts.Now != nil {
 		now = s.opts.Now()
 	}
 	for i := range items {
-		it := &items[i]
-		switch {
-		case it.lq != nil:
-			// A lease call ignores hits_addend: it reserves or returns n.
-			it.call = true
-			it.lq.Now = now
-		case it.in != nil && it.in.settle != 0:
-			// A settlement ignores hits_addend: it applies its delta.
-			it.call = true
-			it.req.Now = now
-		case it.charged != nil:
-			// Every call, hits_addend 0 and requests_per_unit 0 included,
-			// reads the counter (envoyproxy/ratelimit's INCRBY).
-			it.call = true
-			it.charged.now = now
-			if now == 0 {
-				// The peer's clock: the replica's (chargedScript).
-				it.charged.now = time.Now().UnixMicro()
-			}
-			it.charged.hits = clampHits(it.cost)
-		case it.in == nil && it.m == nil:
-		case it.neg && (it.cost == 0 || it.m.limit.Params.Limit == 0):
-			// Nothing to give back, or to a limit that admits nothing.
-		case it.in == nil && it.m.limit.Params.Limit == 0:
-			it.denied = true // requests_per_unit 0, hits_addend 0 too
-		case it.cost == 0 && it.in != nil && it.in.refund:
-			// A refund of nothing.
-		case it.cost == 0:
-			// hits_addend 0 checks without charging: the decision of one
-			// unit, peeked (written nowhere), is the answer — OVER_LIMIT
-			// when one more request would be refused.
-			it.call = true
-			it.req.Now = now
-			it.req.Peek, it.req.Cost = true, 1
-		default:
-			it.call = true
-			it.req.Now = now
-			it.req.Cost = clampCost(it.cost, it.req.Params)
-		}
+		items[i].plan(now)
 	}
 	// The calls run detached from the caller's cancellation, bounded by the
 	// backend's timeout: the service must learn what it charged to be able
 	// to undo it.
 	dctx := context.WithoutCancel(ctx)
-	last := map[string]*item{}
-	for i := range items {
-		if it := &items[i]; it.call && it.charged != nil {
-			if prev := last[string(it.charged.key)]; prev != nil {
-				prev.next, it.queued = it, true
-			}
-			last[string(it.charged.key)] = it
-		}
-	}
-	var wg sync.WaitGroup
-	for i := range items {
-		if it := &items[i]; it.call && !it.queued {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if it.lq != nil {
-					it.lres, it.err = runLease(dctx, s.opts.Backend, it.lq, s.Metrics.noscript)
-					return
-				}
-				for c := it; it.charged != nil && c != nil; c = c.next {
-					c.cres, c.err = runCharged(dctx, s.opts.Backend, c.charged, s.Metrics.noscript, s.Metrics.expireFailed)
-					c.denied = c.err == nil && !c.neg && c.cres.count > c.m.limit.Params.Limit
-				}
-				if it.charged != nil {
-					return
-				}
-				if it.neg {
-					it.res, it.err = s.giveBack(dctx, it.req)
-					return
-				}
-				it.res, it.err = s.decide(dctx, &it.req)
-				if it.err == nil && it.req.Refund == nil && it.req.Settle == 0 {
-					it.denied = !it.res.Allowed
-				}
-				if it.err == nil && it.req.Peek && it.res.Allowed {
-					// The reply counts the unit it would have taken.
-					it.res.Remaining += it.req.Cost
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	var failed error
-	over, quotaTotal, quotaOver := false, 0, 0
-	for i := range items {
-		it := &items[i]
-		if it.err != nil {
-			s.Metrics.redisError()
-			if failed == nil {
-				failed = it.err
-			}
-		}
-		l := it.limit()
-		// envoyproxy/ratelimit since 05c08d0 (#1059): the call is over
-		// when a descriptor not in quota_mode is over its limit, or when
-		// every quota_mode one is; a shadow_mode limit over its limit
-		// counts as within it.
-		switch {
-		case s.quota(it):
-			quotaTotal++
-			if it.denied && (l == nil || !l.Shadow) {
-				quotaOver++
-			}
-		case it.denied && (l == nil || !l.Shadow):
-			over = true
-		}
-	}
-	if quotaTotal > 0 && quotaOver == quotaTotal {
-		over = true
-	}
+	s.run(dctx, items)
+	failed, over := s.verdict(items)
 	if failed == nil {
 		s.countLimits(items)
 	}
@@ -442,6 +265,232 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		out.DynamicMetadata = dynamicMetadata(req, items, out.Statuses)
 	}
 	return out, nil
+}
+
+// items checks the call and makes one item per descriptor: an inline
+// descriptor's request, or the configured limit it matched, with the
+// limits another one replaces dropped.
+func (s *Server) items(domain string, req *pb.RateLimitRequest) ([]item, error) {
+	if domain == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	ds := req.GetDescriptors()
+	if len(ds) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if len(ds) > MaxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors in one call; at most %d", len(ds), MaxDescriptors)
+	}
+	cfg := s.cfg.Load()
+	items := make([]item, len(ds))
+	replacing := map[string]bool{}
+	for i, d := range ds {
+		it := &items[i]
+		it.neg = d.GetIsNegativeHits()
+		it.cost = hitsAddend(req, d)
+		if IsInline(d) {
+			if err := s.inlineItem(it, i, domain, d); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		m, err := cfg.lookup(domain, d)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+		if m == nil {
+			continue
+		}
+		for _, r := range m.limit.Replaces {
+			replacing[r] = true
+		}
+		s.configuredItem(it, domain, d, m)
+	}
+	for i := range items {
+		if l := items[i].limit(); l != nil && l.Name != "" && replacing[l.Name] {
+			items[i].m, items[i].charged = nil, nil
+		}
+	}
+	for i := range items {
+		if it := &items[i]; it.neg && it.charged == nil && it.m != nil && !canGiveBack(it.m.limit.Kind) {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits: %s keeps no count that hits can be given back to (token_bucket, leaky_bucket and fixed_window do)", i, it.m.limit.Kind)
+		}
+	}
+	return items, nil
+}
+
+// inlineItem fills it from inline descriptor i (sluice.wasm's rules).
+func (s *Server) inlineItem(it *item, i int, domain string, d *ratelimitv3.RateLimitDescriptor) error {
+	if it.neg {
+		return status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits on an inline descriptor (sluice.wasm gives admissions back with %s)", i, rlswire.Refund)
+	}
+	if !s.inlineAllowed(domain) {
+		return status.Errorf(codes.PermissionDenied, "descriptor %d: inline descriptors are not enabled for domain %q (sluice serve --inline-domains)", i, domain)
+	}
+	in, err := parseInline(i, d)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	it.in = in
+	if in.leaseCall() {
+		it.lq = in.leaseRequest(domain)
+		return nil
+	}
+	it.req = redisrl.Request{Kind: in.kind, Params: in.params,
+		Key: redisrl.AppendKey(nil, in.kind, domain+"/"+in.rule, in.key), MaxDelay: in.maxDelay}
+	if in.refund {
+		it.req.Refund = &redisrl.Result{Stamp: in.stamp, Ref: in.ref}
+	}
+	it.req.Settle = in.settle
+	return nil
+}
+
+// configuredItem fills it from descriptor d, which matched the configured
+// limit m: unlimited, the peer's charged counter (--charge-denied), or a
+// script request.
+func (s *Server) configuredItem(it *item, domain string, d *ratelimitv3.RateLimitDescriptor, m *match) {
+	if m.limit.Unlimited {
+		it.unlimited = true
+		return
+	}
+	it.m = m
+	l := m.limit
+	if s.opts.ChargeDenied && l.Kind == algorithms.FixedWindow {
+		it.charged = &chargedCall{key: chargedKey(domain, redisKeyPart(d.GetEntries(), m.shared)),
+			window: l.Params.Window, take: it.neg}
+		return
+	}
+	it.req = redisrl.Request{Kind: l.Kind, Params: l.Params,
+		Key: redisrl.AppendKey(nil, l.Kind, domain+"/", redisKeyPart(d.GetEntries(), m.shared))}
+}
+
+// plan says whether the item calls Redis at time now, and with what cost,
+// or is decided here (denied, or nothing to do).
+func (it *item) plan(now int64) {
+	switch {
+	case it.lq != nil:
+		// A lease call ignores hits_addend: it reserves or returns n.
+		it.call = true
+		it.lq.Now = now
+	case it.in != nil && it.in.settle != 0:
+		// A settlement ignores hits_addend: it applies its delta.
+		it.call = true
+		it.req.Now = now
+	case it.charged != nil:
+		// Every call, hits_addend 0 and requests_per_unit 0 included,
+		// reads the counter (envoyproxy/ratelimit's INCRBY).
+		it.call = true
+		it.charged.now = now
+		if now == 0 {
+			// The peer's clock: the replica's (chargedScript).
+			it.charged.now = time.Now().UnixMicro()
+		}
+		it.charged.hits = clampHits(it.cost)
+	case it.in == nil && it.m == nil:
+	case it.neg && (it.cost == 0 || it.m.limit.Params.Limit == 0):
+		// Nothing to give back, or to a limit that admits nothing.
+	case it.in == nil && it.m.limit.Params.Limit == 0:
+		it.denied = true // requests_per_unit 0, hits_addend 0 too
+	case it.cost == 0 && it.in != nil && it.in.refund:
+		// A refund of nothing.
+	case it.cost == 0:
+		// hits_addend 0 checks without charging: the decision of one
+		// unit, peeked (written nowhere), is the answer — OVER_LIMIT
+		// when one more request would be refused.
+		it.call = true
+		it.req.Now = now
+		it.req.Peek, it.req.Cost = true, 1
+	default:
+		it.call = true
+		it.req.Now = now
+		it.req.Cost = clampCost(it.cost, it.req.Params)
+	}
+}
+
+// run makes the items' Redis calls, in parallel, except that charged
+// descriptors on one counter run in order (envoyproxy/ratelimit's
+// pipeline).
+func (s *Server) run(dctx context.Context, items []item) {
+	last := map[string]*item{}
+	for i := range items {
+		if it := &items[i]; it.call && it.charged != nil {
+			if prev := last[string(it.charged.key)]; prev != nil {
+				prev.next, it.queued = it, true
+			}
+			last[string(it.charged.key)] = it
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range items {
+		if it := &items[i]; it.call && !it.queued {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.call(dctx, it)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// call makes item it's Redis call (and those of the charged items queued
+// behind it) and records the result.
+func (s *Server) call(dctx context.Context, it *item) {
+	if it.lq != nil {
+		it.lres, it.err = runLease(dctx, s.opts.Backend, it.lq, s.Metrics.noscript)
+		return
+	}
+	if it.charged != nil {
+		for c := it; c != nil; c = c.next {
+			c.cres, c.err = runCharged(dctx, s.opts.Backend, c.charged, s.Metrics.noscript, s.Metrics.expireFailed)
+			c.denied = c.err == nil && !c.neg && c.cres.count > c.m.limit.Params.Limit
+		}
+		return
+	}
+	if it.neg {
+		it.res, it.err = s.giveBack(dctx, it.req)
+		return
+	}
+	it.res, it.err = s.decide(dctx, &it.req)
+	if it.err == nil && it.req.Refund == nil && it.req.Settle == 0 {
+		it.denied = !it.res.Allowed
+	}
+	if it.err == nil && it.req.Peek && it.res.Allowed {
+		// The reply counts the unit it would have taken.
+		it.res.Remaining += it.req.Cost
+	}
+}
+
+// verdict is the call's first Redis error, and whether it is over.
+// envoyproxy/ratelimit since 05c08d0 (#1059): the call is over when a
+// descriptor not in quota_mode is over its limit, or when every
+// quota_mode one is; a shadow_mode limit over its limit counts as within
+// it.
+func (s *Server) verdict(items []item) (failed error, over bool) {
+	quotaTotal, quotaOver := 0, 0
+	for i := range items {
+		it := &items[i]
+		if it.err != nil {
+			s.Metrics.redisError()
+			if failed == nil {
+				failed = it.err
+			}
+		}
+		l := it.limit()
+		switch {
+		case s.quota(it):
+			quotaTotal++
+			if it.denied && (l == nil || !l.Shadow) {
+				quotaOver++
+			}
+		case it.denied && (l == nil || !l.Shadow):
+			over = true
+		}
+	}
+	if quotaTotal > 0 && quotaOver == quotaTotal {
+		over = true
+	}
+	return failed, over
 }
 
 // hitsAddend is the cost of descriptor d: its own hits_addend when set

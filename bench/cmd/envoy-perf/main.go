@@ -225,6 +225,31 @@ func runOnce(o options, r int, dir, bin, wasm, load string, w *bytes.Buffer) err
 	total := o.duration + 2*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), o.warmup+total+time.Minute)
 	defer cancel()
+	l, err := startLoad(ctx, o, load, url, total)
+	if err != nil {
+		return err
+	}
+	data := filepath.Join(rdir, "perf.data")
+	m, err := sampleEnvoy(ctx, o, e, data)
+	if err != nil {
+		return err
+	}
+	rps, err := l.wait()
+	if err != nil {
+		return err
+	}
+	return writeRun(w, o, r, rdir, data, bin, m, rps)
+}
+
+// loadRun is a sluice-load run in progress.
+type loadRun struct {
+	done      chan error
+	out, errs bytes.Buffer
+}
+
+// startLoad runs the warm-up, then starts the load of total duration and
+// returns once it has run for a second.
+func startLoad(ctx context.Context, o options, load, url string, total time.Duration) (*loadRun, error) {
 	loadArgs := func(d time.Duration, want int) []string {
 		return []string{"-url", url + "/", "-c", strconv.Itoa(o.conc), "-d", d.String(), "-warmup", "0",
 			"-keys", strconv.Itoa(o.keys), "-key-header", keyHeader, "-json", "-want-status", strconv.Itoa(want)}
@@ -233,62 +258,88 @@ func runOnce(o options, r int, dir, bin, wasm, load string, w *bytes.Buffer) err
 		wcmd := exec.CommandContext(ctx, load, loadArgs(o.warmup, 0)...)
 		wcmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if msg, err := wcmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("warm-up: %v: %s", err, msg)
+			return nil, fmt.Errorf("warm-up: %v: %s", err, msg)
 		}
 	}
 	want := 200
 	if o.deny {
 		want = 429
 	}
+	l := &loadRun{done: make(chan error, 1)}
 	lcmd := exec.CommandContext(ctx, load, loadArgs(total, want)...)
 	lcmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var lout, lerr bytes.Buffer
-	lcmd.Stdout, lcmd.Stderr = &lout, &lerr
+	lcmd.Stdout, lcmd.Stderr = &l.out, &l.errs
 	if err := lcmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
-	loadDone := make(chan error, 1)
-	go func() { loadDone <- lcmd.Wait() }()
+	go func() { l.done <- lcmd.Wait() }()
 	select {
-	case err := <-loadDone:
-		return fmt.Errorf("sluice-load ended early: %v: %s%s", err, lerr.String(), lout.String())
+	case err := <-l.done:
+		return nil, fmt.Errorf("sluice-load ended early: %v: %s%s", err, l.errs.String(), l.out.String())
 	case <-time.After(time.Second):
 	}
-	data := filepath.Join(rdir, "perf.data")
+	return l, nil
+}
+
+// wait waits for the load to end: its req/s over the whole run.
+func (l *loadRun) wait() (float64, error) {
+	if err := <-l.done; err != nil {
+		return 0, fmt.Errorf("sluice-load: %v: %s%s", err, l.errs.String(), l.out.String())
+	}
+	var rep struct {
+		Requests int     `json:"requests"`
+		RPS      float64 `json:"rps"`
+	}
+	if err := json.Unmarshal(l.out.Bytes(), &rep); err != nil {
+		return 0, fmt.Errorf("sluice-load output: %v", err)
+	}
+	return rep.RPS, nil
+}
+
+// sampled is what one perf record interval measured of Envoy.
+type sampled struct {
+	served  int64
+	cpu     time.Duration
+	elapsed time.Duration
+}
+
+// sampleEnvoy records Envoy e with perf for o.duration into data, counting the
+// requests it served and the CPU it used meanwhile.
+func sampleEnvoy(ctx context.Context, o options, e *envoyproc.Envoy, data string) (sampled, error) {
+	pid := e.PID()
 	rq0, err := requests(e)
 	if err != nil {
-		return err
+		return sampled{}, err
 	}
 	cpu0, err := build.CPUTime(pid)
 	if err != nil {
-		return err
+		return sampled{}, err
 	}
 	t0 := time.Now()
 	pcmd := exec.CommandContext(ctx, "perf", "record", "-q", "-e", "cpu-clock", "-F", strconv.Itoa(o.freq), "-g",
 		"-p", strconv.Itoa(pid), "-o", data, "--", "sleep", strconv.FormatFloat(o.duration.Seconds(), 'f', 3, 64))
 	pcmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if msg, err := pcmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("perf record: %v\n%s", err, msg)
+		return sampled{}, fmt.Errorf("perf record: %v\n%s", err, msg)
 	}
 	elapsed := time.Since(t0)
 	cpu1, err := build.CPUTime(pid)
 	if err != nil {
-		return err
+		return sampled{}, err
 	}
 	rq1, err := requests(e)
 	if err != nil {
-		return err
+		return sampled{}, err
 	}
-	if err := <-loadDone; err != nil {
-		return fmt.Errorf("sluice-load: %v: %s%s", err, lerr.String(), lout.String())
+	if rq1 <= rq0 {
+		return sampled{}, errors.New("no request served while sampled")
 	}
-	var rep struct {
-		Requests int     `json:"requests"`
-		RPS      float64 `json:"rps"`
-	}
-	if err := json.Unmarshal(lout.Bytes(), &rep); err != nil {
-		return fmt.Errorf("sluice-load output: %v", err)
-	}
+	return sampled{served: rq1 - rq0, cpu: cpu1 - cpu0, elapsed: elapsed}, nil
+}
+
+// writeRun writes run r's breakdown of the samples in data to w (rps: the
+// load's req/s over its whole run).
+func writeRun(w *bytes.Buffer, o options, r int, rdir, data, bin string, m sampled, rps float64) error {
 	// perf script reads the map while the process's map file is still there.
 	scmd := exec.Command("perf", "script", "-i", data, "-F", "comm,tid,ip,sym,dso")
 	var sout, serr bytes.Buffer
@@ -308,22 +359,17 @@ func runOnce(o options, r int, dir, bin, wasm, load string, w *bytes.Buffer) err
 	if len(ss) == 0 {
 		return errors.New("perf recorded no samples")
 	}
-	served := rq1 - rq0
-	if served <= 0 {
-		return errors.New("no request served while sampled")
-	}
-	cpu := cpu1 - cpu0
-	us := float64(cpu.Microseconds()) / float64(served)
+	us := float64(m.cpu.Microseconds()) / float64(m.served)
 	c := &classifier{envoy: bin}
 	b := c.sort(ss)
 	fmt.Fprintf(w, "\n## run %d: %.0f req/s while sampled (%.0f over the whole load), Envoy CPU %.2f cores, %.1f µs/request\n",
-		r, float64(served)/elapsed.Seconds(), rep.RPS, cpu.Seconds()/elapsed.Seconds(), us)
+		r, float64(m.served)/m.elapsed.Seconds(), rps, m.cpu.Seconds()/m.elapsed.Seconds(), us)
 	if !b.named {
 		fmt.Fprintln(w, "(V8's code unnamed: guest functions and V8's stubs are not told apart)")
 	}
 	b.write(w, us, o.top)
 	fmt.Fprintf(os.Stderr, "envoy-perf: run %d: %.0f req/s, %.1f µs/request, guest %.1f%%, host calls %.1f%%\n", r,
-		float64(served)/elapsed.Seconds(), us, 100*float64(b.side[sideGuest])/float64(b.total), 100*float64(b.side[sideHost])/float64(b.total))
+		float64(m.served)/m.elapsed.Seconds(), us, 100*float64(b.side[sideGuest])/float64(b.total), 100*float64(b.side[sideHost])/float64(b.total))
 	return nil
 }
 

@@ -127,29 +127,11 @@ func ReadCSV(r io.Reader, name string) (*Traffic, error) {
 		if len(tr.Requests) >= MaxRequests {
 			return nil, fail("more than %d requests; the simulator holds at most that many", MaxRequests)
 		}
-		u := Usage{Actual: NoUsage}
-		if len(rec) >= 4 && rec[3] != "" {
-			u.Actual, err = strconv.ParseInt(rec[3], 10, 64)
-			if err != nil || u.Actual < 0 || u.Actual > algorithms.MaxSettle {
-				return nil, fail("actual %q must be an integer from 0 to %d", rec[3], int64(algorithms.MaxSettle))
-			}
+		u, err := usageFields(rec, fail)
+		if err != nil {
+			return nil, err
 		}
-		if len(rec) == 5 && rec[4] != "" {
-			d, isAbs, err := parseTimestamp(rec[4])
-			if err != nil || isAbs {
-				return nil, fail("duration %q must be seconds (\"1.5\") or a duration (\"250ms\"), >= 0", rec[4])
-			}
-			u.In = d
-		}
-		if u != (Usage{Actual: NoUsage}) && tr.Usage == nil {
-			tr.Usage = make([]Usage, len(tr.Requests), cap(tr.Requests))
-			for i := range tr.Usage {
-				tr.Usage[i].Actual = NoUsage
-			}
-		}
-		if tr.Usage != nil {
-			tr.Usage = append(tr.Usage, u)
-		}
+		tr.addUsage(u)
 		tr.Requests = append(tr.Requests, Request{At: at, Key: k, Cost: cost})
 		seenAny = true
 		prev, prevText = at, rec[0]
@@ -160,6 +142,40 @@ func ReadCSV(r io.Reader, name string) (*Traffic, error) {
 	tr.End = tr.Requests[len(tr.Requests)-1].At + 1
 	tr.Description = fmt.Sprintf("%s: %d requests from %d keys", name, len(tr.Requests), len(tr.Keys))
 	return tr, nil
+}
+
+// usageFields reads a line's actual and duration fields, if any.
+func usageFields(rec []string, fail func(format string, args ...any) error) (Usage, error) {
+	u := Usage{Actual: NoUsage}
+	if len(rec) >= 4 && rec[3] != "" {
+		var err error
+		u.Actual, err = strconv.ParseInt(rec[3], 10, 64)
+		if err != nil || u.Actual < 0 || u.Actual > algorithms.MaxSettle {
+			return u, fail("actual %q must be an integer from 0 to %d", rec[3], int64(algorithms.MaxSettle))
+		}
+	}
+	if len(rec) == 5 && rec[4] != "" {
+		d, isAbs, err := parseTimestamp(rec[4])
+		if err != nil || isAbs {
+			return u, fail("duration %q must be seconds (\"1.5\") or a duration (\"250ms\"), >= 0", rec[4])
+		}
+		u.In = d
+	}
+	return u, nil
+}
+
+// addUsage records the usage of the request about to be appended: the
+// first usage given makes Usage, every earlier request without one.
+func (tr *Traffic) addUsage(u Usage) {
+	if u != (Usage{Actual: NoUsage}) && tr.Usage == nil {
+		tr.Usage = make([]Usage, len(tr.Requests), cap(tr.Requests))
+		for i := range tr.Usage {
+			tr.Usage[i].Actual = NoUsage
+		}
+	}
+	if tr.Usage != nil {
+		tr.Usage = append(tr.Usage, u)
+	}
 }
 
 // maxOffset keeps offsets well inside int64 nanoseconds after Epoch.

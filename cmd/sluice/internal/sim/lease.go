@@ -164,17 +164,8 @@ func (p *pool) expired(at int64) bool { return at >= p.expiry || at >= p.touched
 // RunLeases replays tr through a fleet with leases and through the global
 // state alone. Only token_bucket and fixed_window have leases.
 func RunLeases(tr *Traffic, kind algorithms.Kind, p algorithms.Params, opt LeaseOptions) (*LeaseResult, error) {
-	if kind != algorithms.TokenBucket && kind != algorithms.FixedWindow {
-		return nil, errors.New("sim: leases exist for token_bucket and fixed_window only, not " + kind.String())
-	}
-	if opt.Proxies < 1 || opt.Lease < 1 {
-		return nil, errors.New("sim: leases need --proxies >= 1 and --lease >= 1")
-	}
-	if p.Limit < 1 || p.Window < time.Microsecond || p.Window%time.Microsecond != 0 {
-		return nil, errors.New("sim: leases need a limit >= 1 and a window of whole microseconds")
-	}
-	if tr == nil || len(tr.Requests) == 0 || tr.End <= tr.Start {
-		return nil, errors.New("sim: no traffic")
+	if err := checkLeaseRun(tr, kind, p, opt); err != nil {
+		return nil, err
 	}
 	burst := p.Burst
 	if burst == 0 || kind == algorithms.FixedWindow {
@@ -189,121 +180,170 @@ func RunLeases(tr *Traffic, kind algorithms.Kind, p algorithms.Params, opt Lease
 	}
 	width := BucketWidth(tr.End-tr.Start, nb)
 	n := int((tr.End - tr.Start + width - 1) / width)
-	res := &LeaseResult{Kind: kind, Params: p, Proxies: opt.Proxies, Lease: opt.Lease, Start: tr.Start, BucketWidth: width,
-		Buckets: make([]LeaseBucket, n)}
-	m := &leaseModel{kind: kind, l: p.Limit, w: int64(p.Window / time.Microsecond), b: burst, inst: int64(opt.Proxies), lease: opt.Lease}
-	exactM := *m
-	exactM.inst = 1
-
-	global := make([]globalKey, len(tr.Keys))
-	exact := make([]globalKey, len(tr.Keys))
-	pools := make([]map[int32]*pool, opt.Proxies)
-	for i := range pools {
-		pools[i] = map[int32]*pool{}
+	r := &leaseRun{
+		res: &LeaseResult{Kind: kind, Params: p, Proxies: opt.Proxies, Lease: opt.Lease, Start: tr.Start, BucketWidth: width,
+			Buckets: make([]LeaseBucket, n)},
+		m:      leaseModel{kind: kind, l: p.Limit, w: int64(p.Window / time.Microsecond), b: burst, inst: int64(opt.Proxies), lease: opt.Lease},
+		opt:    opt,
+		start:  tr.Start,
+		global: make([]globalKey, len(tr.Keys)), exact: make([]globalKey, len(tr.Keys)),
+		pools:    make([]map[int32]*pool, opt.Proxies),
+		leaseWin: map[int32]*window{}, exactWin: map[int32]*window{},
+		winNS: int64(p.Window),
 	}
-	stamp := func(now int64) int64 { // µs
-		if kind == algorithms.FixedWindow {
-			return now / m.w * m.w
-		}
-		return 0
+	r.exactM = r.m
+	r.exactM.inst = 1
+	for i := range r.pools {
+		r.pools[i] = map[int32]*pool{}
 	}
-	held := int64(0)
 	tick := int64(100 * time.Millisecond)
 	nextTick := tr.Start + tick
-	expire := func(at int64, all bool) {
-		for _, ps := range pools {
-			for k, pl := range ps {
-				if pl.tokens > 0 && (all || pl.expired(at)) {
-					m.giveBack(&global[k], at/1000, pl.tokens, pl.stamp)
-					res.Returns++
-					held -= pl.tokens
-					pl.tokens = 0
-					pl.want, pl.spent = max(pl.spent, 1), 0
-				}
-			}
-		}
-	}
-	bucketOf := func(at int64) int { return min(int((at-tr.Start)/width), n-1) }
-	// noteHeld records held at time at: the peak of its bucket, and the
-	// value carried into every bucket entered since the last note.
-	lastHeldBucket := 0
-	noteHeld := func(at int64) {
-		for b := bucketOf(at); lastHeldBucket < b; {
-			lastHeldBucket++
-			res.Buckets[lastHeldBucket].Held = max(res.Buckets[lastHeldBucket].Held, held)
-		}
-		res.Buckets[lastHeldBucket].Held = max(res.Buckets[lastHeldBucket].Held, held)
-	}
-	leaseWin, exactWin := map[int32]*window{}, map[int32]*window{}
-	winNS := int64(p.Window)
 	for i, rq := range tr.Requests {
 		for nextTick <= rq.At {
-			noteHeld(nextTick)
-			expire(nextTick, false)
+			r.noteHeld(nextTick)
+			r.expire(nextTick, false)
 			nextTick += tick
 		}
-		b := &res.Buckets[bucketOf(rq.At)]
+		b := &r.res.Buckets[r.bucketOf(rq.At)]
 		b.Offered++
-		res.Offered++
-		now := rq.At / 1000
-		// Without leases: the global state decides each request.
-		if exactM.acquire(&exact[rq.Key], now, 1) == 1 {
-			b.Exact++
-			res.Exact++
-			res.ExactMaxInWindow = max(res.ExactMaxInWindow, winFor(exactWin, rq.Key).push(rq.At, 1, winNS))
-		}
-		// With leases: the request's proxy spends from its pool, or
-		// acquires.
-		ps := pools[i%opt.Proxies]
-		pl := ps[rq.Key]
-		if pl == nil {
-			pl = &pool{}
-			ps[rq.Key] = pl
-		}
-		if pl.tokens > 0 && pl.expired(rq.At) {
-			m.giveBack(&global[rq.Key], now, pl.tokens, pl.stamp)
-			res.Returns++
-			held -= pl.tokens
-			pl.tokens = 0
-			pl.want, pl.spent = max(pl.spent, 1), 0
-		}
-		if pl.tokens == 0 && rq.At < pl.until {
-			continue // the held denial: no call
-		}
-		if pl.tokens == 0 {
-			res.Acquires++
-			want := opt.Lease
-			if pl.want > 0 {
-				want = min(pl.want, opt.Lease)
-			}
-			g := m.acquire(&global[rq.Key], now, want)
-			if g == 0 {
-				pl.until = rq.At + min(m.wait(&global[rq.Key], now)*1000, int64(LeaseHold))
-				continue
-			}
-			exp := rq.At + int64(LeaseMaxLifetime)
-			if kind == algorithms.FixedWindow {
-				exp = min(exp, (stamp(now)+m.w)*1000)
-			}
-			if pl.want > 0 && pl.acquired > 0 && rq.At-pl.acquired < int64(LeaseIdle) {
-				pl.want = min(2*pl.want, opt.Lease)
-			}
-			pl.tokens, pl.expiry, pl.stamp, pl.acquired, pl.spent = g, exp, stamp(now), rq.At, 0
-			held += g
-		}
-		pl.tokens--
-		pl.spent++
-		pl.touched = rq.At
-		held--
-		b.Admitted++
-		res.Admitted++
-		res.MaxInWindow = max(res.MaxInWindow, winFor(leaseWin, rq.Key).push(rq.At, 1, winNS))
-		res.MaxHeld = max(res.MaxHeld, held)
-		noteHeld(rq.At)
+		r.res.Offered++
+		r.exactly(b, rq)
+		r.leased(b, r.pools[i%opt.Proxies], rq)
 	}
-	noteHeld(tr.End)
-	expire(tr.End, true)
-	return res, nil
+	r.noteHeld(tr.End)
+	r.expire(tr.End, true)
+	return r.res, nil
+}
+
+// checkLeaseRun checks RunLeases's arguments.
+func checkLeaseRun(tr *Traffic, kind algorithms.Kind, p algorithms.Params, opt LeaseOptions) error {
+	switch {
+	case kind != algorithms.TokenBucket && kind != algorithms.FixedWindow:
+		return errors.New("sim: leases exist for token_bucket and fixed_window only, not " + kind.String())
+	case opt.Proxies < 1 || opt.Lease < 1:
+		return errors.New("sim: leases need --proxies >= 1 and --lease >= 1")
+	case p.Limit < 1 || p.Window < time.Microsecond || p.Window%time.Microsecond != 0:
+		return errors.New("sim: leases need a limit >= 1 and a window of whole microseconds")
+	case tr == nil || len(tr.Requests) == 0 || tr.End <= tr.Start:
+		return errors.New("sim: no traffic")
+	}
+	return nil
+}
+
+// leaseRun is RunLeases's state: the global state with leases (m, global)
+// and without (exactM, exact), each proxy's pools, the tokens held in
+// pools, and the result being built.
+type leaseRun struct {
+	res                *LeaseResult
+	m, exactM          leaseModel
+	opt                LeaseOptions
+	start              int64
+	global, exact      []globalKey
+	pools              []map[int32]*pool
+	held               int64
+	lastHeldBucket     int
+	leaseWin, exactWin map[int32]*window
+	winNS              int64
+}
+
+// stamp is the lease stamp at now (µs): its window's start for
+// fixed_window.
+func (r *leaseRun) stamp(now int64) int64 {
+	if r.m.kind == algorithms.FixedWindow {
+		return now / r.m.w * r.m.w
+	}
+	return 0
+}
+
+func (r *leaseRun) bucketOf(at int64) int {
+	return min(int((at-r.start)/r.res.BucketWidth), len(r.res.Buckets)-1)
+}
+
+// noteHeld records held at time at: the peak of its bucket, and the value
+// carried into every bucket entered since the last note.
+func (r *leaseRun) noteHeld(at int64) {
+	for b := r.bucketOf(at); r.lastHeldBucket < b; {
+		r.lastHeldBucket++
+		r.res.Buckets[r.lastHeldBucket].Held = max(r.res.Buckets[r.lastHeldBucket].Held, r.held)
+	}
+	r.res.Buckets[r.lastHeldBucket].Held = max(r.res.Buckets[r.lastHeldBucket].Held, r.held)
+}
+
+// giveBack returns pool pl of key k to the global state at time at.
+func (r *leaseRun) giveBack(k int32, pl *pool, at int64) {
+	r.m.giveBack(&r.global[k], at/1000, pl.tokens, pl.stamp)
+	r.res.Returns++
+	r.held -= pl.tokens
+	pl.tokens = 0
+	pl.want, pl.spent = max(pl.spent, 1), 0
+}
+
+// expire gives back the pools expired at time at (all: every pool).
+func (r *leaseRun) expire(at int64, all bool) {
+	for _, ps := range r.pools {
+		for k, pl := range ps {
+			if pl.tokens > 0 && (all || pl.expired(at)) {
+				r.giveBack(k, pl, at)
+			}
+		}
+	}
+}
+
+// exactly decides rq without leases: the global state decides each
+// request.
+func (r *leaseRun) exactly(b *LeaseBucket, rq Request) {
+	if r.exactM.acquire(&r.exact[rq.Key], rq.At/1000, 1) == 1 {
+		b.Exact++
+		r.res.Exact++
+		r.res.ExactMaxInWindow = max(r.res.ExactMaxInWindow, winFor(r.exactWin, rq.Key).push(rq.At, 1, r.winNS))
+	}
+}
+
+// leased decides rq with leases: its proxy (pools ps) spends from its
+// pool, or acquires.
+func (r *leaseRun) leased(b *LeaseBucket, ps map[int32]*pool, rq Request) {
+	now := rq.At / 1000
+	pl := ps[rq.Key]
+	if pl == nil {
+		pl = &pool{}
+		ps[rq.Key] = pl
+	}
+	if pl.tokens > 0 && pl.expired(rq.At) {
+		r.giveBack(rq.Key, pl, rq.At)
+	}
+	if pl.tokens == 0 && rq.At < pl.until {
+		return // the held denial: no call
+	}
+	if pl.tokens == 0 {
+		r.res.Acquires++
+		want := r.opt.Lease
+		if pl.want > 0 {
+			want = min(pl.want, r.opt.Lease)
+		}
+		g := r.m.acquire(&r.global[rq.Key], now, want)
+		if g == 0 {
+			pl.until = rq.At + min(r.m.wait(&r.global[rq.Key], now)*1000, int64(LeaseHold))
+			return
+		}
+		exp := rq.At + int64(LeaseMaxLifetime)
+		if r.m.kind == algorithms.FixedWindow {
+			exp = min(exp, (r.stamp(now)+r.m.w)*1000)
+		}
+		if pl.want > 0 && pl.acquired > 0 && rq.At-pl.acquired < int64(LeaseIdle) {
+			pl.want = min(2*pl.want, r.opt.Lease)
+		}
+		pl.tokens, pl.expiry, pl.stamp, pl.acquired, pl.spent = g, exp, r.stamp(now), rq.At, 0
+		r.held += g
+	}
+	pl.tokens--
+	pl.spent++
+	pl.touched = rq.At
+	r.held--
+	b.Admitted++
+	r.res.Admitted++
+	r.res.MaxInWindow = max(r.res.MaxInWindow, winFor(r.leaseWin, rq.Key).push(rq.At, 1, r.winNS))
+	r.res.MaxHeld = max(r.res.MaxHeld, r.held)
+	r.noteHeld(rq.At)
 }
 
 func winFor(m map[int32]*window, k int32) *window {
