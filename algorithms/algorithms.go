@@ -23,6 +23,8 @@
 //	sliding_log     11 bytes, then w bytes per request (cost unit) admitted
 //	                in the window: w = 4 up to a 2.1 s window, 5 up to
 //	                9 min, 6 up to 1.6 days, 7 beyond (at most 11 + w × Limit)
+//	concurrency     3 bytes, then 20 per holder: holder, slots, lease expiry
+//	                (concurrency.go: an in-flight limit, not a rate)
 //
 // Token and leaky bucket also settle token budgets (settle.go): a request's
 // actual cost, known after it, is charged against its reservation — a refund
@@ -63,6 +65,8 @@ func (k Kind) String() string {
 		return "sliding_log"
 	case SlidingWindow:
 		return "sliding_window"
+	case Concurrency:
+		return "concurrency"
 	}
 	return "unknown"
 }

@@ -121,6 +121,10 @@ func (p *parser) redisRule(path string, v jsonv.Value, r *Rule, instances int, f
 	if r.Limiter == nil {
 		return // reported already
 	}
+	if r.Concurrency != nil {
+		r.Fallback = r.Limiter // unused: a remote in-flight limit has no local fallback (concurrency.go)
+		return
+	}
 	par := r.Limiter.Params()
 	bounded := true
 	if err := RedisParams(r.Algorithm, par); err != nil {

@@ -69,6 +69,10 @@ type Rule struct {
 	// the request (plans.go): an override wins over a plan, a plan over the rule's own.
 	// nil: none.
 	Plans, Overrides *LimitTable
+	// Concurrency is set on a rule with "algorithm": "concurrency" (an
+	// in-flight limit: concurrency.go); nil for a rate rule. Its Limiter
+	// is an *algorithms.ConcurrencyLimiter, Window is 0 and Burst Limit.
+	Concurrency *Concurrency
 	// Limiter is the algorithm built from Algorithm/Limit/Window/Burst.
 	Limiter algorithms.Limiter
 	// Fallback is a remote rule's local limiter, used while Redis (or the

@@ -287,7 +287,7 @@ func (c *Config) HasRLSRules() bool {
 
 var (
 	topFields      = []string{"rules", "response", "failure_mode", "client_ip", "redis", "rls", "access_log", "top_keys"}
-	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost", "count", "plans", "overrides"}
+	ruleFields     = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "window", "burst", "backend", "mode", "max_keys", "lease", "delay", "cost", "count", "plans", "overrides", "retry_after"}
 	delayFields    = []string{"max", "max_held"}
 	matchFields    = []string{"path_prefix", "methods", "headers", "routes", "metadata", "attributes"}
 	headerFields   = []string{"name", "exact", "absent"}
@@ -339,11 +339,19 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 			r.MissingKey = MissingKey(i)
 		}
 	}
+	if concurrencyAlgorithm(f) {
+		p.concurrencyRule(path, v, f, r) // concurrency.go
+		return r
+	}
+	if x, ok := f["retry_after"]; ok {
+		p.fail(x, path+".retry_after", `applies only to "algorithm": "concurrency"`)
+	}
 	if x, ok := f["algorithm"]; ok {
-		names := make([]string, len(algorithms.Kinds))
+		names := make([]string, len(algorithms.Kinds), len(algorithms.Kinds)+1)
 		for i, k := range algorithms.Kinds {
 			names[i] = k.String()
 		}
+		names = append(names, algorithms.Concurrency.String()) // read by concurrencyRule
 		if i, ok := p.enum(path+".algorithm", x, names); ok {
 			r.Algorithm = algorithms.Kinds[i]
 		} else {

@@ -123,7 +123,7 @@ var errorCases = []struct {
 
 	// algorithm
 	{"algorithm missing", doc("", rule("algorithm", "")), `rules[0].algorithm: is required`},
-	{"algorithm unknown", doc("", rule("algorithm", `"gcra"`)), `rules[0].algorithm: "gcra" is not one of token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window`},
+	{"algorithm unknown", doc("", rule("algorithm", `"gcra"`)), `rules[0].algorithm: "gcra" is not one of token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency`},
 	{"algorithm not a string", doc("", rule("algorithm", `1`)), `rules[0].algorithm: 1 is not a string`},
 
 	// limit
@@ -278,7 +278,7 @@ var errorCases = []struct {
 			"rules[1].key: must not be empty\n" +
 			"rules[1].limit: 0 is out of range 1..1000000000\n" +
 			"rules[2].name: duplicate rule name \"a\" (also rules[0])\n" +
-			"rules[2].algorithm: \"x\" is not one of token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window\n" +
+			"rules[2].algorithm: \"x\" is not one of token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency\n" +
 			"response.status: 1000 is out of range 200..599"},
 }
 

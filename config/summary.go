@@ -100,8 +100,12 @@ func (r *Rule) Summary() string {
 	b.WriteString(r.Algorithm.String())
 	b.WriteByte(' ')
 	b.WriteString(strconv.FormatInt(r.Limit, 10))
-	b.WriteByte('/')
-	b.WriteString(FormatDuration(r.Window))
+	if r.Concurrency != nil {
+		r.concurrencySummary(&b)
+	} else {
+		b.WriteByte('/')
+		b.WriteString(FormatDuration(r.Window))
+	}
 	if r.Algorithm == algorithms.TokenBucket || r.Algorithm == algorithms.LeakyBucket {
 		b.WriteString(" burst ")
 		b.WriteString(strconv.FormatInt(r.Burst, 10))
@@ -141,7 +145,13 @@ func (r *Rule) Summary() string {
 		b.WriteByte(' ')
 		b.WriteString(r.Cost.String())
 	}
-	if r.Delay.Max > 0 {
+	if r.Delay.Max > 0 && r.Concurrency != nil {
+		b.WriteString(" queue<=")
+		b.WriteString(FormatDuration(r.Delay.Max))
+		b.WriteString(" queued<=")
+		b.WriteString(strconv.Itoa(r.Delay.MaxHeld))
+		b.WriteString("/worker")
+	} else if r.Delay.Max > 0 {
 		b.WriteString(" delay<=")
 		b.WriteString(FormatDuration(r.Delay.Max))
 		b.WriteString(" held<=")

@@ -118,8 +118,8 @@ func resumingHost(h abi.Host, what string) (resumer, error) {
 func newHolds(p *Plugin, rules []*rule) (*holds, error) {
 	n := 0
 	for _, r := range rules {
-		if r.cfg.Delay.Max <= 0 {
-			continue
+		if r.cfg.Delay.Max <= 0 || r.cfg.Concurrency != nil {
+			continue // a concurrency rule's delay is its queue (concurrency.go)
 		}
 		sh, ok := algorithms.AsShaper(r.cfg.Limiter)
 		if !ok {
@@ -407,6 +407,9 @@ func (p *Plugin) retick(now, at int64) {
 				at = t
 			}
 			if t := p.configAt(i).bodies.next(); t != 0 && (at == 0 || t < at) {
+				at = t
+			}
+			if t := p.configAt(i).conc.next(now); t != 0 && (at == 0 || t < at) {
 				at = t
 			}
 		}

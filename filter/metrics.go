@@ -114,6 +114,11 @@ func MetricHelp(name string) string {
 			return "sluice rule " + rule + ": " + delayMetricHelp[k]
 		}
 	}
+	for k, c := range ConcurrencyMetrics {
+		if c == counter {
+			return "sluice rule " + rule + ": " + concurrencyMetricHelp[k]
+		}
+	}
 	for k, c := range CostMetrics {
 		if c == counter {
 			return "sluice rule " + rule + ": " + costMetricHelp[k]

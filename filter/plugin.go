@@ -56,6 +56,7 @@ type Plugin struct {
 	rls      *rlsState        // the rls codec; nil without RLS rules
 	remote   *remote          // the remote-call engine of redis or rls (a configuration has at most one); nil without remote rules
 	holds    *holds           // the requests held by rules with delay (hold.go); nil without such rules
+	conc     *concs           // the concurrency rules' slots and queue (concurrency.go); nil without such rules
 	bodies   *bodyWaits       // the requests whose reservation comes from their body (bodycost.go); nil without such rules
 	hasCost  bool             // a rule has "cost" (cost.go)
 	settling []*rule          // the rules with cost.response, in order (a bill's items)
@@ -96,6 +97,7 @@ type rule struct {
 	rls      *rlsRule   // the RLS side (backend "rls"); nil for a local rule
 	remote   bool       // decided by p.remote (backend "redis" or "rls")
 	delay    *ruleDelay // "delay" (hold.go); nil without
+	conc     *ruleConc  // "algorithm": "concurrency" (concurrency.go); nil for a rate rule
 	cost     *ruleCost  // "cost" (cost.go); nil: 1 per request
 	// The denial cache (denycache.go): for a local rule without delay
 	// or cost (cacheable), made at its first denial.
@@ -240,6 +242,9 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	if p.holds, err = newHolds(p, rules); err != nil {
 		return err
 	}
+	if err = p.setupConcurrency(rules); err != nil {
+		return err
+	}
 	if err = p.setupCost(rules); err != nil {
 		return err
 	}
@@ -258,7 +263,7 @@ func (p *Plugin) setup(cfg *config.Config) error {
 	}
 	p.hasCost = false
 	for _, r := range rules {
-		r.cacheable = !r.remote && r.delay == nil && r.cost == nil && r.cfg.Plans == nil && r.cfg.Overrides == nil
+		r.cacheable = !r.remote && r.delay == nil && r.cost == nil && r.conc == nil && r.cfg.Plans == nil && r.cfg.Overrides == nil
 		p.hasCost = p.hasCost || r.cost != nil
 	}
 	return nil
@@ -449,6 +454,9 @@ func (p *Plugin) charge(s *stream, w *remoteWait, now int64) abi.Action {
 		if r.delay != nil && r.d.Delay > 0 {
 			r.delay.charged(&r.e)
 		}
+		if r.conc != nil {
+			p.conc.acquired(s, r, now)
+		}
 		if r.e.evicted {
 			p.host.IncrementMetric(r.metrics.evicted, 1)
 			p.host.IncrementMetric(r.metrics.evictedUsed, r.e.evictedUsed)
@@ -456,6 +464,9 @@ func (p *Plugin) charge(s *stream, w *remoteWait, now int64) abi.Action {
 	}
 	if !recheck {
 		return p.admitted(s, now)
+	}
+	if s.conc != nil {
+		p.conc.releaseStream(s, now) // acquired again if the request is admitted after all
 	}
 	if act, done := p.verdict(s); done {
 		if w != nil {
@@ -498,6 +509,9 @@ func (p *Plugin) admitted(s *stream, now int64) abi.Action {
 		s.d = best.d
 		s.plan = best.plan
 	}
+	if p.conc != nil && p.remote != nil {
+		p.conc.acquiredRemote(s, now) // concurrency_remote.go
+	}
 	if p.hasCost {
 		p.reserve(s)
 	}
@@ -527,6 +541,10 @@ var sharedKey = [...]byte{tagMissing}
 // nothing remaining, and the window as Retry-After and reset (a back-off:
 // retrying without the key cannot succeed).
 func keylessDenial(rc *config.Rule) algorithms.Decision {
+	if rc.Concurrency != nil {
+		w := rc.Concurrency.RetryAfter
+		return algorithms.Decision{Limit: rc.Limit, ResetAfter: w, RetryAfter: w}
+	}
 	return algorithms.Decision{Allowed: false, Limit: rc.Burst, Remaining: 0, ResetAfter: rc.Window, RetryAfter: rc.Window}
 }
 
@@ -591,12 +609,18 @@ func (p *Plugin) verdict(s *stream) (abi.Action, bool) {
 	if worst == nil {
 		return abi.ActionContinue, false
 	}
+	if p.conc.mayQueue() {
+		return p.conc.enqueue(s, worst, p.host.Now()), true // concurrency.go
+	}
 	for _, r := range p.rules {
 		if r.applies && !r.failed && !r.d.Allowed {
 			if r.cfg.Mode == config.ModeEnforce {
 				p.host.IncrementMetric(r.metrics.denied, 1)
 				if r.delay != nil {
 					p.host.IncrementMetric(r.delay.m.refused, 1)
+				}
+				if r.conc != nil {
+					p.host.IncrementMetric(r.conc.m.refused, 1)
 				}
 			} else {
 				p.host.IncrementMetric(r.metrics.shadowDenied, 1)

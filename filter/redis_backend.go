@@ -232,6 +232,9 @@ func (rs *redisState) newWait(n int) any {
 func (rs *redisState) prepare(w *remoteWait, i int, r *rule, lease bool) ([]byte, route) {
 	d := &w.x.(*redisWait).rules[i]
 	rr := r.redis
+	if r.conc != nil {
+		return rs.prepareConcurrency(d, r) // concurrency_remote.go
+	}
 	if lease {
 		d.key = redisrl.AppendLeaseKey(d.key[:0], rr.kind, r.id, unsafeString(r.key))
 		return d.key, routeKey
@@ -266,7 +269,7 @@ func (rs *redisState) script(c *remoteCall) int {
 		return leaseScript
 	case c.kind == callRefund:
 		return int(c.x.(*redisRefund).req.Kind & 7)
-	case c.kind == callSettle:
+	case c.kind == callSettle, c.kind == callConc:
 		return int(rs.p.rules[c.rule].redis.kind & 7)
 	}
 	return int(rs.p.rules[c.slots[0].i].redis.kind & 7)
@@ -288,6 +291,9 @@ func (rs *redisState) send(c *remoteCall, now int64) (uint32, string) {
 	}
 	if k := rs.script(c); !c.alt && (!rs.scriptSeen[k] || now < rs.evalUntil[k]) {
 		c.alt = true
+	}
+	if rs.isConcurrency(c) {
+		return rs.sendConcurrency(c) // concurrency_remote.go
 	}
 	var req *redisrl.Request
 	var batch redisrl.Request
@@ -329,6 +335,9 @@ func (rs *redisState) send(c *remoteCall, now int64) (uint32, string) {
 // reply implements remoteCodec: the script's reply (a coalesced call's
 // for each of its requests in order); NOSCRIPT resends the call as EVAL.
 func (rs *redisState) reply(c *remoteCall, size int, now int64) outcome {
+	if rs.isConcurrency(c) {
+		return rs.concurrencyReply(c, size, now) // concurrency_remote.go
+	}
 	var res redisrl.Result
 	var b redisrl.Batch
 	var lres redisrl.LeaseResult

@@ -133,6 +133,7 @@ const (
 	callAcquire                 // a lease acquire (lease, fetch, lr)
 	callReturn                  // a lease return (lease, lr)
 	callSettle                  // a token budget's settlement (rule, key, delta)
+	callConc                    // an in-flight slot released (delta < 0) or renewed (rule, key, delta; concurrency_remote.go)
 )
 
 // outcome is what a codec made of a reply, or the failure of a call.
@@ -787,7 +788,11 @@ func (e *remote) take(r *rule, w *remoteWait, i int) (*slotStore, error) {
 		}
 		return nil, nil
 	}
-	return e.failover(e.fallback[i]), errors.New(e.name + ": " + res.why)
+	fb := e.fallback[i]
+	if r.conc != nil {
+		fb = nil // an in-flight limit has no local fallback: "local" lets it pass (concurrency_remote.go)
+	}
+	return e.failover(fb), errors.New(e.name + ": " + res.why)
 }
 
 // failover counts a remote rule's failed decision under failure_mode and
@@ -818,6 +823,10 @@ func (e *remote) refundAdmitted(w *remoteWait, now int64) {
 		}
 		if lr := e.lease[i]; lr != nil {
 			e.leaseRefund(lr, res.key, res.stamp, w.hashes[i], now)
+			continue
+		}
+		if e.p.rules[i].conc != nil {
+			e.sendConc(i, res.key, -1, now) // a slot given back (concurrency_remote.go)
 			continue
 		}
 		switch e.codec.refundable(w, i) {

@@ -217,6 +217,9 @@ func (rs *rlsState) prepare(w *remoteWait, i int, r *rule, _ bool) ([]byte, rout
 	if x.plan[i] = r.plan; r.plan != nil {
 		return x.keys[i], routeOwn // the parameters are the request's (plans_remote.go)
 	}
+	if r.conc != nil {
+		return x.keys[i], routeOwn // an in-flight call is one descriptor (concurrency_remote.go)
+	}
 	if r.cfg.Mode == config.ModeEnforce {
 		return x.keys[i], routeShared
 	}
@@ -238,14 +241,16 @@ func (rs *rlsState) refundable(w *remoteWait, i int) refundKind {
 
 // send implements remoteCodec: one ShouldRateLimit call.
 func (rs *rlsState) send(c *remoteCall, _ int64) (uint32, string) {
-	switch c.kind {
-	case callDecide, callRefund:
+	switch {
+	case rs.isConcurrency(c):
+		rs.msg = rs.appendInFlightRequest(rs.msg[:0], c) // concurrency_remote.go
+	case c.kind == callDecide, c.kind == callRefund:
 		rs.rules = rs.rules[:0]
 		for _, sl := range c.slots {
 			rs.rules = append(rs.rules, sl.i)
 		}
 		rs.msg = rs.appendRequest(rs.msg[:0], c.slots[0].w.x.(*rlsWait), rs.rules, c.kind == callRefund)
-	case callSettle:
+	case c.kind == callSettle:
 		rs.msg = rs.appendSettleRequest(rs.msg[:0], c.rule, c.key, c.delta)
 	default:
 		rs.msg = rs.appendLeaseRequest(rs.msg[:0], c.lease, c.lr)
@@ -259,6 +264,9 @@ func (rs *rlsState) send(c *remoteCall, _ int64) (uint32, string) {
 
 // reply implements remoteCodec: proxy_on_grpc_receive's message.
 func (rs *rlsState) reply(c *remoteCall, size int, _ int64) outcome {
+	if rs.isConcurrency(c) {
+		return rs.inFlightReply(c, size) // concurrency_remote.go
+	}
 	n := len(c.slots)
 	if c.lr != nil || c.kind == callSettle {
 		n = 1

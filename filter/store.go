@@ -81,6 +81,9 @@ type slotStore struct {
 	vbuf   []byte // encoded value to write
 	slots  uint64
 	ncand  int // candidates per key: min(slotCandidates, slots)
+	// noEvict: a key whose candidates are all live is refused
+	// (errKeysInFlight), not given a victim's slot (concurrency.go).
+	noEvict bool
 }
 
 func newSlotStore(h SharedData, lim algorithms.Limiter, prefix string, maxKeys int) *slotStore {
@@ -216,6 +219,9 @@ func (s *slotStore) load(h uint64, now int64, e *entry) error {
 	if free >= 0 {
 		*e = entry{slot: freeSlot, cas: freeInfo.cas, exists: freeInfo.exists, ident: h}
 		return nil
+	}
+	if s.noEvict {
+		return errKeysInFlight
 	}
 	*e = entry{slot: vSlot, cas: vInfo.cas, exists: true, ident: h, evicted: true, evictedUsed: vUsed}
 	return nil

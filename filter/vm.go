@@ -196,6 +196,9 @@ type stream struct {
 	hold       *heldReq    // held until its slot (hold.go; nil: not held)
 	heldMS     int64       // released after being held this long (ms, rounded up; 0: not held)
 	bill       *bill       // settlements due when the stream ends (cost.go; nil: none)
+	conc       *concAcqs   // the concurrency slots it holds, given back when it ends (concurrency.go; nil: none)
+	cwait      *concWait   // queued for a concurrency slot (concurrency.go; nil: not)
+	cqSince    int64       // when it was first queued for a concurrency slot (0: never)
 	body       *bodyWait   // its body is read for a reservation (bodycost.go; nil: not)
 	reqEnd     bool        // the request ended with its headers (no body)
 	denied     bool        // a local response was sent
@@ -284,7 +287,7 @@ func (vm *VM) QuickDelete(id uint32) bool {
 // quickRelease releases stream id when that needs none of release's work.
 func (vm *VM) quickRelease(id uint32) bool {
 	s := vm.streams.get(id)
-	if s == nil || s.hold != nil || s.body != nil || s.bill != nil {
+	if s == nil || s.hold != nil || s.body != nil || s.bill != nil || s.conc != nil || s.cwait != nil {
 		return false
 	}
 	vm.streams.remove(id)
@@ -309,7 +312,7 @@ func (vm *VM) EndAtRequest(id uint32, act abi.Action) ([]abi.Header, bool) {
 	if act != abi.ActionContinue && !s.denied {
 		return nil, false
 	}
-	if s.hold != nil || s.body != nil || s.bill != nil || s.rwait != nil {
+	if s.hold != nil || s.body != nil || s.bill != nil || s.rwait != nil || s.conc != nil || s.cwait != nil {
 		return nil, false
 	}
 	var hdrs []abi.Header
@@ -375,7 +378,7 @@ func (vm *VM) OnRequestBody(id uint32, size int, endOfStream bool) abi.Action {
 	if w := s.body; w != nil && w.reading {
 		return s.plugin.guardedBody(s, size, endOfStream)
 	}
-	if s.rwait != nil || s.hold != nil {
+	if s.rwait != nil || s.hold != nil || s.cwait != nil {
 		return abi.ActionPause
 	}
 	return abi.ActionContinue
@@ -454,6 +457,9 @@ func (vm *VM) OnDone(id uint32) bool {
 		}
 		if bw := root.configAt(i).bodies; bw != nil {
 			bw.expire(vm.host.Now(), true)
+		}
+		if cs := root.configAt(i).conc; cs != nil {
+			cs.refuseAll(vm.host.Now())
 		}
 	}
 	vm.returnLeases(root)
@@ -550,6 +556,10 @@ func (vm *VM) OnTick(rootID uint32) {
 				p.bodies.expire(vm.host.Now(), false)
 				held = true
 			}
+			if p.conc != nil {
+				p.conc.tick(vm.host.Now())
+				held = true
+			}
 		}
 		if held {
 			root.retick(vm.host.Now(), 0)
@@ -574,6 +584,12 @@ func (vm *VM) release(id uint32) bool {
 	}
 	if s.bill != nil {
 		s.plugin.guarded(func() { s.plugin.settle(s) })
+	}
+	if s.cwait != nil {
+		s.plugin.conc.abandon(s)
+	}
+	if s.conc != nil {
+		s.plugin.guarded(func() { s.plugin.conc.releaseStream(s, vm.host.Now()) })
 	}
 	vm.recycle(s)
 	return true

@@ -343,6 +343,9 @@ func (f *simFlags) targets() ([]target, error) {
 	}
 
 	// --compare, or one rule from the command line.
+	if base != nil && base.Concurrency != nil {
+		return nil, fmt.Errorf("%s: rule %s is an in-flight limit (concurrency): --compare compares the rate algorithms, which need a window", f.configFile, base.Name)
+	}
 	p := algorithms.Params{Limit: f.limit, Window: f.window, Burst: f.burst}
 	if base != nil {
 		p = algorithms.Params{Limit: base.Limit, Window: base.Window}
@@ -473,7 +476,11 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	rep := &sim.Report{Command: "sluice simulate " + quoteArgs(args), Traffic: tr}
 	for _, t := range targets {
-		res, err := sim.Run(tr, t.name, t.lim, sim.Options{Buckets: f.buckets, MaxKeys: f.tableSize(t),
+		run := sim.Run
+		if t.lim.Kind() == algorithms.Concurrency {
+			run = runConcurrency // an in-flight limit: the requests' durations decide
+		}
+		res, err := run(tr, t.name, t.lim, sim.Options{Buckets: f.buckets, MaxKeys: f.tableSize(t),
 			Delay: t.delay.Max, MaxHeld: t.delay.MaxHeld, Settle: t.settle, NoUsageRefund: t.refund, Reserve: t.reserve})
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", t.name, err))
@@ -504,11 +511,16 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		case r.MaxInWindow > bound:
 			mark = " (over!)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%d\t%d\t%d%s\t%d\t%d\n", r.Name, r.Kind, r.Params.Limit, fmtWindow(r.Params.Window),
+		limit := strconv.FormatInt(r.Params.Limit, 10) + "/" + fmtWindow(r.Params.Window)
+		if r.InFlight != nil {
+			limit = strconv.FormatInt(r.Params.Limit, 10) + " in flight"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d%s\t%d\t%d\n", r.Name, r.Kind, limit,
 			r.Admitted, r.Denied, r.MaxInWindow, mark, bound, r.StateBytesMax)
 	}
 	tw.Flush()
 	printShaping(sw, rep.Results)
+	printInFlight(sw, rep.Results) // simulate_concurrency.go
 	printBudget(sw, rep.Results)
 	printTable(sw, rep.Results)
 	decisions := 0

@@ -561,3 +561,31 @@ func TestSimulateLeaseReportInBrowser(t *testing.T) {
 		t.Logf("screenshot: %s", p)
 	}
 }
+
+// An in-flight limit on a CSV's arrivals and durations: never more than the limit in
+// flight, the queue's numbers, and the report's in-flight chart.
+func TestSimulateConcurrency(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "report.html")
+	stdout, stderr, code := runSim(t, "--config", "internal/sim/testdata/concurrency.json", "--csv", "internal/sim/testdata/concurrency.csv", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"gpu         concurrency  4 in flight   27        45      4                  4",
+		`gpu-queued  4                       "alice"  delay<=5s  59      34                    5s`} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	page, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`class="chart inflight-chart"`, `data-metric="peak-in-flight">4<`, `data-metric="queued">59<`, "4 in flight</td>"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if _, stderr, code := runSim(t, "--config", "internal/sim/testdata/concurrency.json", "--compare", "--out", out); code == 0 || !strings.Contains(stderr, "in-flight limit") {
+		t.Errorf("--compare of a concurrency rule: exit %d, %s", code, stderr)
+	}
+}

@@ -92,3 +92,22 @@ func TestParseDelta(t *testing.T) {
 		t.Errorf("MaxSettle %d, algorithms.MaxSettle %d", int64(MaxSettle), int64(algorithms.MaxSettle))
 	}
 }
+
+func TestInFlightValue(t *testing.T) {
+	v := string(AppendInFlight(nil, 'a', 0xdeadbeef01, 1, 10000))
+	if v != "a:deadbeef01:1:10000" {
+		t.Fatal(v)
+	}
+	if op, h, n, ttl, ok := ParseInFlight(v); !ok || op != 'a' || h != 0xdeadbeef01 || n != 1 || ttl != 10000 {
+		t.Fatal(op, h, n, ttl, ok)
+	}
+	if _, _, n, _, ok := ParseInFlight("w:1:0:5"); !ok || n != 0 {
+		t.Fatal("renew of 0")
+	}
+	for _, bad := range []string{"", "a:1:1", "x:1:1:1", "a::1:1", "a:g:1:1", "a:1:0:1", "r:1:-1:1", "a:1:1:0", "a:1:1:3600001",
+		"a:12345678901234567:1:1", "a:1:1:1:1", "aa:1:1:1"} {
+		if _, _, _, _, ok := ParseInFlight(bad); ok {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -225,6 +225,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 
 func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	domain := req.GetDomain()
+	if ds := req.GetDescriptors(); domain != "" && isInFlight(ds) {
+		return s.inFlight(ctx, domain, ds[0]) // inflight.go
+	}
 	items, err := s.items(domain, req)
 	if err != nil {
 		return nil, err

@@ -351,6 +351,13 @@ type Rule struct {
 	// without it, or before anything was counted): denied then consumed, each the current
 	// period then the last one (topkeys.go).
 	TopKeys []TopKeys `json:"top_keys,omitempty"`
+	// A concurrency rule (from the configuration, or when its in_flight gauge exists) also
+	// has ConcurrencyCounters and inFlightMetric in Metrics, ConcurrencyCounters in Totals
+	// and Rates, and: InFlight, the requests in flight now, summed over workers (null: the
+	// gauge is not defined yet), and InFlightChart, an <svg> of the gauge over the same
+	// span as Chart, up to the limit.
+	InFlight      *float64 `json:"in_flight,omitempty"`
+	InFlightChart string   `json:"in_flight_chart,omitempty"`
 }
 
 // parseConfig reads a plugin configuration: indented for display, and its rules as
@@ -383,6 +390,9 @@ func parseConfig(raw []byte) parsedConfig {
 		}
 		if r.Cost != nil {
 			rule.Cost = r.Cost.String()
+		}
+		if r.Concurrency != nil {
+			rule.Window = "" // in flight: no window
 		}
 		pc.rules = append(pc.rules, rule)
 	}
@@ -703,6 +713,9 @@ func (d *Dashboard) ruleState(r Rule, last point, families map[string]string, sp
 	}
 	if r.Cost != "" || families[filter.RuleMetric(r.Name, CostCounters[0])] != "" {
 		d.costState(&r, last, families, span, width)
+	}
+	if isConcurrency(&r, families) {
+		d.concurrencyState(&r, last, families, span, width) // concurrency.go
 	}
 	r.Chart = chart(c)
 	return r

@@ -25,6 +25,7 @@ type Report struct {
 // Explanations are one-line descriptions of each algorithm's trade-off,
 // shown under its chart.
 var Explanations = map[algorithms.Kind]string{
+	algorithms.Concurrency:   "Holds a slot of the key from each request's admission until its response ends (the traffic's duration): never more than limit in flight at once, whatever the rate; a request that finds none free is refused, or queued within delay.max.",
 	algorithms.TokenBucket:   "Starts full at burst and refills continuously: a client idle for a while may send a whole burst at once, then is held to the refill rate.",
 	algorithms.LeakyBucket:   "A meter draining at limit/window: admissions are spaced out smoothly; bursts beyond its capacity are denied immediately.",
 	algorithms.FixedWindow:   "One counter per calendar window: cheap and simple, but a client can send limit just before a boundary and limit just after — up to 2× limit in one window length.",
@@ -60,6 +61,8 @@ func WindowBound(kind algorithms.Kind, p algorithms.Params) (bound int64, formul
 		return satAdd(b, p.Limit), "burst + limit"
 	case algorithms.FixedWindow:
 		return satAdd(p.Limit, p.Limit), "2 × limit"
+	case algorithms.Concurrency:
+		return p.Limit, "limit: requests of one key in flight at once"
 	default: // sliding_window
 		return satAdd(p.Limit, p.Limit), "2 × limit"
 	}
@@ -152,6 +155,10 @@ type sectionData struct {
 	// Bu is a token budget's numbers (R.Budget), nil without.
 	Bu                   *budgetData
 	BudgetSVG, ActualSVG template.HTML
+
+	// IF is an in-flight limit's numbers (R.InFlight), nil for a rate rule.
+	IF          *InFlight
+	InFlightSVG template.HTML
 }
 
 // budgetData is what a section shows of a token budget: with settlement
@@ -259,6 +266,9 @@ func newSection(n int, res *Result) (sectionData, error) {
 	if res.Budget != nil && res.Budget.Unsettled != nil {
 		b, a := budgetCharts(n, res, &sd)
 		charts = append(charts, chartOut{b, &sd.BudgetSVG}, chartOut{a, &sd.ActualSVG})
+	}
+	if res.InFlight != nil {
+		charts = append(charts, chartOut{inFlightChart(n, res, &sd), &sd.InFlightSVG}) // concurrency.go
 	}
 	for _, c := range charts {
 		s, err := c.chart.SVG()
@@ -448,31 +458,37 @@ svg.svgchart { font-family: system-ui, sans-serif; }
 <table id="summary">
 <thead><tr><th>rule</th><th>algorithm</th><th>limit / window</th><th>admitted</th><th>denied</th><th>max in any window</th><th>guaranteed at most</th><th>state bytes / key</th></tr></thead>
 <tbody>
-{{range .Sections}}<tr data-algorithm="{{.Algorithm}}"><td>{{.R.Name}}</td><td>{{.Algorithm}}</td><td>{{.R.Params.Limit}} / {{.Window}}</td><td>{{.R.Admitted}}</td><td>{{.R.Denied}}</td><td{{if .Over}} class="over"{{else if .AboveLimit}} class="above-limit"{{end}} data-col="max-in-window">{{.R.MaxInWindow}}</td><td class="bound" data-col="bound" title="{{.BoundWhy}}">{{.Bound}}</td><td>{{.R.StateBytesMax}}</td></tr>
+{{range .Sections}}<tr data-algorithm="{{.Algorithm}}"><td>{{.R.Name}}</td><td>{{.Algorithm}}</td><td>{{.R.Params.Limit}}{{if .IF}} in flight{{else}} / {{.Window}}{{end}}</td><td>{{.R.Admitted}}</td><td>{{.R.Denied}}</td><td{{if .Over}} class="over"{{else if .AboveLimit}} class="above-limit"{{end}} data-col="max-in-window">{{.R.MaxInWindow}}</td><td class="bound" data-col="bound" title="{{.BoundWhy}}">{{.Bound}}</td><td>{{.R.StateBytesMax}}</td></tr>
 {{end}}</tbody>
 </table>
 <p class="legend-note">Guaranteed at most: each algorithm's own bound for one key in any window-length interval — limit for sliding_log; burst + limit for token_bucket and leaky_bucket (a full bucket, then one window's refill); 2 × limit for fixed_window (limit on each side of a boundary) and sliding_window (its estimate, worst case). Above the limit within the bound (brown) is the algorithm's design; above the bound (red) would be a violation.</p>
 <main>
 {{range .Sections}}<section class="algo" id="result-{{.N}}" data-name="{{.R.Name}}" data-algorithm="{{.Algorithm}}" data-limit="{{.R.Params.Limit}}" data-window="{{.Window}}" data-window-ns="{{.R.Params.Window.Nanoseconds}}" data-burst="{{.Burst}}" data-offered="{{.R.Offered}}" data-admitted="{{.R.Admitted}}" data-denied="{{.R.Denied}}" data-max-in-window="{{.R.MaxInWindow}}" data-state-bytes="{{.R.StateBytesMax}}" data-max-state-size="{{.R.MaxStateSize}}"{{with .Sh}} data-delay-ns="{{.Max.Nanoseconds}}" data-max-held="{{.MaxHeld}}" data-at-once="{{.AtOnce}}" data-held="{{.Held}}" data-refused="{{.R.Denied}}" data-most-held="{{.MostHeld}}" data-max-arrivals="{{.R.MaxArrivals}}" data-meter-admitted="{{.Meter.Admitted}}" data-meter-denied="{{.Meter.Denied}}"{{end}}{{with .Bu}} data-settles="true" data-refunded="{{.Refunded}}" data-excess="{{.Excess}}" data-max-debt="{{.MaxDebt}}" data-violations="{{.Violations}}"{{end}}>
-<h2>{{.R.Name}} <small>{{.Algorithm}}, {{.R.Params.Limit}} per {{.Window}}{{if .HasBurst}}, burst {{.Burst}}{{end}}{{with .Sh}}, delay ≤ {{.Delay}}{{end}}</small></h2>
+<h2>{{.R.Name}} <small>{{.Algorithm}}, {{.R.Params.Limit}} {{if .IF}}in flight{{else}}per {{.Window}}{{end}}{{if .HasBurst}}, burst {{.Burst}}{{end}}{{with .Sh}}, delay ≤ {{.Delay}}{{end}}</small></h2>
 <div class="body">
 <div class="charts">
 <figure class="chart traffic-chart">{{.TrafficSVG}}</figure>
-<figure class="chart remaining-chart">{{.RemainingSVG}}</figure>
+{{if not .IF}}<figure class="chart remaining-chart">{{.RemainingSVG}}</figure>{{end}}
 {{if .Sh}}<figure class="chart arrivals-chart">{{.ArrivalsSVG}}</figure>
 <figure class="chart held-chart">{{.HeldSVG}}</figure>
 {{end}}{{if .Bu}}<figure class="chart budget-chart">{{.BudgetSVG}}</figure>
 <figure class="chart actual-chart">{{.ActualSVG}}</figure>
+{{end}}{{if .IF}}<figure class="chart inflight-chart">{{.InFlightSVG}}</figure>
 {{end}}</div>
 <dl class="numbers">
 <dt>Offered</dt><dd data-metric="offered">{{.R.Offered}}</dd>
 <dt>Admitted</dt><dd data-metric="admitted">{{.R.Admitted}}</dd>
 <dt>Denied</dt><dd data-metric="denied">{{.R.Denied}}</dd>
 <dd class="note">{{.DeniedPct}}% of requests denied</dd>
-<dt>Max admitted in any {{.Window}}</dt><dd data-metric="max-in-window"{{if .Over}} class="over"{{else if .AboveLimit}} class="above-limit"{{end}}>{{.R.MaxInWindow}}</dd>
+{{with .IF}}<dt>Most in flight at once</dt><dd data-metric="peak-in-flight">{{.Peak}}</dd>
+<dd class="note">{{with .PeakKey}}key {{printf "%q" .}}; {{end}}never more than the limit{{if not .Durations}}; the traffic gives no durations (a CSV's duration column): every request ends at once{{end}}</dd>
+{{if .Delay}}<dt>Queued</dt><dd data-metric="queued">{{.Queued}}</dd>
+<dd class="note">waited for a slot (at most {{.Delay}}{{if .MaxHeld}}, {{.MaxHeld}} waiting at once{{end}}); <span data-metric="expired">{{.Expired}}</span> refused at the delay; longest wait of one admitted {{.WaitMax}}</dd>
+{{end}}{{else}}<dt>Max admitted in any {{.Window}}</dt><dd data-metric="max-in-window"{{if .Over}} class="over"{{else if .AboveLimit}} class="above-limit"{{end}}>{{.R.MaxInWindow}}</dd>
 <dd class="note">{{.Ratio}}× the limit{{if .CostUnits}}, counted in cost units{{end}}{{with .Where}}; {{.}}{{end}}; {{if .Over}}<strong>over</strong>{{else if .Refunds}}beyond, by refunds (the reservations' units given back: see the guarantee below),{{else}}within{{end}} its bound of {{.Bound}} ({{.BoundWhy}})</dd>
 <dt>State per key (bytes)</dt><dd data-metric="state-bytes">{{.R.StateBytesMax}}</dd>
 <dd class="note">largest encoded state seen; at most {{.R.MaxStateSize}} bytes for this rule; {{.R.StateBytesEnd}} bytes for all {{.R.Keys}} key(s) at the end</dd>
+{{end}}
 {{range .R.Classes}}<dt>{{.Name}} keys: denied</dt><dd data-metric="{{.Name}}-denied">{{.Denied}}</dd>
 <dd class="note">of {{.Offered}} requests from {{.Keys}} key(s); the most admitted for one in any window: <span data-metric="{{.Name}}-max">{{.MaxPerKey}}</span></dd>
 {{end}}{{with .Sh}}<dt>Sent upstream at once</dt><dd data-metric="at-once">{{.AtOnce}}</dd>

@@ -154,6 +154,10 @@ type Result struct {
 	// and its Unsettled twin); nil otherwise.
 	Budget *Budget
 
+	// InFlight is what an in-flight limit did (RunConcurrency); nil for a
+	// rate rule.
+	InFlight *InFlight
+
 	// Classes are the flood's key classes (keys named "attacker-N",
 	// "innocent-N", "heavy-N"), in that order, for those present; nil when
 	// no key is so named.

@@ -11,6 +11,7 @@ const MIN_CHART = 560, CHART_GAP = 12, CHART_BORDER = 2;
 let ruleCount = 0;
 const DECISIONS = ["allowed", "denied", "shadow_denied"];
 const DELAY_COUNTERS = ["delayed", "delay_refused", "delay_abandoned"];
+const CONCURRENCY_COUNTERS = ["acquired", "refused", "queued", "reclaimed"];
 const COST_UNITS = ["reserved", "refunded", "excess"], COST_COUNTS = ["settled", "no_usage"];
 const $ = (sel, root = document) => root.querySelector(sel);
 const dash = (s) => s.replace(/_/g, "-");
@@ -97,7 +98,7 @@ function renderRules(state) {
     if ((c("name").getAttribute("title") || "") !== (r.summary || "")) c("name").setAttribute("title", r.summary || "");
     cell(c("mode"), r.mode || "–", r.mode);
     cell(c("algorithm"), r.algorithm || "–", r.algorithm);
-    const limit = r.limit === undefined ? "" : String(r.limit) + (r.window ? " / " + r.window : "") + (r.burst !== undefined ? " (burst " + r.burst + ")" : "");
+    const limit = r.limit === undefined ? "" : String(r.limit) + (r.window ? " / " + r.window : "") + (r.algorithm === "concurrency" ? " in flight" : "") + (r.burst !== undefined ? " (burst " + r.burst + ")" : "");
     cell(c("limit"), limit || "–", limit);
     for (const d of DECISIONS) cell(c(dash(d) + "-rate"), fmtRate(r.rates[d]), r.rates[d]);
     for (const d of DECISIONS.concat(["store_errors"])) cell(c(dash(d) + "-total"), fmtCount(r.totals[d]), r.totals[d]);
@@ -108,6 +109,7 @@ function renderRules(state) {
   renderTopKeys(state);
   renderHeld(state);
   renderCost(state);
+  renderInFlight(state);
 }
 
 // fillCharts keeps one div.chart per rule in container, in order, holding the given SVG.
@@ -153,6 +155,32 @@ function renderHeld(state) {
     }
   }
   fillCharts($("#held-charts"), rules, (r) => r.held_chart);
+}
+
+const INFLIGHT_CELLS = [["name", false], ["limit", true], ["in-flight", true],
+  ["acquired-rate", true], ["refused-rate", true], ["queued-rate", true],
+  ["acquired-total", true], ["refused-total", true], ["queued-total", true], ["reclaimed-total", true]];
+
+// renderInFlight shows the concurrency rules: their requests in flight now against the
+// limit, their rates, the in-flight chart.
+function renderInFlight(state) {
+  const rules = state.rules.filter((r) => r.in_flight_chart);
+  $("#inflight-section").hidden = rules.length === 0;
+  const tbody = $("#inflight tbody");
+  const byName = new Map(rules.map((r) => [r.name, r]));
+  rows(tbody, "data-rule", rules.map((r) => r.name), () => newRow(INFLIGHT_CELLS));
+  for (const tr of Array.from(tbody.rows)) {
+    const r = byName.get(tr.getAttribute("data-rule"));
+    const c = (m) => tr.querySelector('[data-metric="' + m + '"]');
+    cell(c("name"), r.name, r.name);
+    cell(c("limit"), r.limit === undefined ? "–" : String(r.limit), r.limit);
+    cell(c("in-flight"), fmtCount(r.in_flight), r.in_flight);
+    for (const d of CONCURRENCY_COUNTERS) {
+      if (c(dash(d) + "-rate")) cell(c(dash(d) + "-rate"), fmtRate(r.rates[d]), r.rates[d]);
+      cell(c(dash(d) + "-total"), fmtCount(r.totals[d]), r.totals[d]);
+    }
+  }
+  fillCharts($("#inflight-charts"), rules, (r) => r.in_flight_chart);
 }
 
 const COST_CELLS = [["name", false], ["cost", false],
@@ -338,7 +366,7 @@ function chartLayout(n) {
   const charts = $("#charts"), mem = $("#memory-chart");
   const avail = charts.clientWidth;
   const cols = Math.max(1, Math.min(n || 1, Math.floor((avail + CHART_GAP) / (MIN_CHART + CHART_GAP))));
-  for (const el of [charts, $("#held-charts"), $("#cost-charts")]) {
+  for (const el of [charts, $("#held-charts"), $("#cost-charts"), $("#inflight-charts")]) {
     if (el.style.getPropertyValue("--cols") !== String(cols)) el.style.setProperty("--cols", String(cols));
   }
   const col = Math.floor((avail - (cols - 1) * CHART_GAP) / cols);
