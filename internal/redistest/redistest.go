@@ -39,8 +39,11 @@ import (
 type Cluster struct {
 	// Addrs are the masters' "127.0.0.1:port" addresses, node i at Addrs[i].
 	Addrs []string
-	nodes []*node
-	tls   *TLS
+	// Replicas are the replicas' addresses (StartReplicated): node
+	// len(Addrs)+i at Replicas[i], the replica of node i at start.
+	Replicas []string
+	nodes    []*node
+	tls      *TLS
 }
 
 // TLS makes StartTLS's nodes speak TLS only, with Certs' server
@@ -54,11 +57,12 @@ type TLS struct {
 }
 
 type node struct {
-	port int
-	dir  string
-	tls  *TLS
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
+	port     int
+	announce int // the client port the node announces (Announce); 0: its own
+	dir      string
+	tls      *TLS
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has exited
 }
 
 // StartupTimeout bounds how long Start waits for the cluster to be ready.
@@ -232,6 +236,10 @@ func (n *node) launch() error {
 			"--tls-ca-cert-file", t.Certs.CAFile, "--tls-auth-clients", auth,
 			"--tls-cluster", "yes", "--tls-replication", "yes"}
 	}
+	if n.announce != 0 {
+		port = append(port, "--cluster-announce-port", strconv.Itoa(n.announce),
+			"--cluster-announce-bus-port", strconv.Itoa(n.port+10000))
+	}
 	cmd := exec.Command("redis-server", append(port,
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
@@ -284,7 +292,7 @@ func (c *Cluster) Client(i int) *redis.Client {
 	if c.tls != nil {
 		tc = &tls.Config{RootCAs: c.tls.Certs.Pool, Certificates: []tls.Certificate{c.tls.Certs.Client}}
 	}
-	return redis.NewClient(&redis.Options{Addr: c.Addrs[i], DialTimeout: time.Second,
+	return redis.NewClient(&redis.Options{Addr: c.addr(i), DialTimeout: time.Second,
 		ReadTimeout: time.Second, MaxRetries: -1, Protocol: 2, DisableIdentity: true, TLSConfig: tc})
 }
 
@@ -293,7 +301,7 @@ func (c *Cluster) waitPing(i int, deadline time.Time) error {
 	defer cl.Close()
 	for {
 		if !c.nodes[i].running() {
-			return fmt.Errorf("redis-server on %s exited:\n%s", c.Addrs[i], c.nodes[i].log())
+			return fmt.Errorf("redis-server on %s exited:\n%s", c.addr(i), c.nodes[i].log())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := cl.Ping(ctx).Err()
@@ -302,7 +310,7 @@ func (c *Cluster) waitPing(i int, deadline time.Time) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s not answering: %v", c.Addrs[i], err)
+			return fmt.Errorf("redis-server on %s not answering: %v", c.addr(i), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -330,7 +338,7 @@ func (c *Cluster) WaitReady(timeout time.Duration) error {
 			}
 			if time.Now().After(deadline) {
 				cl.Close()
-				return fmt.Errorf("cluster not ready on %s: %v\n%s", c.Addrs[i], err, info)
+				return fmt.Errorf("cluster not ready on %s: %v\n%s", c.addr(i), err, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -416,10 +424,8 @@ func (c *Cluster) NodeOf(key string) (int, error) {
 		}
 		for _, s := range slots {
 			if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
-				for j, a := range c.Addrs {
-					if a == s.Nodes[0].Addr {
-						return j, nil
-					}
+				if j := c.nodeAt(s.Nodes[0].Addr); j >= 0 {
+					return j, nil
 				}
 			}
 		}
