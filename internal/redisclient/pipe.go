@@ -71,6 +71,7 @@ type router struct {
 	slots      []string // node address by slot; nil until the first CLUSTER SLOTS
 	waiting    []*pcall // calls made before the first slot table
 	refreshing atomic.Bool
+	lostAt     atomic.Int64 // Unix ns of the last refresh a lost connection asked for
 
 	sent atomic.Int64 // calls that took the script path (tests)
 
@@ -96,8 +97,7 @@ func (r *router) refresh() {
 		defer r.refreshing.Store(false)
 		ctx, cancel := contextWithTimeout(r.k.timeout)
 		defer cancel()
-		//lint:ignore SA1019 CLUSTER SLOTS answers on every Redis Cluster; CLUSTER SHARDS needs Redis 7
-		ranges, err := r.client.ClusterSlots(ctx).Result()
+		ranges, err := r.readSlots(ctx)
 		if err != nil {
 			r.slotsFailed(err)
 		}
@@ -454,6 +454,7 @@ func (pc *pconn) run() {
 	nc, err := dialNode(pc.addr, k.timeout, pc.r.tls)
 	if err != nil {
 		pc.r.connFailed(pc.addr, err)
+		pc.r.connLost()
 		pc.fail(dialStatus(err))
 		return
 	}
@@ -518,6 +519,9 @@ func (pc *pconn) read(br *bufio.Reader) {
 				// Before any reply: the handshake's end (a server
 				// refusing the client's certificate says so here).
 				pc.r.connFailed(pc.addr, err)
+			}
+			if !closed {
+				pc.r.connLost()
 			}
 			pc.fail(StatusNetworkError)
 			return
