@@ -37,60 +37,64 @@ import (
 func TestEnvoyNetworkFaults(t *testing.T) {
 	forEachEnvoyWhere(t, func(tg envoyproc.Target) bool { return tg.Version == "1.40.0" }, "", func(t *testing.T, tg envoyproc.Target) {
 		redistest.SkipShort(t)
-		c, err := redistest.Start(t.TempDir(), 3)
+		c, err := redistest.StartReplicated(t.TempDir(), 3)
 		if err != nil {
 			t.Fatalf("starting a Redis cluster: %v", err)
 		}
 		t.Cleanup(c.Close)
-		srv := startServe(t, c, "--inline-domains", rlsDomain, "--redis-timeout", "1s")
+		redis := newRedisLinks(t, c)
+		srv := startServe(t, c, "--inline-domains", rlsDomain, "--redis-timeout", "1s", "--redis-cluster", redis.seeds())
 		link := newFaultLink(t, srv.addr)
+		t.Run("redis refusing", func(t *testing.T) { redisRefusing(t, c, srv) })
 		for _, mode := range []string{"open", "closed", "local"} {
 			t.Run(mode, func(t *testing.T) {
 				rule := rlsName(tg, "fault-"+mode)
 				cfg := fmt.Sprintf(`{"rules":[{"name":%q,"key":[{"header":"x-api-key"}],"algorithm":"fixed_window","limit":30,"window":"5s","backend":"rls"}],
  "failure_mode":%q,"rls":{"cluster":"rls","domain":%q,"timeout_ms":100,"instances":2}}`, rule, mode, rlsDomain)
 				es, urls := startEnvoys(t, tg, 2, 1, renderRLSEnvoy(rlsBootstrap{Name: rule, RLSPort: link.port, Config: cfg}))
-				faultPhases(t, es, urls, link, mode)
+				faultPhases(t, es, urls, link, mode, faultPhaseList)
+				faultPhases(t, es, urls, redis, mode, redisPhaseList)
 				if mode == "local" {
 					localWindows(t, es, urls, link)
 				}
 			})
 		}
-		t.Run("redis refusing", func(t *testing.T) { redisRefusing(t, c, srv) })
+		t.Run("master failover", func(t *testing.T) { masterFailover(t, tg, c, link) })
 	})
 }
 
 // faultPhase is one fault on the link.
 type faultPhase struct {
 	name    string
-	apply   func(l *faultLink)
+	apply   func(l faultPath)
 	fails   bool // the decisions fail
 	timeout bool // at timeout_ms
 }
 
 var faultPhaseList = []faultPhase{
-	{"latency 40ms", func(l *faultLink) { l.toxic("lat", "latency", `{"latency":40}`, "downstream") }, false, false},
-	{"latency 300ms", func(l *faultLink) { l.toxic("lat", "latency", `{"latency":300}`, "downstream") }, true, true},
-	{"reset", func(l *faultLink) { l.toxic("rst", "reset_peer", `{"timeout":0}`, "upstream") }, true, false},
-	{"black hole", func(l *faultLink) { l.toxic("bh", "timeout", `{"timeout":0}`, "upstream", "downstream") }, true, true},
-	{"refused", func(l *faultLink) { l.refuse() }, true, false},
+	{"latency 40ms", func(l faultPath) { l.toxic("lat", "latency", `{"latency":40}`, "downstream") }, false, false},
+	{"latency 300ms", func(l faultPath) { l.toxic("lat", "latency", `{"latency":300}`, "downstream") }, true, true},
+	{"reset", func(l faultPath) { l.toxic("rst", "reset_peer", `{"timeout":0}`, "upstream") }, true, false},
+	{"black hole", func(l faultPath) { l.toxic("bh", "timeout", `{"timeout":0}`, "upstream", "downstream") }, true, true},
+	{"refused", func(l faultPath) { l.refuse() }, true, false},
 }
 
 // faultPhases runs every phase of faultPhaseList on the Envoys es (ingress urls) under mode.
-func faultPhases(t *testing.T, es []*envoyproc.Envoy, urls []string, link *faultLink, mode string) {
+func faultPhases(t *testing.T, es []*envoyproc.Envoy, urls []string, link faultPath, mode string, phases []faultPhase) {
 	base := p99(timedGets(t, urls, 10, "base-"+mode))
 	const n = 6
-	for _, ph := range faultPhaseList {
+	for _, ph := range phases {
 		before := rlsFleet(t, es)
 		ph.apply(link)
-		got := timedGets(t, urls, n, "k-"+mode+"-"+strings.ReplaceAll(ph.name, " ", "_"))
+		tag := mode + "-" + strings.ReplaceAll(fmt.Sprint(link)+"-"+ph.name, " ", "_")
+		got := timedGets(t, urls, n, "k-"+tag)
 		after := rlsFleet(t, es)
 		link.heal()
 		added := p99(got) - base
-		recovered := recoverTime(t, es, urls, "r-"+mode+"-"+strings.ReplaceAll(ph.name, " ", "_"))
+		recovered := recoverTime(t, es, urls, "r-"+tag)
 		d := func(k string) int64 { return after[k] - before[k] }
-		t.Logf("%s, %s: statuses %v, latency added (p99) %v, failures %d, timeouts %d, fail_%s %d; remote again after %v",
-			mode, ph.name, statuses(got), added.Round(time.Millisecond), d("failures"), d("timeouts"), mode, d("fail_"+mode), recovered.Round(time.Millisecond))
+		t.Logf("%s, %s, %s: statuses %v, latency added (p99) %v, failures %d, timeouts %d, fail_%s %d; remote again after %v",
+			mode, link, ph.name, statuses(got), added.Round(time.Millisecond), d("failures"), d("timeouts"), mode, d("fail_"+mode), recovered.Round(time.Millisecond))
 		wantFail, wantTimeout := int64(0), int64(0)
 		if ph.fails {
 			wantFail = n
