@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
 )
 
 // Seeding failure_mode "local"'s fallback from the remote answers.
@@ -81,7 +82,7 @@ func (s *slotStore) seed(h uint64, capR, remaining, now int64) error {
 }
 
 // seedFallback records remote decision d of rule i (a rule without leases,
-// under failure_mode local) in its fallback store. A failure to record it
+// whose grants seedFromGrant records; under failure_mode local) in its fallback store. A failure to record it
 // costs nothing but the seed: it is counted with the rule's store errors.
 func (e *remote) seedFallback(r *rule, i int, d algorithms.Decision, hash uint64) {
 	fb := e.fallback[i]
@@ -90,6 +91,24 @@ func (e *remote) seedFallback(r *rule, i int, d algorithms.Decision, hash uint64
 	}
 	capR := capacity(r.cfg.Limiter.Params())
 	if err := fb.seed(hash, capR, min(max(d.Remaining, 0), capR), e.p.host.Now()); err != nil && !errors.Is(err, algorithms.ErrCorruptState) {
+		e.p.host.IncrementMetric(r.metrics.storeErrors, 1)
+	}
+}
+
+// seedFromGrant records lease rule lr's grant for the key of hash in its
+// fallback store (under failure_mode local): remaining is what the key holds
+// beyond every lease, so capacity − remaining is what the fleet has admitted
+// or holds in pools. The pools' admissions are counted there already: when
+// the remote side fails, a proxy spends its pool and then the fallback's
+// share of what no proxy held, not its whole share again.
+func (e *remote) seedFromGrant(lr *leaseRule, hash uint64, remaining int64) {
+	fb := e.fallback[lr.rule]
+	if fb == nil || e.p.cfg.FailureMode != config.FailLocal {
+		return
+	}
+	r := e.p.rules[lr.rule]
+	capR := capacity(r.cfg.Limiter.Params())
+	if err := fb.seed(hash, capR, min(max(remaining, 0), capR), e.p.host.Now()); err != nil && !errors.Is(err, algorithms.ErrCorruptState) {
 		e.p.host.IncrementMetric(r.metrics.storeErrors, 1)
 	}
 }

@@ -7,6 +7,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluice-proxy/sluice/filter/abi"
+
 	"github.com/sluice-proxy/sluice/filter"
 )
 
@@ -88,5 +90,39 @@ func TestRLSDeadlineIsATimeoutWhateverTheStatus(t *testing.T) {
 				t.Errorf("timeouts %d, want %d", n, tc.timeout)
 			}
 		})
+	}
+}
+
+// Leases under failure_mode local: a grant says what the fleet holds or has spent, and the
+// fallback goes on from there too. Limit 20 per minute, lease 5, two proxies (share 10): a
+// grant of 5 that leaves 10 beyond every lease (10 of 20 taken by the fleet), then the
+// service fails: this proxy spends its pool (the 4 left after the first request) and then
+// its share of the 10 no proxy held (5), not its whole share again (10).
+func TestLocalFallbackStartsFromTheLeaseGrant(t *testing.T) {
+	r := startRLSRig(t, `{"rules":[{"name":"r1","key":[{"header":"x-user"}],"algorithm":"fixed_window","limit":20,"window":"1m","backend":"rls","lease":5}],
+"failure_mode":"local","rls":{"cluster":"ratelimit","domain":"edge","timeout_ms":100,"instances":2}}`)
+	id, _ := r.request("carol")
+	r.answer(r.lastToken(), grantReply(5, 10, time.Minute))
+	if r.continued(id) != 1 {
+		t.Fatal("the first request was not admitted by the grant")
+	}
+	r.end(id)
+	admitted, calls := 0, len(r.f.order)
+	for i := 0; i < 15; i++ {
+		id, act := r.request("carol")
+		if len(r.f.order) > calls {
+			calls = len(r.f.order)
+			if lr := r.close(r.lastToken(), 14); lr != nil {
+				r.end(id)
+				continue
+			}
+		}
+		if act == abi.ActionContinue || r.continued(id) == 1 {
+			admitted++
+		}
+		r.end(id)
+	}
+	if admitted != 4+5 {
+		t.Errorf("admitted %d with the service failing after a grant that left 10 of 20, want 9 (the pool's 4, then 5 of the share)", admitted)
 	}
 }

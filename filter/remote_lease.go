@@ -116,6 +116,7 @@ func (e *remote) onAcquire(lr *leaseRule, f *leaseFetch, res redisrl.LeaseResult
 	ls := e.leases
 	g := res.Granted
 	ls.p.host.IncrementMetric(lr.leased, g)
+	e.seedFromGrant(lr, f.hash, res.Remaining)
 	expiry := f.sent + leaseLifetime
 	if res.Valid > 0 {
 		expiry = min(expiry, f.sent+int64(res.Valid))
