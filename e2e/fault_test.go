@@ -59,6 +59,9 @@ func TestEnvoyNetworkFaults(t *testing.T) {
 				}
 			})
 		}
+		for _, mode := range []string{"closed", "local"} {
+			t.Run("lease "+mode, func(t *testing.T) { leaseFaults(t, tg, link, mode) })
+		}
 		t.Run("master failover", func(t *testing.T) { masterFailover(t, tg, c, link) })
 	})
 }
