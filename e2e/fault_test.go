@@ -19,9 +19,11 @@ import (
 
 // TestEnvoyNetworkFaults (issue 43): two real Envoys 1.40.0 with sluice.wasm (one rule on
 // backend "rls": a fixed window of 30 per 5 s, timeout_ms 100, instances 2) call `sluice
-// serve` through a toxiproxy link; the service decides on its own 3-master Redis Cluster.
-// For each failure_mode, each phase puts one fault on the link (latency below and above
-// timeout_ms, resets, a black hole, refused connections) and heals it:
+// serve` through a toxiproxy link; the service decides on its own Redis Cluster of 3
+// masters with a replica each, every node behind a toxiproxy link of its own
+// (fault_redis_test.go). For each failure_mode, each phase puts one fault on the service
+// link, then on the Redis links (latency below and above timeout_ms, resets, a black hole,
+// refused connections: a partition) and heals it:
 //
 //   - the latency a request gains is at most timeout_ms + the guard (10 ms) + scheduling
 //     (asserted within 150 ms more on a loaded machine; the figure is logged);
@@ -32,8 +34,9 @@ import (
 //
 // Under "local", a partition that begins after the fleet spent the window's limit admits
 // nothing more in that window, and at most the limit (its shares) in the next one.
-// Then Redis refuses commands (OOM, NOAUTH): the service logs it with the node, its /ready
-// and gRPC health say NOT_SERVING, and SERVING again once Redis accepts commands.
+// Redis refusing commands (OOM, NOAUTH), first: the service logs it with the node, its
+// /ready and gRPC health say NOT_SERVING, and SERVING again once Redis accepts commands.
+// Then leases cut off (fault_lease_test.go) and a master killed with failover.
 func TestEnvoyNetworkFaults(t *testing.T) {
 	forEachEnvoyWhere(t, func(tg envoyproc.Target) bool { return tg.Version == "1.40.0" }, "", func(t *testing.T, tg envoyproc.Target) {
 		redistest.SkipShort(t)
