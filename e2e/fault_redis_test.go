@@ -96,7 +96,7 @@ var redisPhaseList = []faultPhase{
 // replica holds allows. The admissions in the
 // window above the limit are the counts replication had not copied (asserted: none, on
 // loopback replication is done within a millisecond of the write).
-func masterFailover(t *testing.T, tg envoyproc.Target, c *redistest.Cluster, link *faultLink) {
+func masterFailover(t *testing.T, tg envoyproc.Target, c *redistest.Cluster, srv *serveProc, link *faultLink) {
 	rule := rlsName(tg, "fault-failover")
 	cfg := fmt.Sprintf(`{"rules":[{"name":%q,"key":[{"header":"x-api-key"}],"algorithm":"fixed_window","limit":30,"window":"20s","backend":"rls"}],
  "failure_mode":"closed","rls":{"cluster":"rls","domain":%q,"timeout_ms":100,"instances":2}}`, rule, rlsDomain)
@@ -108,10 +108,12 @@ func masterFailover(t *testing.T, tg envoyproc.Target, c *redistest.Cluster, lin
 	key := "fo-" + rlsStamp
 	before := statuses(timedGets(t, urls, 20, key))
 	m := counterMaster(t, c, rule)
+	redisNodes(t, c, "config", "set", "cluster-replica-no-failover", "yes") // CLUSTERDOWN first
 	if err := c.Kill(m); err != nil {
 		t.Fatal(err)
 	}
 	dead := statuses(timedGets(t, urls, 6, key))
+	clusterDown(t, c, srv, urls)
 	promoted := time.Now()
 	if err := c.Failover(len(c.Addrs) + m); err != nil {
 		t.Fatal(err)
@@ -143,6 +145,55 @@ func masterFailover(t *testing.T, tg envoyproc.Target, c *redistest.Cluster, lin
 	}
 	if admitted > 30 || after[200] == 0 {
 		t.Errorf("the window across the failover admitted %d (%d after it), want at most 30 and some after it", admitted, after[200])
+	}
+}
+
+// clusterDown: with a master dead and cluster-require-full-coverage set, the cluster is
+// down (cluster_state:fail once the others mark the master failed, after the node timeout)
+// and every node answers CLUSTERDOWN: requests on keys of every master are refused (503
+// under closed) and the service logs the refusal with the node. Twelve keys: one at least
+// lives on a live master but for a chance of 3⁻¹².
+func clusterDown(t *testing.T, c *redistest.Cluster, srv *serveProc, urls []string) {
+	redisNodes(t, c, "config", "set", "cluster-require-full-coverage", "yes")
+	began := time.Now()
+	faultPoll(t, 10*time.Second, "cluster_state:fail on every running node", func() bool {
+		for i := 0; i < c.Nodes(); i++ {
+			cl := c.Client(i)
+			info, err := cl.ClusterInfo(context.Background()).Result()
+			cl.Close()
+			if err == nil && !strings.Contains(info, "cluster_state:fail") {
+				return false
+			}
+		}
+		return true
+	})
+	down := time.Since(began)
+	got := map[int]int{}
+	for i := 0; i < 12; i++ {
+		for k, v := range statuses(timedGets(t, urls, 1, fmt.Sprintf("cd-%d-%s", i, rlsStamp))) {
+			got[k] += v
+		}
+	}
+	logged := faultPoll(t, 5*time.Second, "a CLUSTERDOWN logged", func() bool {
+		return strings.Contains(srv.log.String(), `error="CLUSTERDOWN`)
+	})
+	redisNodes(t, c, "config", "set", "cluster-require-full-coverage", "no")
+	t.Logf("CLUSTERDOWN (a master dead, full coverage required): cluster down %v after; 12 keys: %v; logged %v after", down.Round(time.Millisecond), got, logged.Round(time.Millisecond))
+	if got[503] != 12 {
+		t.Errorf("CLUSTERDOWN: %v, want 12 × 503 (closed)", got)
+	}
+}
+
+// redisNodes runs one command on every running node of c (a dead node is skipped).
+func redisNodes(t *testing.T, c *redistest.Cluster, args ...any) {
+	t.Helper()
+	for i := 0; i < c.Nodes(); i++ {
+		cl := c.Client(i)
+		err := cl.Do(context.Background(), args...).Err()
+		cl.Close()
+		if err != nil && !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("node %d: %v: %v", i, args, err)
+		}
 	}
 }
 

@@ -66,7 +66,7 @@ func TestEnvoyNetworkFaults(t *testing.T) {
 			t.Run("lease "+mode, func(t *testing.T) { leaseFaults(t, tg, link, mode) })
 		}
 		t.Run("rlqs cut", func(t *testing.T) { rlqsCut(t, tg, c) })
-		t.Run("master failover", func(t *testing.T) { masterFailover(t, tg, c, link) })
+		t.Run("master failover", func(t *testing.T) { masterFailover(t, tg, c, srv, link) })
 	})
 }
 
