@@ -89,7 +89,9 @@ func (f *redisTLSFlags) register(fs *flag.FlagSet) {
 // envoyproxy/ratelimit ignores them without REDIS_TLS.
 func (f *redisTLSFlags) config() (*tls.Config, []string, error) {
 	set := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.fs != nil { // nil: never registered (an embedder or a test that parsed no flags)
+		f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	}
 	for name, err := range f.envErr {
 		if !set[name] && (f.on || name == "redis-tls") {
 			return nil, nil, err
