@@ -9,7 +9,8 @@ import "time"
 // Window, in 128-bit integers, so there is no floating-point drift.
 //
 // State (26 bytes): header, start (int64 ns, a multiple of Window: the
-// current window), prev, cur (0 <= prev <= Limit, 1 <= cur <= Limit).
+// current window), prev, cur (0 <= prev <= Limit, 0 <= cur <= Limit, not
+// both 0: a current counter of 0 is left by a give-back, refund.go).
 type slidingWindow struct{ common }
 
 const slidingWindowSize = headerSize + 24
@@ -32,7 +33,7 @@ func (l *slidingWindow) load(state []byte, now int64) (eff, start int64, prev, c
 	if start < 0 || start > maxTime || start%w != 0 {
 		return 0, 0, 0, 0, corrupt("sliding_window start %d is not a window boundary", start)
 	}
-	if prev > l.limit || cur < 1 || cur > l.limit {
+	if prev > l.limit || cur > l.limit || prev == 0 && cur == 0 {
 		return 0, 0, 0, 0, corrupt("sliding_window counters %d, %d out of range", prev, cur)
 	}
 	eff = max(eff, start)
