@@ -111,20 +111,7 @@ func (p *parser) count(path string, v jsonv.Value, r *Rule, algOK bool) {
 		good = false
 	}
 	if algOK {
-		ok, why := algorithms.Settles(r.Algorithm)
-		if !ok {
-			why = "count applies only to token_bucket and leaky_bucket (their state takes back a response that does not count), not " + r.Algorithm.String()
-		}
-		if ok && r.Limit > 0 && r.Window > 0 {
-			ok, why = algorithms.SettlesWith(r.Algorithm, algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst})
-		}
-		if ok && r.Backend != BackendLocal && r.Limit > int64(r.Window/time.Microsecond) {
-			ok, why = false, `on backend "`+r.Backend.String()+`" a refund needs a rate of at most one unit per microsecond (limit <= window in µs)`
-		}
-		if !ok {
-			p.fail(v, path, "cannot be refunded: "+why)
-			good = false
-		}
+		good = p.countAlgorithm(path, v, r) && good
 	}
 	if r.Cost != nil && r.Cost.Response != nil {
 		p.fail(v, path, `does not apply with "cost.response": the response either costs the reservation or nothing`)
@@ -141,6 +128,32 @@ func (p *parser) count(path string, v jsonv.Value, r *Rule, algOK bool) {
 		r.Cost = &Cost{Request: CostSource{Fixed: 1}}
 	}
 	r.Cost.Response = &CostResponse{Count: c, Divisor: 1}
+}
+
+// countAlgorithm checks that r's algorithm can take back a response that does not count:
+// a bucket settles (its rate permitting), fixed_window and sliding_window give the
+// admission back to its window (algorithms.Refunder) on every backend; sliding_log cannot.
+func (p *parser) countAlgorithm(path string, v jsonv.Value, r *Rule) bool {
+	if ok, _ := algorithms.Refunds(r.Algorithm); ok {
+		return true
+	}
+	ok, why := algorithms.Settles(r.Algorithm)
+	if !ok {
+		_, why = algorithms.Refunds(r.Algorithm)
+		if r.Algorithm != algorithms.SlidingLog {
+			why = "count applies to token_bucket, leaky_bucket, fixed_window and sliding_window, not " + r.Algorithm.String()
+		}
+	}
+	if ok && r.Limit > 0 && r.Window > 0 {
+		ok, why = algorithms.SettlesWith(r.Algorithm, algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst})
+	}
+	if ok && r.Backend != BackendLocal && r.Limit > int64(r.Window/time.Microsecond) {
+		ok, why = false, `on backend "`+r.Backend.String()+`" a refund needs a rate of at most one unit per microsecond (limit <= window in µs)`
+	}
+	if !ok {
+		p.fail(v, path, "cannot be refunded: "+why)
+	}
+	return ok
 }
 
 // countStatuses reads "status": 1..64 entries, each a status 100..599 or a class "1xx".."5xx".

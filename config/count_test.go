@@ -39,7 +39,7 @@ func TestCountErrors(t *testing.T) {
 		want  string
 	}{
 		{[]string{"count", `{}`}, `rules[0].count: needs "status" or "header": what a counted response is`},
-		{[]string{"count", `{"status":[401]}`, "algorithm", `"fixed_window"`}, `rules[0].count: cannot be refunded: count applies only to token_bucket and leaky_bucket (their state takes back a response that does not count), not fixed_window`},
+		{[]string{"count", `{"status":[401]}`, "algorithm", `"sliding_log"`}, `rules[0].count: cannot be refunded: sliding_log cannot give an admission back: its entries are times, so the log cannot name which entry was the request's; use sliding_window, whose give-back is exact`},
 		{[]string{"count", `{"status":[]}`}, `rules[0].count.status: must not be empty (omit it to count any status)`},
 		{[]string{"count", `{"status":[99]}`}, `rules[0].count.status[0]: 99 is out of range 100..599`},
 		{[]string{"count", `{"status":["6xx"]}`}, `rules[0].count.status[0]: "6xx" is not a status (100..599) or a class ("4xx")`},
@@ -50,6 +50,20 @@ func TestCountErrors(t *testing.T) {
 		_, err := Parse([]byte(doc("", rule(kv...))))
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%v\n got: %v\nwant: %s", tc.extra, err, tc.want)
+		}
+	}
+}
+
+// count on the window algorithms: the admission is given back to its window.
+func TestCountWindows(t *testing.T) {
+	for _, alg := range []string{"fixed_window", "sliding_window"} {
+		c, err := Parse([]byte(doc("", rule("algorithm", `"`+alg+`"`, "limit", "5", "window", `"15m"`, "count", `{"status":[401,403]}`))))
+		if err != nil {
+			t.Fatalf("%s: %v", alg, err)
+		}
+		r := c.Rules[0]
+		if r.Cost == nil || r.Cost.Request.Fixed != 1 || r.Cost.Response == nil || !r.Cost.Response.Count.MatchesStatus(401) || r.Cost.Response.Count.MatchesStatus(200) {
+			t.Fatalf("%s: %+v", alg, r.Cost)
 		}
 	}
 }
