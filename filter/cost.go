@@ -59,7 +59,10 @@ type ruleCost struct {
 	src     config.CostSource
 	resp    *config.CostResponse
 	noUsage config.NoUsage
-	settler algorithms.Settler // resp != nil
+	settler algorithms.Settler // resp != nil, on a bucket
+	// A count on a window algorithm (count_window.go): what gives a response
+	// that does not count back to its window; settler is nil then.
+	refunder algorithms.Refunder
 	m       struct{ reserved, settled, refunded, excess, noUsage uint32 }
 	// A reservation read from the request body (src.JSON, bodycost.go): the
 	// rule's index in the Plugin's bodyWaits (its rules and its paths), and
@@ -81,6 +84,7 @@ type billItem struct {
 	actual   int64
 	found    bool         // a header source gave the actual cost
 	meter    *usage.Meter // a body source; nil for a header
+	giveBack giveBack     // a count on a window algorithm (count_window.go)
 }
 
 // bill is a stream's pending settlements: one item per rule of the Plugin with
@@ -99,7 +103,13 @@ func (p *Plugin) setupCost(rules []*rule) error {
 			continue
 		}
 		rc := &ruleCost{src: c.Request, resp: c.Response, noUsage: c.NoUsage}
-		if c.Response != nil {
+		if c.Response != nil && c.Response.Count != nil {
+			if f, ok := algorithms.AsRefunder(r.cfg.Limiter); ok {
+				rc.refunder = f
+				p.settling = append(p.settling, r)
+			}
+		}
+		if c.Response != nil && rc.refunder == nil {
 			s, ok := algorithms.AsSettler(r.cfg.Limiter)
 			if !ok {
 				return errors.New("rule " + r.id + ": " + r.cfg.Algorithm.String() + " cannot settle a cost")
@@ -188,7 +198,7 @@ func wholeNumber(b []byte, max int64) (int64, bool) {
 
 // reserve counts what the admitted request reserved and opens its bill for the
 // rules that settle (admitted).
-func (p *Plugin) reserve(s *stream) {
+func (p *Plugin) reserve(s *stream, now int64) {
 	for _, r := range p.rules {
 		if r.cost == nil || !r.applies || r.failed || !r.d.Allowed {
 			continue
@@ -214,6 +224,9 @@ func (p *Plugin) reserve(s *stream) {
 						continue
 					}
 					it.key = append(it.key[:0], w.res[it.ri].key...)
+				}
+				if r.cost.refunder != nil {
+					p.openGiveBack(it, r, now) // count_window.go
 				}
 			}
 		}
@@ -359,7 +372,9 @@ func (p *Plugin) settle(s *stream) {
 			p.host.IncrementMetric(c.m.noUsage, 1)
 		}
 		delta = max(min(delta, algorithms.MaxSettle), -algorithms.MaxSettle)
-		if delta != 0 && it.remote {
+		if c.refunder != nil {
+			delta = p.giveBackItem(it, delta, now) // count_window.go
+		} else if delta != 0 && it.remote {
 			p.remote.sendSettle(it.ri, it.key, delta, now)
 		} else if delta != 0 {
 			var err error

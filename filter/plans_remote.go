@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-proxy/sluice/algorithms"
+	"github.com/sluice-proxy/sluice/config"
 	"github.com/sluice-proxy/sluice/internal/rlswire"
 )
 
@@ -17,8 +18,13 @@ import (
 // entriesFor returns the fixed descriptor entries of rule i for wait w: the rule's own, or
 // those of w's plan, encoded into the rule's scratch.
 func (rs *rlsState) entriesFor(w *rlsWait, i int) []byte {
+	return rs.entriesForPlan(i, w.plan[i])
+}
+
+// entriesForPlan returns the fixed descriptor entries of rule i under plan pl (nil: the
+// rule's own), encoded into the rule's scratch.
+func (rs *rlsState) entriesForPlan(i int, pl *config.PlanEntry) []byte {
 	r := rs.p.rules[i]
-	pl := w.plan[i]
 	if pl == nil {
 		return r.rls.entries
 	}

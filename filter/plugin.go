@@ -513,7 +513,7 @@ func (p *Plugin) admitted(s *stream, now int64) abi.Action {
 		p.conc.acquiredRemote(s, now) // concurrency_remote.go
 	}
 	if p.hasCost {
-		p.reserve(s)
+		p.reserve(s, now)
 	}
 	if delay > 0 {
 		return p.holds.hold(s, now, delay)

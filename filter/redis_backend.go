@@ -298,6 +298,8 @@ func (rs *redisState) send(c *remoteCall, now int64) (uint32, string) {
 	var req *redisrl.Request
 	var batch redisrl.Request
 	switch {
+	case c.kind == callSettle && c.giveBack:
+		req = rs.giveBackRequest(c, &batch) // count_window.go
 	case c.kind == callSettle:
 		rr := rs.p.rules[c.rule].redis
 		batch = redisrl.Request{Kind: rr.kind, Params: rr.params, Key: c.key, Settle: c.delta}

@@ -165,6 +165,11 @@ type remoteCall struct {
 	rule  int
 	key   []byte
 	delta int64
+	// A count's give-back on a window algorithm (count_window.go): a
+	// settlement that undoes the admission named by back (delta = −cost).
+	back     giveBack
+	giveBack bool
+	undo     redisrl.Result // Redis: the admission back names
 }
 
 // callSlot is rule i of wait w.

@@ -250,6 +250,8 @@ func (rs *rlsState) send(c *remoteCall, _ int64) (uint32, string) {
 			rs.rules = append(rs.rules, sl.i)
 		}
 		rs.msg = rs.appendRequest(rs.msg[:0], c.slots[0].w.x.(*rlsWait), rs.rules, c.kind == callRefund)
+	case c.kind == callSettle && c.giveBack:
+		rs.msg = rs.appendGiveBackRequest(rs.msg[:0], c) // count_window.go
 	case c.kind == callSettle:
 		rs.msg = rs.appendSettleRequest(rs.msg[:0], c.rule, c.key, c.delta)
 	default:
