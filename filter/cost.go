@@ -63,7 +63,7 @@ type ruleCost struct {
 	// A count on a window algorithm (count_window.go): what gives a response
 	// that does not count back to its window; settler is nil then.
 	refunder algorithms.Refunder
-	m       struct{ reserved, settled, refunded, excess, noUsage uint32 }
+	m        struct{ reserved, settled, refunded, excess, noUsage uint32 }
 	// A reservation read from the request body (src.JSON, bodycost.go): the
 	// rule's index in the Plugin's bodyWaits (its rules and its paths), and
 	// the body_timeouts metric.
