@@ -311,10 +311,31 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 		return nil
 	}
 	r := &Rule{MaxKeys: DefaultMaxKeys}
-	// Which of the fields the limiter needs are good: a bad one is reported
-	// where it is, and the checks that need it are skipped, but every check
-	// that does not is still made (every error at once).
-	algOK, limitOK, windowOK, burstOK, backendOK := true, true, true, true, true
+	p.ruleIdentity(path, v, f, r)
+	if concurrencyAlgorithm(f) {
+		p.concurrencyRule(path, v, f, r) // concurrency.go
+		return r
+	}
+	if x, ok := f["retry_after"]; ok {
+		p.fail(x, path+".retry_after", `applies only to "algorithm": "concurrency"`)
+	}
+	good := p.rateFields(path, v, f, r)
+	p.ruleOptions(path, f, r, &good)
+	if good.alg && good.limit {
+		p.limiter(path, v, r, good)
+	}
+	p.limitTables(path, f, r) // plans.go
+	return r
+}
+
+// fieldsOK says which of the fields the limiter needs are good: a bad one
+// is reported where it is, and the checks that need it are skipped, but
+// every check that does not is still made (every error at once).
+type fieldsOK struct{ alg, limit, window, burst, backend bool }
+
+// ruleIdentity reads what every rule has: its name, match, key and
+// missing_key.
+func (p *parser) ruleIdentity(path string, v jsonv.Value, f map[string]jsonv.Value, r *Rule) {
 	if x, ok := f["name"]; ok {
 		if s, ok := p.str(path+".name", x); ok {
 			if msg := CheckRuleName(s); msg != "" {
@@ -339,13 +360,11 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 			r.MissingKey = MissingKey(i)
 		}
 	}
-	if concurrencyAlgorithm(f) {
-		p.concurrencyRule(path, v, f, r) // concurrency.go
-		return r
-	}
-	if x, ok := f["retry_after"]; ok {
-		p.fail(x, path+".retry_after", `applies only to "algorithm": "concurrency"`)
-	}
+}
+
+// rateFields reads a rate rule's algorithm, limit, window and burst.
+func (p *parser) rateFields(path string, v jsonv.Value, f map[string]jsonv.Value, r *Rule) fieldsOK {
+	good := fieldsOK{alg: true, limit: true, window: true, burst: true, backend: true}
 	if x, ok := f["algorithm"]; ok {
 		names := make([]string, len(algorithms.Kinds), len(algorithms.Kinds)+1)
 		for i, k := range algorithms.Kinds {
@@ -355,51 +374,57 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 		if i, ok := p.enum(path+".algorithm", x, names); ok {
 			r.Algorithm = algorithms.Kinds[i]
 		} else {
-			algOK = false
+			good.alg = false
 		}
 	} else {
 		p.failEnd(v, path+".algorithm", "is required")
-		algOK = false
+		good.alg = false
 	}
 	if x, ok := f["limit"]; ok {
 		if n, ok := p.integer(path+".limit", x, 1, MaxLimit); ok {
 			r.Limit = n
 		} else {
-			limitOK = false
+			good.limit = false
 		}
 	} else {
 		p.failEnd(v, path+".limit", "is required")
-		limitOK = false
+		good.limit = false
 	}
 	if x, ok := f["window"]; ok {
 		if d, ok := p.duration(path+".window", x); ok {
 			r.Window = d
 		} else {
-			windowOK = false
+			good.window = false
 		}
 	} else {
 		p.failEnd(v, path+".window", "is required")
-		windowOK = false
+		good.window = false
 	}
 	if x, ok := f["burst"]; ok {
-		if algOK && r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.LeakyBucket {
+		if good.alg && r.Algorithm != algorithms.TokenBucket && r.Algorithm != algorithms.LeakyBucket {
 			// Reported, and otherwise ignored: the window algorithms have
 			// no burst, so their other bounds are still checked.
 			p.fail(x, path+".burst", "applies only to token_bucket and leaky_bucket, not "+r.Algorithm.String())
 		} else if n, ok := p.integer(path+".burst", x, 1, MaxLimit); ok {
 			r.Burst = n
 		} else {
-			burstOK = false
+			good.burst = false
 		}
 	}
 	if r.Burst == 0 {
 		r.Burst = r.Limit
 	}
+	return good
+}
+
+// ruleOptions reads a rate rule's backend, mode, max_keys, lease, delay,
+// cost and count.
+func (p *parser) ruleOptions(path string, f map[string]jsonv.Value, r *Rule, good *fieldsOK) {
 	if x, ok := f["backend"]; ok {
 		if i, ok := p.enum(path+".backend", x, backendNames[:]); ok {
 			r.Backend = Backend(i)
 		} else {
-			backendOK = false
+			good.backend = false
 		}
 	}
 	if x, ok := f["mode"]; ok {
@@ -414,7 +439,7 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 	}
 	if x, ok := f["lease"]; ok {
 		if n, ok := p.integer(path+".lease", x, 1, MaxLimit); ok {
-			if msg := leaseRefusal(r, n, backendOK, algOK, limitOK && burstOK); msg != "" {
+			if msg := leaseRefusal(r, n, good.backend, good.alg, good.limit && good.burst); msg != "" {
 				p.fail(x, path+".lease", msg)
 			} else {
 				r.Lease = n
@@ -423,38 +448,38 @@ func (p *parser) rule(path string, v jsonv.Value) *Rule {
 	}
 	if x, ok := f["delay"]; ok {
 		_, lease := f["lease"]
-		p.delay(path+".delay", x, r, algOK, lease)
+		p.delay(path+".delay", x, r, good.alg, lease)
 	}
 	if x, ok := f["cost"]; ok {
-		p.cost(path+".cost", x, r, algOK, backendOK)
+		p.cost(path+".cost", x, r, good.alg, good.backend)
 	}
 	if x, ok := f["count"]; ok {
-		p.count(path+".count", x, r, algOK) // count.go
+		p.count(path+".count", x, r, good.alg) // count.go
 	}
-	if algOK && limitOK {
-		// The bounds between fields. With a bad window or burst the
-		// limiter is not built, but the bound of the limit alone (sliding_log:
-		// at most 10,000) is still checked, with a window and burst that
-		// cannot fail.
-		par := algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst}
-		complete := windowOK && burstOK
-		if !windowOK {
-			par.Window = time.Second
-		}
-		if !burstOK {
-			par.Burst = 0
-		}
-		l, err := algorithms.New(r.Algorithm, par)
-		var pe *algorithms.ParamError
-		switch {
-		case err == nil && complete:
-			r.Limiter = l
-		case err != nil && (complete || errors.As(err, &pe) && pe.Field == "limit"):
-			p.paramError(path, v, err, "")
-		}
+}
+
+// limiter builds the rule's limiter, checking the bounds between fields.
+func (p *parser) limiter(path string, v jsonv.Value, r *Rule, good fieldsOK) {
+	// The bounds between fields. With a bad window or burst the
+	// limiter is not built, but the bound of the limit alone (sliding_log:
+	// at most 10,000) is still checked, with a window and burst that
+	// cannot fail.
+	par := algorithms.Params{Limit: r.Limit, Window: r.Window, Burst: r.Burst}
+	complete := good.window && good.burst
+	if !good.window {
+		par.Window = time.Second
 	}
-	p.limitTables(path, f, r) // plans.go
-	return r
+	if !good.burst {
+		par.Burst = 0
+	}
+	l, err := algorithms.New(r.Algorithm, par)
+	var pe *algorithms.ParamError
+	switch {
+	case err == nil && complete:
+		r.Limiter = l
+	case err != nil && (complete || errors.As(err, &pe) && pe.Field == "limit"):
+		p.paramError(path, v, err, "")
+	}
 }
 
 // delay reads a rule's "delay" into r.Delay, and refuses it on a rule
