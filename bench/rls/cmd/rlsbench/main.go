@@ -217,22 +217,8 @@ func run(o options) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	if o.peerBin == "" || (o.sluiceBin == "" && !o.peerOnly) {
-		benchDir, err := benchModuleDir()
-		if err != nil {
-			return err
-		}
-		fmt.Println("building envoyproxy/ratelimit and sluice…")
-		peerBin, sluiceBin, err := build(benchDir, dir)
-		if err != nil {
-			return err
-		}
-		if o.peerBin == "" {
-			o.peerBin = peerBin
-		}
-		if o.sluiceBin == "" {
-			o.sluiceBin = sluiceBin
-		}
+	if err := o.buildBinaries(dir); err != nil {
+		return err
 	}
 	cluster, err := redistest.Start(filepath.Join(dir, "redis"), 3)
 	if err != nil {
@@ -241,7 +227,6 @@ func run(o options) error {
 	defer cluster.Close()
 	fmt.Println("redis cluster:", strings.Join(cluster.Addrs, " "))
 
-	peerCfg, sluiceCfg := configs(domain)
 	var services []*service
 	defer func() {
 		for _, s := range services {
@@ -251,6 +236,53 @@ func run(o options) error {
 			s.p.stop()
 		}
 	}()
+	if err := startServices(o, dir, cluster, &services); err != nil {
+		return err
+	}
+	// Exactness first: a benchmark of a limiter that over-admits means nothing.
+	if err := checkExactness(o, services); err != nil {
+		return err
+	}
+	fmt.Printf("\n%d rounds × (peer, sluice × %d algorithm(s)) × 2 variants; %v warm-up + %v measured each; concurrency %d on %d connections\n",
+		o.rounds, len(o.algorithms), o.warmup, o.duration, o.concurrency, o.conns)
+	ms, err := measureRounds(o, cluster, services)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	fmt.Print(summary(ms, o))
+	return nil
+}
+
+// buildBinaries builds envoyproxy/ratelimit and sluice into dir unless
+// the options name them.
+func (o *options) buildBinaries(dir string) error {
+	if o.peerBin != "" && (o.sluiceBin != "" || o.peerOnly) {
+		return nil
+	}
+	benchDir, err := benchModuleDir()
+	if err != nil {
+		return err
+	}
+	fmt.Println("building envoyproxy/ratelimit and sluice…")
+	peerBin, sluiceBin, err := build(benchDir, dir)
+	if err != nil {
+		return err
+	}
+	if o.peerBin == "" {
+		o.peerBin = peerBin
+	}
+	if o.sluiceBin == "" {
+		o.sluiceBin = sluiceBin
+	}
+	return nil
+}
+
+// startServices starts the peer (and sluice serve unless peer-only) on the
+// cluster, appending each to *services as it starts, and waits until each
+// answers.
+func startServices(o options, dir string, cluster *redistest.Cluster, services *[]*service) error {
+	peerCfg, sluiceCfg := configs(domain)
 	starters := []struct {
 		name string
 		f    func() (*proc, string, error)
@@ -269,7 +301,7 @@ func run(o options) error {
 			return err
 		}
 		s := &service{name: st.name, p: p}
-		services = append(services, s)
+		*services = append(*services, s)
 		if s.c, err = dial(addr, o.conns); err != nil {
 			return err
 		}
@@ -278,15 +310,25 @@ func run(o options) error {
 		}
 		fmt.Printf("%s ready on %s (pid %d)\n", p.name, addr, p.cmd.Process.Pid)
 	}
+	return nil
+}
 
-	// Exactness first: a benchmark of a limiter that over-admits means nothing.
+// algorithmsOf is what service s is measured on: the peer has fixed
+// windows only.
+func algorithmsOf(o options, s *service) []string {
+	if s.name == "sluice" {
+		return o.algorithms
+	}
+	return []string{algorithmNames[0]}
+}
+
+// checkExactness sends 300 concurrent calls on a fresh value with a limit
+// of 100 per day to each service and algorithm, and prints what each
+// admitted.
+func checkExactness(o options, services []*service) error {
 	fmt.Println("\nexactness: 300 concurrent calls on a fresh value, limit 100 per day")
 	for _, s := range services {
-		algs := []string{algorithmNames[0]}
-		if s.name == "sluice" {
-			algs = o.algorithms
-		}
-		for _, a := range algs {
+		for _, a := range algorithmsOf(o, s) {
 			value := "probe-" + s.name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			n, err := exact(s.c, domain, descriptorKey("exact", a), value, 3*exactLimit, o.timeout)
 			if err != nil {
@@ -299,9 +341,12 @@ func run(o options) error {
 			fmt.Printf("  %-28s %d admitted of %d: %s\n", measurement{service: s.name, algorithm: a}.label(), n, 3*exactLimit, verdict)
 		}
 	}
+	return nil
+}
 
-	fmt.Printf("\n%d rounds × (peer, sluice × %d algorithm(s)) × 2 variants; %v warm-up + %v measured each; concurrency %d on %d connections\n",
-		o.rounds, len(o.algorithms), o.warmup, o.duration, o.concurrency, o.conns)
+// measureRounds measures every service, algorithm and variant (ok,
+// denied) in each round, on a flushed cluster each time.
+func measureRounds(o options, cluster *redistest.Cluster, services []*service) ([]measurement, error) {
 	var ms []measurement
 	for round := 1; round <= o.rounds; round++ {
 		for _, v := range []struct {
@@ -309,13 +354,9 @@ func run(o options) error {
 			keys int
 		}{{"ok", o.okKeys}, {"denied", o.deniedKeys}} {
 			for _, s := range services {
-				algs := []string{algorithmNames[0]}
-				if s.name == "sluice" {
-					algs = o.algorithms
-				}
-				for _, a := range algs {
+				for _, a := range algorithmsOf(o, s) {
 					if err := flush(cluster); err != nil {
-						return err
+						return nil, err
 					}
 					m, err := measure(cluster, s, load{
 						domain: domain, key: descriptorKey(v.name, a), prefix: "u",
@@ -323,30 +364,33 @@ func run(o options) error {
 						warmup: o.warmup, duration: o.duration, timeout: o.timeout,
 					})
 					if err != nil {
-						return err
+						return nil, err
 					}
 					m.algorithm, m.variant, m.round = a, v.name, round
 					ms = append(ms, m)
-					fmt.Printf("  round %d %-7s %-28s %8.0f decisions/s  p50 %7v  p99 %7v  redis %6.1f µs/decision  service %6.1f µs/decision  ok %5.1f%%  errors %d\n",
-						round, v.name, m.label(), m.res.perSecond(), percentile(m.res.lat, 50).Round(time.Microsecond),
-						percentile(m.res.lat, 99).Round(time.Microsecond), m.redisPerDecision(), m.servicePerDecision(),
-						100*float64(m.res.ok)/float64(max(1, m.res.decisions())), m.res.errs)
-					fmt.Printf("    redis commands per decision × time per call: %s\n", m.commandProfile())
-					fmt.Printf("    redis per decision: command time %.1f µs, the rest %.1f µs; %.3f reads, %.3f writes\n",
-						m.commandPerDecision(), m.redisPerDecision()-m.commandPerDecision(), m.readsPerDecision(), float64(m.writes)/float64(m.res.decisions()))
-					if m.res.errs > 0 {
-						fmt.Printf("    first error: %v\n", m.res.firstErr)
-					}
+					m.print()
 					if !s.p.running() {
-						return fmt.Errorf("%s exited:\n%s", s.p.name, s.p.tail())
+						return nil, fmt.Errorf("%s exited:\n%s", s.p.name, s.p.tail())
 					}
 				}
 			}
 		}
 	}
-	fmt.Println()
-	fmt.Print(summary(ms, o))
-	return nil
+	return ms, nil
+}
+
+// print writes one measurement's line and its Redis profile.
+func (m measurement) print() {
+	fmt.Printf("  round %d %-7s %-28s %8.0f decisions/s  p50 %7v  p99 %7v  redis %6.1f µs/decision  service %6.1f µs/decision  ok %5.1f%%  errors %d\n",
+		m.round, m.variant, m.label(), m.res.perSecond(), percentile(m.res.lat, 50).Round(time.Microsecond),
+		percentile(m.res.lat, 99).Round(time.Microsecond), m.redisPerDecision(), m.servicePerDecision(),
+		100*float64(m.res.ok)/float64(max(1, m.res.decisions())), m.res.errs)
+	fmt.Printf("    redis commands per decision × time per call: %s\n", m.commandProfile())
+	fmt.Printf("    redis per decision: command time %.1f µs, the rest %.1f µs; %.3f reads, %.3f writes\n",
+		m.commandPerDecision(), m.redisPerDecision()-m.commandPerDecision(), m.readsPerDecision(), float64(m.writes)/float64(m.res.decisions()))
+	if m.res.errs > 0 {
+		fmt.Printf("    first error: %v\n", m.res.firstErr)
+	}
 }
 
 // flush empties every master, so each run starts from the same state.
