@@ -104,32 +104,9 @@ func (p *parser) concurrencyRule(path string, v jsonv.Value, f map[string]jsonv.
 // waits up to max for a slot of its key, in a queue of at most max_held
 // requests per worker.
 func (p *parser) concurrencyDelay(path string, v jsonv.Value, r *Rule) bool {
-	f, ok := p.object(path, v, delayFields)
+	d, good, ok := p.delayObject(path, v, "queued")
 	if !ok {
 		return false
-	}
-	d := Delay{MaxHeld: DefaultMaxHeld}
-	good := true
-	if x, ok := f["max"]; ok {
-		if m, ok := p.duration(path+".max", x); !ok {
-			good = false
-		} else if m > MaxDelay {
-			p.fail(x, path+".max", show(x)+" is longer than the maximum "+FormatDuration(MaxDelay)+
-				": a queued request is subject to the proxy's stream idle timeout (Envoy's default: 5m)")
-			good = false
-		} else {
-			d.Max = m
-		}
-	} else {
-		p.failEnd(v, path+".max", "is required")
-		good = false
-	}
-	if x, ok := f["max_held"]; ok {
-		if n, ok := p.integer(path+".max_held", x, 1, MaxMaxHeld); ok {
-			d.MaxHeld = int(n)
-		} else {
-			good = false
-		}
 	}
 	if r.Mode == ModeShadow {
 		p.fail(v, path, `does not apply in mode "shadow": a shadow rule lets every request through at once, so it has nothing to queue`)

@@ -486,32 +486,9 @@ func (p *parser) limiter(path string, v jsonv.Value, r *Rule, good fieldsOK) {
 // that cannot hold requests (the check on a bad algorithm is skipped:
 // that field's own error says what is wrong); lease: the rule has "lease".
 func (p *parser) delay(path string, v jsonv.Value, r *Rule, algOK, lease bool) {
-	f, ok := p.object(path, v, delayFields)
+	d, good, ok := p.delayObject(path, v, "held")
 	if !ok {
 		return
-	}
-	d := Delay{MaxHeld: DefaultMaxHeld}
-	good := true
-	if x, ok := f["max"]; ok {
-		if m, ok := p.duration(path+".max", x); !ok {
-			good = false
-		} else if m > MaxDelay {
-			p.fail(x, path+".max", show(x)+" is longer than the maximum "+FormatDuration(MaxDelay)+
-				": a held request is subject to the proxy's stream idle timeout (Envoy's default: 5m)")
-			good = false
-		} else {
-			d.Max = m
-		}
-	} else {
-		p.failEnd(v, path+".max", "is required")
-		good = false
-	}
-	if x, ok := f["max_held"]; ok {
-		if n, ok := p.integer(path+".max_held", x, 1, MaxMaxHeld); ok {
-			d.MaxHeld = int(n)
-		} else {
-			good = false
-		}
 	}
 	if algOK {
 		if ok, why := algorithms.Shapes(r.Algorithm); !ok {
@@ -530,6 +507,39 @@ func (p *parser) delay(path string, v jsonv.Value, r *Rule, algOK, lease bool) {
 	if good {
 		r.Delay = d
 	}
+}
+
+// delayObject reads a "delay" object: its max (required, at most MaxDelay)
+// and max_held. what names a request it holds ("held", "queued") in the
+// errors; ok is false when v is not an object, good when every field is.
+func (p *parser) delayObject(path string, v jsonv.Value, what string) (d Delay, good, ok bool) {
+	f, ok := p.object(path, v, delayFields)
+	if !ok {
+		return d, false, false
+	}
+	d, good = Delay{MaxHeld: DefaultMaxHeld}, true
+	if x, ok := f["max"]; ok {
+		if m, ok := p.duration(path+".max", x); !ok {
+			good = false
+		} else if m > MaxDelay {
+			p.fail(x, path+".max", show(x)+" is longer than the maximum "+FormatDuration(MaxDelay)+
+				": a "+what+" request is subject to the proxy's stream idle timeout (Envoy's default: 5m)")
+			good = false
+		} else {
+			d.Max = m
+		}
+	} else {
+		p.failEnd(v, path+".max", "is required")
+		good = false
+	}
+	if x, ok := f["max_held"]; ok {
+		if n, ok := p.integer(path+".max_held", x, 1, MaxMaxHeld); ok {
+			d.MaxHeld = int(n)
+		} else {
+			good = false
+		}
+	}
+	return d, good, true
 }
 
 // leaseRefusal says why a rule cannot have "lease": n, or "" when it can.
